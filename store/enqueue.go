@@ -1,0 +1,167 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Message is what business code enqueues.
+type Message struct {
+	// Topic routes the message to its handler, e.g. "order.created". It must match
+	// TopicPattern.
+	Topic string
+	// Payload is the message body: any JSON value, at most Config.MaxPayloadBytes.
+	Payload json.RawMessage
+	// Headers are carried with the message to its handler (trace context, for example).
+	Headers map[string]string
+	// MaxRetryTimes, when set, is the number of retries after the first attempt (0 to
+	// 100); it overrides the topic's max_attempts. Nil uses the topic's policy.
+	MaxRetryTimes *int
+	// MessageID is the message's idempotency key. Zero means a new UUIDv7.
+	MessageID uuid.UUID
+}
+
+// TopicPattern is the form a topic must have.
+var TopicPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,200}$`)
+
+// MaxRetryTimesLimit is the largest value of max_retry_times.
+const MaxRetryTimesLimit = 100
+
+// ValidationError reports a message that cannot be enqueued. Nothing was written.
+type ValidationError struct {
+	Field  string // "topic", "payload", "headers" or "max_retry_times"
+	Reason string // what was wrong, with the value
+}
+
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("invalid outbox message: %s %s", e.Field, e.Reason)
+}
+
+// Validate checks msg against the store's limits and returns a *ValidationError naming the
+// first field that is wrong.
+func (s *Store) Validate(msg Message) error {
+	return validate(msg, s.cfg.MaxPayloadBytes)
+}
+
+func validate(msg Message, maxPayload int) error {
+	if !TopicPattern.MatchString(msg.Topic) {
+		return &ValidationError{"topic", fmt.Sprintf("must match %s, got %s", TopicPattern, quoteShort(msg.Topic))}
+	}
+	if err := validatePayload(msg.Payload, maxPayload); err != nil {
+		return err
+	}
+	for k, v := range msg.Headers {
+		if k == "" || strings.ContainsRune(k, 0) || strings.ContainsRune(v, 0) {
+			return &ValidationError{"headers", fmt.Sprintf("must have non-empty keys and no NUL characters, got %s: %s", quoteShort(k), quoteShort(v))}
+		}
+	}
+	if r := msg.MaxRetryTimes; r != nil && (*r < 0 || *r > MaxRetryTimesLimit) {
+		return &ValidationError{"max_retry_times", fmt.Sprintf("must be between 0 and %d, got %d", MaxRetryTimesLimit, *r)}
+	}
+	return nil
+}
+
+// ValidatePayload checks that p is one JSON value of at most maxBytes bytes with no
+// \u0000 in any string (PostgreSQL's jsonb cannot store it).
+func ValidatePayload(p []byte, maxBytes int) error { return validatePayload(p, maxBytes) }
+
+func validatePayload(p []byte, maxBytes int) error {
+	if len(bytes.TrimSpace(p)) == 0 {
+		return &ValidationError{"payload", "must be a JSON value, got nothing"}
+	}
+	if len(p) > maxBytes {
+		return &ValidationError{"payload", fmt.Sprintf("must be at most %d bytes, got %d bytes", maxBytes, len(p))}
+	}
+	if !json.Valid(p) {
+		return &ValidationError{"payload", fmt.Sprintf("must be valid JSON, got %s", quoteShort(string(p)))}
+	}
+	// Only a \u0000 escape can put a NUL into a JSON string; look for one before the
+	// slower walk that tells an escape from an escaped backslash followed by "u0000".
+	if !bytes.Contains(p, []byte(`u0000`)) {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(p))
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return &ValidationError{"payload", fmt.Sprintf("must be valid JSON: %v", err)}
+		}
+		if s, ok := tok.(string); ok && strings.ContainsRune(s, 0) {
+			return &ValidationError{"payload", fmt.Sprintf(`must not contain \u0000 (PostgreSQL jsonb cannot store it), found in string %s`, quoteShort(s))}
+		}
+	}
+}
+
+func quoteShort(s string) string {
+	const max = 80
+	if len(s) > max {
+		return fmt.Sprintf("%q... (%d bytes)", s[:max], len(s))
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+const enqueueSQL = `INSERT INTO %s (message_id, topic, payload, headers, max_retry_times)
+VALUES ($1, $2, $3, $4, $5)`
+
+// Enqueue validates msg and inserts it as a pending row with one INSERT on db, which is
+// normally the caller's business transaction (a pgx.Tx): the message commits or rolls
+// back with the business rows. It returns the message ID, the idempotency key every
+// delivery carries. An invalid message returns a *ValidationError and writes nothing.
+func (s *Store) Enqueue(ctx context.Context, db DB, msg Message) (uuid.UUID, error) {
+	if err := s.Validate(msg); err != nil {
+		return uuid.Nil, err
+	}
+	id := msg.MessageID
+	if id == uuid.Nil {
+		var err error
+		if id, err = uuid.NewV7(); err != nil {
+			return uuid.Nil, fmt.Errorf("new message id: %w", err)
+		}
+	}
+	var headers []byte
+	if len(msg.Headers) > 0 {
+		headers, _ = json.Marshal(msg.Headers) // a map[string]string always marshals
+	}
+	if _, err := db.Exec(ctx, s.enqueue,
+		id, msg.Topic, string(msg.Payload), headers, msg.MaxRetryTimes); err != nil {
+		return uuid.Nil, fmt.Errorf("enqueue %s message: %w", msg.Topic, err)
+	}
+	return id, nil
+}
+
+// Enqueue validates msg and inserts it into public.outbox_messages with the default payload
+// limit; see [Store.Enqueue]. Use a Store for another schema or limit.
+func Enqueue(ctx context.Context, db DB, msg Message) (uuid.UUID, error) {
+	s, _ := New(nil, Config{}) // the default config is valid
+	return s.Enqueue(ctx, db, msg)
+}
+
+// Row is one outbox_messages row as the relay and the activities see it.
+type Row struct {
+	ID            int64
+	MessageID     uuid.UUID
+	Topic         string
+	Payload       json.RawMessage
+	Headers       map[string]string
+	Status        string
+	RetryTimes    int
+	MaxRetryTimes *int
+	NextRetryAt   *time.Time
+	LastError     *string
+	RedriveCount  int
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	SentAt        *time.Time
+}

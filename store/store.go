@@ -1,0 +1,143 @@
+// Package store owns the outbox tables in PostgreSQL: the schema and its migrations,
+// [Store.Enqueue] (the one INSERT a business transaction makes), the relay's claim, and
+// every status transition of a message.
+//
+// # Statuses
+//
+// A message row moves through these statuses, each change a guarded UPDATE that names the
+// statuses it may leave from:
+//
+//	pending ──claim──▶ claimed ──handed over──▶ dispatched ──▶ sent
+//	   ▲                  │ (lease expires: claimable again)  └──▶ dead ──▶ discarded
+//	   └──────────────────┘
+//
+// An UPDATE that matches no row means another actor got there first (a second relay, a
+// workflow that finished before the relay recorded its start). That is reported as
+// ok == false, not as an error, and a late transition can never move a row back from
+// sent.
+package store
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Message statuses, as stored in outbox_messages.status.
+const (
+	StatusPending    = "pending"
+	StatusClaimed    = "claimed"
+	StatusDispatched = "dispatched"
+	StatusSent       = "sent"
+	StatusDead       = "dead"
+	StatusDiscarded  = "discarded"
+)
+
+// DefaultMaxPayloadBytes is the payload size limit when Config.MaxPayloadBytes is zero.
+const DefaultMaxPayloadBytes = 256 << 10
+
+// HardMaxPayloadBytes is the largest payload limit that may be configured: Temporal refuses
+// payloads of 2 MB, and an activity that hosts a topic handler receives the payload.
+const HardMaxPayloadBytes = 2_000_000 - 64<<10
+
+// ErrNotFound is returned when a message or dead letter does not exist.
+var ErrNotFound = errors.New("not found")
+
+// DB is what the functions of this package need to run queries: a *pgxpool.Pool, a
+// *pgx.Conn and a pgx.Tx all satisfy it, so [Store.Enqueue] joins the caller's transaction.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// TxDB is a DB that can also begin a transaction; *pgxpool.Pool and *pgx.Conn satisfy it.
+type TxDB interface {
+	DB
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Config configures a Store.
+type Config struct {
+	// Schema holds the outbox tables. Defaults to "public".
+	Schema string
+	// MaxPayloadBytes limits the size of a message payload. Defaults to
+	// DefaultMaxPayloadBytes (256 KiB); at most HardMaxPayloadBytes.
+	MaxPayloadBytes int
+}
+
+var schemaPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
+
+func (c Config) withDefaults() Config {
+	c.Schema = cmp.Or(c.Schema, "public")
+	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, DefaultMaxPayloadBytes)
+	return c
+}
+
+func (c Config) validate() error {
+	if !schemaPattern.MatchString(c.Schema) {
+		return fmt.Errorf("schema must match %s, got %q", schemaPattern, c.Schema)
+	}
+	if c.MaxPayloadBytes < 1 || c.MaxPayloadBytes > HardMaxPayloadBytes {
+		return fmt.Errorf("max payload bytes must be between 1 and %d, got %d", HardMaxPayloadBytes, c.MaxPayloadBytes)
+	}
+	return nil
+}
+
+// Store runs the outbox's queries against one schema. It is safe for concurrent use.
+type Store struct {
+	cfg      Config
+	db       TxDB
+	messages string // quoted, schema-qualified table names
+	dead     string
+	enqueue  string // the INSERT of Enqueue
+}
+
+// New returns a Store that runs its own queries on db (usually a *pgxpool.Pool).
+// Enqueue runs on whatever DB it is given instead, so that it joins the caller's
+// transaction.
+func New(db TxDB, cfg Config) (*Store, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("store config: %w", err)
+	}
+	messages := pgx.Identifier{cfg.Schema, "outbox_messages"}.Sanitize()
+	return &Store{
+		cfg:      cfg,
+		db:       db,
+		messages: messages,
+		dead:     pgx.Identifier{cfg.Schema, "outbox_dead_letters"}.Sanitize(),
+		enqueue:  fmt.Sprintf(enqueueSQL, messages),
+	}, nil
+}
+
+// Schema returns the schema that holds the outbox tables.
+func (s *Store) Schema() string { return s.cfg.Schema }
+
+// Channel returns the name of the channel the insert trigger notifies.
+func (s *Store) Channel() string { return Channel(s.cfg.Schema) }
+
+// Channel returns the NOTIFY channel of the outbox tables in schema.
+func Channel(schema string) string { return schema + ".outbox_messages" }
+
+// DB returns the database the Store runs its own queries on.
+func (s *Store) DB() TxDB { return s.db }
+
+// inTx runs fn in a transaction on the store's database. The rollback after a failure
+// runs even when ctx has been cancelled.
+func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
