@@ -1,0 +1,261 @@
+package workflows_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/outbox-go/outbox/workflows"
+)
+
+// Activity signatures the workflow calls by name; the test environment mocks them.
+func send(context.Context, workflows.SendInput) error { return nil }
+func checkProcessed(context.Context, workflows.CheckProcessedInput) (workflows.CheckProcessedResult, error) {
+	return workflows.CheckProcessedResult{}, nil
+}
+func markSent(context.Context, workflows.MarkSentInput) error     { return nil }
+func deadLetter(context.Context, workflows.DeadLetterInput) error { return nil }
+
+type bundle struct {
+	env   *testsuite.TestWorkflowEnvironment
+	input workflows.DeliveryInput
+	sends []time.Time // test-clock time of each send attempt
+}
+
+func setup(t *testing.T, policy workflows.Policy) *bundle {
+	t.Helper()
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterWorkflowWithOptions(workflows.Delivery, workflows.RegisterOptions())
+	env.RegisterActivityWithOptions(send, activity.RegisterOptions{Name: workflows.ActivitySend})
+	env.RegisterActivityWithOptions(checkProcessed, activity.RegisterOptions{Name: workflows.ActivityCheckProcessed})
+	env.RegisterActivityWithOptions(markSent, activity.RegisterOptions{Name: workflows.ActivityMarkSent})
+	env.RegisterActivityWithOptions(deadLetter, activity.RegisterOptions{Name: workflows.ActivityDeadLetter})
+	b := &bundle{env: env, input: workflows.DeliveryInput{
+		MessageID: "0195c2a0-0000-7000-8000-000000000001",
+		Topic:     "order.created",
+		Policy:    policy,
+	}}
+	t.Cleanup(func() { env.AssertExpectations(t) })
+	return b
+}
+
+// onSend answers the send attempts in order with errs (nil = delivered) and records the
+// test-clock time of each attempt.
+func (b *bundle) onSend(t *testing.T, errs ...error) {
+	n := 0
+	b.env.OnActivity(workflows.ActivitySend, mock.Anything, mock.Anything).Return(func(_ context.Context, in workflows.SendInput) error {
+		require.Equal(t, n+1, in.Attempt)
+		require.Equal(t, b.input.MessageID, in.MessageID)
+		b.sends = append(b.sends, b.env.Now())
+		err := errs[n]
+		n++
+		return err
+	}).Times(len(errs))
+}
+
+func (b *bundle) run() (workflows.DeliveryResult, error) {
+	b.env.ExecuteWorkflow(workflows.WorkflowType, b.input)
+	if !b.env.IsWorkflowCompleted() {
+		return workflows.DeliveryResult{}, errors.New("workflow did not complete")
+	}
+	var res workflows.DeliveryResult
+	if err := b.env.GetWorkflowError(); err != nil {
+		return res, err
+	}
+	return res, b.env.GetWorkflowResult(&res)
+}
+
+func retryable(msg string) error {
+	return temporal.NewApplicationError(msg, workflows.ErrTypeRetryable)
+}
+
+func requireDeadLettered(t *testing.T, err error) *temporal.ApplicationError {
+	t.Helper()
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	require.Equal(t, workflows.ErrTypeDeadLettered, appErr.Type())
+	require.True(t, appErr.NonRetryable())
+	return appErr
+}
+
+func TestDelivery(t *testing.T) {
+	t.Parallel()
+	policy := workflows.Policy{MaxAttempts: 4, InitialInterval: time.Second, BackoffCoefficient: 2, MaxInterval: time.Minute}
+
+	t.Run("Success", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, policy)
+		b.onSend(t, nil)
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 1}).Return(nil).Once()
+		res, err := b.run()
+		require.NoError(t, err)
+		require.Equal(t, workflows.DeliveryResult{Attempts: 1}, res)
+	})
+
+	t.Run("TransientFailuresThenSuccessWithBackoff", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, policy)
+		b.onSend(t, retryable("HTTP 503"), retryable("HTTP 500"), nil)
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 3}).Return(nil).Once()
+		res, err := b.run()
+		require.NoError(t, err)
+		require.Equal(t, 3, res.Attempts)
+		require.Len(t, b.sends, 3)
+		require.GreaterOrEqual(t, b.sends[1].Sub(b.sends[0]), time.Second)
+		require.Less(t, b.sends[1].Sub(b.sends[0]), 2*time.Second)
+		require.GreaterOrEqual(t, b.sends[2].Sub(b.sends[1]), 2*time.Second)
+		require.Less(t, b.sends[2].Sub(b.sends[1]), 3*time.Second)
+	})
+
+	t.Run("RetryAfterHonouredAndCapped", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, workflows.Policy{MaxAttempts: 3, InitialInterval: time.Second, MaxInterval: 20 * time.Second})
+		b.onSend(t,
+			temporal.NewApplicationErrorWithOptions("HTTP 429", workflows.ErrTypeRetryable, temporal.ApplicationErrorOptions{NextRetryDelay: 10 * time.Second}),
+			temporal.NewApplicationErrorWithOptions("HTTP 503", workflows.ErrTypeRetryable, temporal.ApplicationErrorOptions{NextRetryDelay: time.Hour}),
+			nil)
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, mock.Anything).Return(nil).Once()
+		_, err := b.run()
+		require.NoError(t, err)
+		gap1, gap2 := b.sends[1].Sub(b.sends[0]), b.sends[2].Sub(b.sends[1])
+		require.True(t, gap1 >= 10*time.Second && gap1 < 11*time.Second, "Retry-After 10s, waited %s", gap1)
+		require.True(t, gap2 >= 20*time.Second && gap2 < 21*time.Second, "Retry-After capped at max_interval 20s, waited %s", gap2)
+	})
+
+	t.Run("ExhaustionDeadLettersOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, policy)
+		b.onSend(t, retryable("HTTP 500"), retryable("HTTP 500"), retryable("HTTP 500"), retryable("HTTP 500: boom"))
+		b.env.OnActivity(workflows.ActivityDeadLetter, mock.Anything, mock.MatchedBy(func(in workflows.DeadLetterInput) bool {
+			return in.MessageID == b.input.MessageID && in.Attempts == 4 &&
+				in.LastError == "gave up after 4 attempts: HTTP 500: boom" &&
+				in.WorkflowID != "" && in.RunID != ""
+		})).Return(nil).Once()
+		_, err := b.run()
+		appErr := requireDeadLettered(t, err)
+		require.Contains(t, appErr.Error(), "HTTP 500: boom")
+	})
+
+	t.Run("PermanentFailureDeadLettersAfterOneAttempt", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, policy)
+		b.onSend(t, temporal.NewNonRetryableApplicationError("HTTP 400: bad order", workflows.ErrTypePermanent, nil))
+		b.env.OnActivity(workflows.ActivityDeadLetter, mock.Anything, mock.MatchedBy(func(in workflows.DeadLetterInput) bool {
+			return in.Attempts == 1 && in.LastError == "permanent failure: HTTP 400: bad order"
+		})).Return(nil).Once()
+		_, err := b.run()
+		requireDeadLettered(t, err)
+	})
+
+	t.Run("DeadLetterActivityRetriedUntilItSucceeds", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, workflows.Policy{MaxAttempts: 1})
+		b.onSend(t, retryable("HTTP 500"))
+		b.env.OnActivity(workflows.ActivityDeadLetter, mock.Anything, mock.Anything).Return(errors.New("database down")).Times(3)
+		b.env.OnActivity(workflows.ActivityDeadLetter, mock.Anything, mock.Anything).Return(nil).Once()
+		_, err := b.run()
+		requireDeadLettered(t, err)
+	})
+
+	t.Run("AmbiguousFailureThenAlreadyProcessedIsNotSentAgain", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, policy)
+		b.onSend(t, temporal.NewApplicationError("read tcp: connection reset by peer", workflows.ErrTypeAmbiguous))
+		b.env.OnActivity(workflows.ActivityCheckProcessed, mock.Anything, workflows.CheckProcessedInput{MessageID: b.input.MessageID, Topic: b.input.Topic}).
+			Return(workflows.CheckProcessedResult{Supported: true, Processed: true}, nil).Once()
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 1}).Return(nil).Once()
+		res, err := b.run()
+		require.NoError(t, err)
+		require.Equal(t, workflows.DeliveryResult{Attempts: 1, AlreadyProcessed: true}, res)
+	})
+
+	t.Run("TimeoutIsAmbiguousAndCheckedBeforeResend", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, workflows.Policy{MaxAttempts: 3, SendTimeout: 5 * time.Second})
+		calls := 0
+		b.env.OnActivity(workflows.ActivitySend, mock.Anything, mock.Anything).Return(func(context.Context, workflows.SendInput) error {
+			calls++
+			if calls == 1 {
+				return temporal.NewTimeoutError(0, nil) // as a start-to-close timeout reports
+			}
+			return nil
+		}).Twice()
+		b.env.OnActivity(workflows.ActivityCheckProcessed, mock.Anything, mock.Anything).
+			Return(workflows.CheckProcessedResult{Supported: true, Processed: false}, nil).Once()
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 2}).Return(nil).Once()
+		res, err := b.run()
+		require.NoError(t, err)
+		require.Equal(t, 2, res.Attempts)
+	})
+
+	t.Run("UnsupportedCheckIsAskedOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, policy)
+		ambiguous := temporal.NewApplicationError("timeout", workflows.ErrTypeAmbiguous)
+		b.onSend(t, ambiguous, ambiguous, nil)
+		b.env.OnActivity(workflows.ActivityCheckProcessed, mock.Anything, mock.Anything).
+			Return(workflows.CheckProcessedResult{Supported: false}, nil).Once()
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, mock.Anything).Return(nil).Once()
+		res, err := b.run()
+		require.NoError(t, err)
+		require.Equal(t, 3, res.Attempts)
+	})
+
+	t.Run("NonAmbiguousFailureIsNotChecked", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, policy)
+		b.onSend(t, retryable("HTTP 500"), nil)
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, mock.Anything).Return(nil).Once()
+		_, err := b.run()
+		require.NoError(t, err)
+	})
+}
+
+// TestMaxRetryTimes checks that max_retry_times NULL / 0 / 2 give 4 / 1 / 3 attempts, as
+// the relay resolves them into the policy.
+func TestMaxRetryTimes(t *testing.T) {
+	t.Parallel()
+	two, zero := 2, 0
+	for _, tc := range []struct {
+		name          string
+		maxRetryTimes *int
+		attempts      int
+	}{
+		{"Null", nil, 4},
+		{"Zero", &zero, 1},
+		{"Two", &two, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			policy := workflows.ResolvePolicy(workflows.Policy{}, tc.maxRetryTimes)
+			require.Equal(t, tc.attempts, policy.MaxAttempts)
+			b := setup(t, policy)
+			errs := make([]error, tc.attempts)
+			for i := range errs {
+				errs[i] = retryable("HTTP 500")
+			}
+			b.onSend(t, errs...)
+			b.env.OnActivity(workflows.ActivityDeadLetter, mock.Anything, mock.MatchedBy(func(in workflows.DeadLetterInput) bool {
+				return in.Attempts == tc.attempts
+			})).Return(nil).Once()
+			_, err := b.run()
+			requireDeadLettered(t, err)
+			require.Len(t, b.sends, tc.attempts)
+		})
+	}
+}
+
+func TestPolicyBackoff(t *testing.T) {
+	t.Parallel()
+	p := workflows.Policy{InitialInterval: time.Second, BackoffCoefficient: 2, MaxInterval: 5 * time.Second}
+	require.Equal(t, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second},
+		[]time.Duration{p.Backoff(1), p.Backoff(2), p.Backoff(3), p.Backoff(4), p.Backoff(50)})
+}

@@ -1,0 +1,196 @@
+// Package workflows holds OutboxDelivery, the workflow that delivers one outbox message,
+// and the inputs and results it exchanges with the relay and the activities.
+//
+// The workflow drives the attempts itself: each send is one activity execution with
+// MaximumAttempts 1, and between attempts the workflow sleeps for the backoff (or the
+// downstream's Retry-After). So every attempt and its failure stays in the history the
+// Temporal UI shows, and after an ambiguous failure it can ask the downstream whether the
+// message was processed before it sends again.
+package workflows
+
+import (
+	"cmp"
+	"fmt"
+	"time"
+)
+
+// Names other tools and documents rely on.
+const (
+	// WorkflowType is the registered name of the delivery workflow.
+	WorkflowType = "OutboxDelivery"
+	// DefaultTaskQueue is the task queue of the workflow and its activities.
+	DefaultTaskQueue = "outbox"
+	// WorkflowIDPrefix starts every delivery workflow ID: outbox-<message_id>.
+	WorkflowIDPrefix = "outbox-"
+
+	// Activity names.
+	ActivitySend           = "OutboxSend"
+	ActivityCheckProcessed = "OutboxCheckProcessed"
+	ActivityMarkSent       = "OutboxMarkSent"
+	ActivityDeadLetter     = "OutboxDeadLetter"
+
+	// ErrTypeDeadLettered is the type of the error a run fails with after its message was
+	// dead-lettered.
+	ErrTypeDeadLettered = "OutboxDeadLettered"
+	// ErrTypePermanent marks a send failure that no retry can fix (a 4xx, an unknown
+	// topic, a payload the handler rejects).
+	ErrTypePermanent = "OutboxPermanent"
+	// ErrTypeUnknownTopic is a permanent failure: no handler is configured for the topic.
+	ErrTypeUnknownTopic = "OutboxUnknownTopic"
+	// ErrTypeRetryable marks a send failure the downstream reported (5xx, 429): it did not
+	// process the message, so the next attempt needs no check first.
+	ErrTypeRetryable = "OutboxRetryable"
+	// ErrTypeAmbiguous marks a send failure after which the downstream may or may not have
+	// the message (timeout, connection reset after the request was written).
+	ErrTypeAmbiguous = "OutboxAmbiguous"
+)
+
+// Values of the OutboxStatus search attribute.
+const (
+	SearchStatusDispatched = "dispatched"
+	SearchStatusRetrying   = "retrying"
+	SearchStatusSent       = "sent"
+	SearchStatusDead       = "dead"
+)
+
+// Search attribute names (all Keyword).
+const (
+	SearchAttrTopic     = "OutboxTopic"
+	SearchAttrStatus    = "OutboxStatus"
+	SearchAttrMessageID = "OutboxMessageId"
+)
+
+// SearchAttributeNames lists the custom search attributes the outbox uses.
+var SearchAttributeNames = []string{SearchAttrTopic, SearchAttrStatus, SearchAttrMessageID}
+
+// WorkflowID returns the delivery workflow ID of a message.
+func WorkflowID(messageID string) string { return WorkflowIDPrefix + messageID }
+
+// Policy is a message's delivery policy, resolved once by the relay from the topic's
+// config and the row's max_retry_times, and recorded in the workflow's input.
+type Policy struct {
+	// MaxAttempts is the number of sends before the message is dead-lettered; at least 1.
+	MaxAttempts int `json:"max_attempts"`
+	// InitialInterval is the wait after the first failed attempt. Defaults to 1s.
+	InitialInterval time.Duration `json:"initial_interval"`
+	// BackoffCoefficient multiplies the wait after each further failure. Defaults to 2.
+	BackoffCoefficient float64 `json:"backoff_coefficient"`
+	// MaxInterval caps the wait between attempts, Retry-After included. Defaults to 1m.
+	MaxInterval time.Duration `json:"max_interval"`
+	// SendTimeout bounds one send attempt (the activity's start-to-close timeout).
+	// Defaults to 30s.
+	SendTimeout time.Duration `json:"send_timeout"`
+}
+
+// Policy defaults.
+const (
+	DefaultMaxAttempts        = 4
+	DefaultInitialInterval    = time.Second
+	DefaultBackoffCoefficient = 2.0
+	DefaultMaxInterval        = time.Minute
+	DefaultSendTimeout        = 30 * time.Second
+)
+
+// WithDefaults fills the zero fields of p.
+func (p Policy) WithDefaults() Policy {
+	p.MaxAttempts = cmp.Or(p.MaxAttempts, DefaultMaxAttempts)
+	p.InitialInterval = cmp.Or(p.InitialInterval, DefaultInitialInterval)
+	p.BackoffCoefficient = cmp.Or(p.BackoffCoefficient, DefaultBackoffCoefficient)
+	p.MaxInterval = cmp.Or(p.MaxInterval, DefaultMaxInterval)
+	p.SendTimeout = cmp.Or(p.SendTimeout, DefaultSendTimeout)
+	return p
+}
+
+// Validate reports the first field of p that is out of range.
+func (p Policy) Validate() error {
+	switch {
+	case p.MaxAttempts < 1 || p.MaxAttempts > 101:
+		return fmt.Errorf("max_attempts must be between 1 and 101, got %d", p.MaxAttempts)
+	case p.InitialInterval <= 0:
+		return fmt.Errorf("initial_interval must be positive, got %s", p.InitialInterval)
+	case p.BackoffCoefficient < 1:
+		return fmt.Errorf("backoff must be at least 1, got %g", p.BackoffCoefficient)
+	case p.MaxInterval < p.InitialInterval:
+		return fmt.Errorf("max_interval must be at least initial_interval (%s), got %s", p.InitialInterval, p.MaxInterval)
+	case p.SendTimeout <= 0:
+		return fmt.Errorf("timeout must be positive, got %s", p.SendTimeout)
+	}
+	return nil
+}
+
+// Backoff returns the wait after failed attempt n (1-based): InitialInterval ×
+// BackoffCoefficient^(n-1), capped by MaxInterval.
+func (p Policy) Backoff(n int) time.Duration {
+	d := float64(p.InitialInterval)
+	for i := 1; i < n && d < float64(p.MaxInterval); i++ {
+		d *= p.BackoffCoefficient
+	}
+	return min(time.Duration(d), p.MaxInterval)
+}
+
+// DeliveryInput is the input of OutboxDelivery: a reference to the message, not its
+// payload (the send activity loads it), and the resolved policy.
+type DeliveryInput struct {
+	MessageID string `json:"message_id"`
+	Topic     string `json:"topic"`
+	Policy    Policy `json:"policy"`
+	// SearchAttributes says whether the workflow keeps OutboxStatus up to date.
+	SearchAttributes bool `json:"search_attributes"`
+}
+
+// DeliveryResult is the result of a delivery that completed.
+type DeliveryResult struct {
+	// Attempts is the number of sends made.
+	Attempts int `json:"attempts"`
+	// AlreadyProcessed is true when check-processed found that the downstream had the
+	// message after an ambiguous failure, so it was not sent again.
+	AlreadyProcessed bool `json:"already_processed"`
+}
+
+// SendInput is the input of the send activity.
+type SendInput struct {
+	MessageID   string `json:"message_id"`
+	Topic       string `json:"topic"`
+	Attempt     int    `json:"attempt"` // 1-based
+	MaxAttempts int    `json:"max_attempts"`
+}
+
+// CheckProcessedInput is the input of the check-processed activity.
+type CheckProcessedInput struct {
+	MessageID string `json:"message_id"`
+	Topic     string `json:"topic"`
+}
+
+// CheckProcessedResult says whether the downstream already has the message. Supported is
+// false when the topic's handler cannot tell.
+type CheckProcessedResult struct {
+	Supported bool `json:"supported"`
+	Processed bool `json:"processed"`
+}
+
+// MarkSentInput is the input of the mark-sent activity.
+type MarkSentInput struct {
+	MessageID string `json:"message_id"`
+	Attempts  int    `json:"attempts"`
+}
+
+// DeadLetterInput is the input of the dead-letter activity.
+type DeadLetterInput struct {
+	MessageID  string `json:"message_id"`
+	Topic      string `json:"topic"`
+	WorkflowID string `json:"workflow_id"`
+	RunID      string `json:"run_id"`
+	Attempts   int    `json:"attempts"`
+	LastError  string `json:"last_error"`
+}
+
+// ResolvePolicy returns the policy of one message: the topic's policy with defaults
+// filled, and when the row sets max_retry_times, MaxAttempts = max_retry_times + 1 (0 =
+// one attempt), which wins over the topic's max_attempts.
+func ResolvePolicy(topic Policy, maxRetryTimes *int) Policy {
+	p := topic.WithDefaults()
+	if maxRetryTimes != nil {
+		p.MaxAttempts = *maxRetryTimes + 1
+	}
+	return p
+}
