@@ -1,0 +1,207 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/workflows"
+)
+
+// Activities are the delivery workflow's activities. Register them with
+// worker.Register, or with Register on any worker.
+type Activities struct {
+	Store    *store.Store
+	Handlers *Registry
+	Logger   *slog.Logger
+}
+
+// Register adds the activities to r under their workflow-facing names.
+func (a *Activities) Register(r interface {
+	RegisterActivityWithOptions(any, activity.RegisterOptions)
+}) {
+	r.RegisterActivityWithOptions(a.Send, activity.RegisterOptions{Name: workflows.ActivitySend})
+	r.RegisterActivityWithOptions(a.CheckProcessed, activity.RegisterOptions{Name: workflows.ActivityCheckProcessed})
+	r.RegisterActivityWithOptions(a.MarkSent, activity.RegisterOptions{Name: workflows.ActivityMarkSent})
+	r.RegisterActivityWithOptions(a.DeadLetter, activity.RegisterOptions{Name: workflows.ActivityDeadLetter})
+}
+
+func (a *Activities) logger() *slog.Logger {
+	if a.Logger != nil {
+		return a.Logger
+	}
+	return slog.Default()
+}
+
+func parseID(s string) (uuid.UUID, error) {
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return uuid.Nil, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("message_id must be a UUID, got %q", s), workflows.ErrTypePermanent, nil)
+	}
+	return id, nil
+}
+
+// load returns the message and its handler, or an error that ends the delivery.
+func (a *Activities) load(ctx context.Context, messageID string) (store.Row, Handler, error) {
+	id, err := parseID(messageID)
+	if err != nil {
+		return store.Row{}, nil, err
+	}
+	row, err := a.Store.Get(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return row, nil, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("message %s is not in the outbox table", id), workflows.ErrTypePermanent, nil)
+	}
+	if err != nil {
+		// The database is unreachable: nothing was sent, so this is no ambiguity.
+		return row, nil, temporal.NewApplicationError(err.Error(), workflows.ErrTypeRetryable)
+	}
+	h, ok := a.Handlers.Lookup(row.Topic)
+	if !ok {
+		return row, nil, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("no handler for topic %q: add it under topics: in the config, or add a default: entry", row.Topic),
+			workflows.ErrTypeUnknownTopic, nil)
+	}
+	return row, h, nil
+}
+
+func delivery(row store.Row, attempt, maxAttempts int) Delivery {
+	return Delivery{
+		MessageID: row.MessageID, Topic: row.Topic, Payload: row.Payload, Headers: row.Headers,
+		CreatedAt: row.CreatedAt, Attempt: attempt, MaxAttempts: maxAttempts,
+	}
+}
+
+// Send is one delivery attempt: it loads the message, hands it to its topic's handler and
+// returns the handler's failure as an ApplicationError the workflow can classify. A failed
+// attempt is recorded on the row (retry_times, last_error).
+func (a *Activities) Send(ctx context.Context, in workflows.SendInput) error {
+	row, h, err := a.load(ctx, in.MessageID)
+	if err != nil {
+		a.recordFailure(ctx, in, err)
+		return err
+	}
+	switch row.Status {
+	case store.StatusSent:
+		// Recorded as delivered by an earlier run: sending again would duplicate it.
+		return nil
+	case store.StatusDead, store.StatusDiscarded:
+		return temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("message %s is %s", row.MessageID, row.Status), workflows.ErrTypePermanent, nil)
+	}
+	err = h.Send(ctx, delivery(row, in.Attempt, in.MaxAttempts))
+	if err == nil {
+		return nil
+	}
+	appErr := toApplicationError(err)
+	a.recordFailure(ctx, in, appErr)
+	return appErr
+}
+
+func (a *Activities) recordFailure(ctx context.Context, in workflows.SendInput, err error) {
+	id, perr := uuid.Parse(in.MessageID)
+	if perr != nil {
+		return
+	}
+	msg := err.Error()
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		msg = appErr.Message()
+	}
+	a.logger().WarnContext(ctx, "Send attempt failed",
+		slog.String("message_id", in.MessageID), slog.String("topic", in.Topic),
+		slog.Int("attempt", in.Attempt), slog.Int("max_attempts", in.MaxAttempts), slog.String("error", msg))
+	if _, rerr := a.Store.RecordFailure(context.WithoutCancel(ctx), id, in.Attempt, msg); rerr != nil {
+		a.logger().WarnContext(ctx, "Cannot record send failure", slog.String("message_id", in.MessageID), slog.Any("error", rerr))
+	}
+}
+
+// toApplicationError turns a handler's error into the ApplicationError the workflow reads.
+// It is returned as is, never wrapped: wrapping would lose NonRetryable and NextRetryDelay.
+func toApplicationError(err error) error {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		return appErr // a handler that speaks Temporal already
+	}
+	var herr *HandlerError
+	if !errors.As(err, &herr) {
+		return temporal.NewApplicationError(err.Error(), workflows.ErrTypeAmbiguous)
+	}
+	switch herr.kind {
+	case kindPermanent:
+		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypePermanent, nil)
+	case kindRetryable:
+		return temporal.NewApplicationErrorWithOptions(err.Error(), workflows.ErrTypeRetryable,
+			temporal.ApplicationErrorOptions{NextRetryDelay: herr.RetryAfter})
+	default:
+		return temporal.NewApplicationError(err.Error(), workflows.ErrTypeAmbiguous)
+	}
+}
+
+// CheckProcessed asks the topic's handler whether the downstream already has the message.
+func (a *Activities) CheckProcessed(ctx context.Context, in workflows.CheckProcessedInput) (workflows.CheckProcessedResult, error) {
+	row, h, err := a.load(ctx, in.MessageID)
+	if err != nil {
+		return workflows.CheckProcessedResult{}, err
+	}
+	c, ok := h.(Checker)
+	if !ok {
+		return workflows.CheckProcessedResult{}, nil
+	}
+	processed, err := c.CheckProcessed(ctx, delivery(row, 0, 0))
+	if errors.Is(err, ErrCheckUnsupported) {
+		return workflows.CheckProcessedResult{}, nil
+	}
+	if err != nil {
+		return workflows.CheckProcessedResult{}, fmt.Errorf("check whether message %s was processed: %w", row.MessageID, err)
+	}
+	return workflows.CheckProcessedResult{Supported: true, Processed: processed}, nil
+}
+
+// MarkSent records the message as delivered.
+func (a *Activities) MarkSent(ctx context.Context, in workflows.MarkSentInput) error {
+	id, err := parseID(in.MessageID)
+	if err != nil {
+		return err
+	}
+	ok, err := a.Store.MarkSent(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		a.logger().InfoContext(ctx, "Message already recorded; mark-sent changed nothing", slog.String("message_id", in.MessageID))
+	}
+	return nil
+}
+
+// DeadLetter writes the message's dead letter and moves its row to dead. It logs the
+// reason at error level, the hook an alert can follow.
+func (a *Activities) DeadLetter(ctx context.Context, in workflows.DeadLetterInput) error {
+	id, err := parseID(in.MessageID)
+	if err != nil {
+		return err
+	}
+	moved, err := a.Store.DeadLetter(ctx, store.DeadLetter{
+		MessageID: id, Topic: in.Topic, WorkflowID: in.WorkflowID, RunID: in.RunID,
+		Attempts: in.Attempts, LastError: in.LastError,
+	})
+	if err != nil {
+		return err
+	}
+	if moved {
+		a.logger().ErrorContext(ctx, "Message dead-lettered",
+			slog.String("message_id", in.MessageID), slog.String("topic", in.Topic),
+			slog.Int("attempts", in.Attempts), slog.String("reason", in.LastError),
+			slog.String("workflow_id", in.WorkflowID), slog.String("run_id", in.RunID),
+			slog.Time("at", time.Now()))
+	}
+	return nil
+}

@@ -1,0 +1,124 @@
+package activities_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/internal/testdb"
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/workflows"
+)
+
+func TestActivities(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	setup := func(t *testing.T, status int) (*activities.Activities, *store.Store) {
+		t.Helper()
+		_, st := testdb.Schema(t)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(status) }))
+		t.Cleanup(srv.Close)
+		reg, err := activities.RegistryFromConfig(&config.Config{Topics: map[string]config.Topic{
+			"order.created": {Sink: "http", URL: srv.URL},
+		}}, nil)
+		require.NoError(t, err)
+		return &activities.Activities{Store: st, Handlers: reg}, st
+	}
+	enqueue := func(t *testing.T, st *store.Store, topic string) string {
+		id, err := st.Enqueue(ctx, st.DB(), store.Message{Topic: topic, Payload: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+		return id.String()
+	}
+
+	t.Run("UnknownTopicIsPermanentAndRecorded", func(t *testing.T) {
+		t.Parallel()
+		a, st := setup(t, 200)
+		id := enqueue(t, st, "order.shipped")
+		err := a.Send(ctx, workflows.SendInput{MessageID: id, Topic: "order.shipped", Attempt: 1, MaxAttempts: 4})
+		var appErr *temporal.ApplicationError
+		require.ErrorAs(t, err, &appErr)
+		require.Equal(t, workflows.ErrTypeUnknownTopic, appErr.Type())
+		require.True(t, appErr.NonRetryable())
+		require.Contains(t, appErr.Message(), `no handler for topic "order.shipped"`)
+		row, err := st.Get(ctx, mustUUID(t, id))
+		require.NoError(t, err)
+		require.Equal(t, 1, row.RetryTimes)
+		require.Contains(t, *row.LastError, "order.shipped")
+	})
+
+	t.Run("ServerErrorIsRetryableAndRecorded", func(t *testing.T) {
+		t.Parallel()
+		a, st := setup(t, 503)
+		id := enqueue(t, st, "order.created")
+		err := a.Send(ctx, workflows.SendInput{MessageID: id, Topic: "order.created", Attempt: 3, MaxAttempts: 4})
+		var appErr *temporal.ApplicationError
+		require.ErrorAs(t, err, &appErr)
+		require.Equal(t, workflows.ErrTypeRetryable, appErr.Type())
+		require.False(t, appErr.NonRetryable())
+		row, err := st.Get(ctx, mustUUID(t, id))
+		require.NoError(t, err)
+		require.Equal(t, 3, row.RetryTimes)
+		require.Contains(t, *row.LastError, "HTTP 503")
+	})
+
+	t.Run("SentMessageIsNotSentAgain", func(t *testing.T) {
+		t.Parallel()
+		a, st := setup(t, 500)
+		id := enqueue(t, st, "order.created")
+		require.NoError(t, a.MarkSent(ctx, workflows.MarkSentInput{MessageID: id, Attempts: 1}))
+		require.NoError(t, a.Send(ctx, workflows.SendInput{MessageID: id, Topic: "order.created", Attempt: 1, MaxAttempts: 1}))
+	})
+
+	t.Run("CheckWithoutCheckURLIsUnsupported", func(t *testing.T) {
+		t.Parallel()
+		a, st := setup(t, 200)
+		id := enqueue(t, st, "order.created")
+		res, err := a.CheckProcessed(ctx, workflows.CheckProcessedInput{MessageID: id, Topic: "order.created"})
+		require.NoError(t, err)
+		require.False(t, res.Supported)
+	})
+
+	t.Run("HandlerErrorKindsMapToTypes", func(t *testing.T) {
+		t.Parallel()
+		_, st := setup(t, 200)
+		reg := activities.NewRegistry()
+		var next error
+		reg.HandleDefault(activities.HandlerFunc(func(context.Context, activities.Delivery) error { return next }))
+		a := &activities.Activities{Store: st, Handlers: reg}
+		id := enqueue(t, st, "anything")
+		for _, tc := range []struct {
+			err      error
+			typ      string
+			nonRetry bool
+		}{
+			{activities.Permanent(errors.New("bad")), workflows.ErrTypePermanent, true},
+			{activities.Retryable(errors.New("busy"), 0), workflows.ErrTypeRetryable, false},
+			{activities.Ambiguous(errors.New("reset")), workflows.ErrTypeAmbiguous, false},
+			{errors.New("unclassified"), workflows.ErrTypeAmbiguous, false},
+		} {
+			next = tc.err
+			err := a.Send(ctx, workflows.SendInput{MessageID: id, Topic: "anything", Attempt: 1, MaxAttempts: 2})
+			var appErr *temporal.ApplicationError
+			require.ErrorAs(t, err, &appErr)
+			require.Equal(t, tc.typ, appErr.Type())
+			require.Equal(t, tc.nonRetry, appErr.NonRetryable())
+		}
+	})
+}
+
+func mustUUID(t *testing.T, s string) uuid.UUID {
+	t.Helper()
+	id, err := uuid.Parse(s)
+	require.NoError(t, err)
+	return id
+}

@@ -1,0 +1,169 @@
+package activities
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outbox-go/outbox/config"
+)
+
+// HTTPSink delivers messages by POSTing them as JSON:
+//
+//	{"message_id": "...", "topic": "...", "payload": {...}, "created_at": "..."}
+//
+// with the headers Content-Type: application/json, Idempotency-Key: <message_id> and
+// X-Outbox-Attempt: <n>. A 2xx answer means delivered; 408, 429, 5xx are retried (honouring
+// Retry-After); a connection error or timeout is retried after a check; any other answer is
+// a permanent failure. Redirects are not followed.
+type HTTPSink struct {
+	URL      string
+	CheckURL string // with {message_id}; empty when the downstream cannot be asked
+	Headers  map[string]string
+	Client   *http.Client
+}
+
+// NewHTTPSink returns the http sink of a topic's configuration.
+func NewHTTPSink(t config.Topic) (*HTTPSink, error) {
+	if t.URL == "" {
+		return nil, errors.New("url: the http sink needs a url")
+	}
+	return &HTTPSink{
+		URL:      t.URL,
+		CheckURL: t.CheckURL,
+		Headers:  t.Headers,
+		Client: &http.Client{
+			// The activity's start-to-close timeout bounds each request through its
+			// context; this is a backstop.
+			Timeout: 5 * time.Minute,
+			CheckRedirect: func(*http.Request, []*http.Request) error {
+				return http.ErrUseLastResponse
+			},
+		},
+	}, nil
+}
+
+type httpBody struct {
+	MessageID string          `json:"message_id"`
+	Topic     string          `json:"topic"`
+	Payload   json.RawMessage `json:"payload"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// Send POSTs the message.
+func (s *HTTPSink) Send(ctx context.Context, d Delivery) error {
+	body, err := json.Marshal(httpBody{MessageID: d.MessageID.String(), Topic: d.Topic, Payload: d.Payload, CreatedAt: d.CreatedAt.UTC()})
+	if err != nil {
+		return Permanent(fmt.Errorf("encode request body: %w", err))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL, bytes.NewReader(body))
+	if err != nil {
+		return Permanent(fmt.Errorf("build request to %s: %w", s.URL, err))
+	}
+	for k, v := range s.Headers {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", d.MessageID.String())
+	req.Header.Set("X-Outbox-Attempt", strconv.Itoa(d.Attempt))
+	req.Header.Set("X-Outbox-Topic", d.Topic)
+
+	resp, err := s.Client.Do(req)
+	if err != nil {
+		return transportError("POST", s.URL, err)
+	}
+	defer resp.Body.Close()
+	snippet := readSnippet(resp.Body)
+	switch code := resp.StatusCode; {
+	case code >= 200 && code < 300:
+		return nil
+	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
+		return Retryable(fmt.Errorf("POST %s: HTTP %d%s", s.URL, code, snippet), retryAfter(resp.Header.Get("Retry-After"), time.Now()))
+	default:
+		return Permanent(fmt.Errorf("POST %s: HTTP %d%s", s.URL, code, snippet))
+	}
+}
+
+// CheckProcessed asks CheckURL: 200 means processed, 404 means not.
+func (s *HTTPSink) CheckProcessed(ctx context.Context, d Delivery) (bool, error) {
+	if s.CheckURL == "" {
+		return false, ErrCheckUnsupported
+	}
+	u := strings.ReplaceAll(s.CheckURL, "{message_id}", url.PathEscape(d.MessageID.String()))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return false, fmt.Errorf("build request to %s: %w", u, err)
+	}
+	for k, v := range s.Headers {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Idempotency-Key", d.MessageID.String())
+	resp, err := s.Client.Do(req)
+	if err != nil {
+		return false, fmt.Errorf("GET %s: %w", u, err)
+	}
+	defer resp.Body.Close()
+	snippet := readSnippet(resp.Body)
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return true, nil
+	case http.StatusNotFound:
+		return false, nil
+	default:
+		return false, fmt.Errorf("GET %s: HTTP %d%s (want 200 or 404)", u, resp.StatusCode, snippet)
+	}
+}
+
+// transportError classifies a failed round trip: a connection that was never made cannot
+// have delivered anything; anything later (a reset, a timeout) may have.
+func transportError(method, u string, err error) error {
+	wrapped := fmt.Errorf("%s %s: %w", method, u, err)
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		return Retryable(wrapped, 0)
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return Retryable(wrapped, 0)
+	}
+	return Ambiguous(wrapped)
+}
+
+// readSnippet returns the start of a response body for an error message, and drains the
+// rest so the connection can be reused.
+func readSnippet(r io.Reader) string {
+	buf, _ := io.ReadAll(io.LimitReader(r, 256))
+	_, _ = io.Copy(io.Discard, io.LimitReader(r, 1<<20))
+	s := strings.TrimSpace(strings.ToValidUTF8(string(buf), "?"))
+	if s == "" {
+		return ""
+	}
+	return ": " + s
+}
+
+// retryAfter reads a Retry-After header: delay seconds or an HTTP date.
+func retryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.Atoi(v); err == nil {
+		if secs < 0 {
+			return 0
+		}
+		return time.Duration(min(secs, 365*24*3600)) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}

@@ -1,0 +1,352 @@
+// Package config reads the outbox's YAML configuration: where the database and Temporal
+// are, how the relay and worker run, and for each topic its sink and delivery policy.
+//
+// A minimal file:
+//
+//	database_url: postgres://app@db:5432/app
+//	temporal:
+//	  address: temporal:7233
+//	topics:
+//	  order.created:
+//	    sink: http
+//	    url: http://inventory:8080/events
+//	    check_url: http://inventory:8080/events/{message_id}
+//	    max_attempts: 4
+//	    initial_interval: 1s
+//	    backoff: 2
+//	    max_interval: 1m
+//	default:
+//	  sink: http
+//	  url: http://fallback:8080/events
+//
+// Environment variables override the file: DATABASE_URL, TEMPORAL_ADDRESS,
+// TEMPORAL_NAMESPACE and OUTBOX_TASK_QUEUE (see [Config.ApplyEnv]).
+package config
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/workflows"
+)
+
+// Config is the whole configuration file.
+type Config struct {
+	// DatabaseURL is the PostgreSQL connection string (libpq URL or key=value form; the
+	// standard PG* variables fill what it leaves out). Overridden by DATABASE_URL.
+	DatabaseURL string `yaml:"database_url"`
+	// Schema holds the outbox tables. Defaults to "public".
+	Schema string `yaml:"schema"`
+	// MaxPayloadBytes limits message payloads. Defaults to 262144 (256 KiB).
+	MaxPayloadBytes int `yaml:"max_payload_bytes"`
+	// SearchAttributes turns the OutboxTopic, OutboxStatus and OutboxMessageId search
+	// attributes on or off. Defaults to true.
+	SearchAttributes *bool `yaml:"search_attributes"`
+
+	Temporal Temporal `yaml:"temporal"`
+	Relay    Relay    `yaml:"relay"`
+	Worker   Worker   `yaml:"worker"`
+
+	// Topics maps a topic name to its sink and policy.
+	Topics map[string]Topic `yaml:"topics"`
+	// Default serves topics that Topics does not list. Without it such a topic is a
+	// permanent failure: its messages are dead-lettered.
+	Default *Topic `yaml:"default"`
+}
+
+// Temporal says where the Temporal frontend is.
+type Temporal struct {
+	// Address is the frontend's host:port. Defaults to 127.0.0.1:7233. Overridden by
+	// TEMPORAL_ADDRESS.
+	Address string `yaml:"address"`
+	// Namespace defaults to "default". Overridden by TEMPORAL_NAMESPACE.
+	Namespace string `yaml:"namespace"`
+	// TaskQueue is where the delivery workflows and activities run. Defaults to
+	// "outbox". Overridden by OUTBOX_TASK_QUEUE.
+	TaskQueue string `yaml:"task_queue"`
+}
+
+// Relay tunes the relay.
+type Relay struct {
+	// BatchSize is the number of rows one claim takes. Defaults to 100.
+	BatchSize int `yaml:"batch_size"`
+	// PollInterval is how often the relay looks for due rows without a notification.
+	// Defaults to 1s.
+	PollInterval Duration `yaml:"poll_interval"`
+	// Lease is how long a claim holds its rows before another relay may take them.
+	// Defaults to 30s.
+	Lease Duration `yaml:"lease"`
+	// StartConcurrency is the number of workflow starts in flight at once. Defaults to 16.
+	StartConcurrency int `yaml:"start_concurrency"`
+}
+
+// Worker tunes the worker.
+type Worker struct {
+	// MaxConcurrentActivities caps the activities one worker runs at once. Defaults to
+	// 200.
+	MaxConcurrentActivities int `yaml:"max_concurrent_activities"`
+}
+
+// Topic is one topic's sink and delivery policy.
+type Topic struct {
+	// Sink names the handler: "http" (the default) is built in; a worker may register
+	// others.
+	Sink string `yaml:"sink"`
+	// URL receives the POSTs of the http sink.
+	URL string `yaml:"url"`
+	// CheckURL, with {message_id} in it, answers 200 when the downstream already has a
+	// message and 404 when it does not (http sink). Optional.
+	CheckURL string `yaml:"check_url"`
+	// Headers are added to every request of the http sink.
+	Headers map[string]string `yaml:"headers"`
+
+	// MaxAttempts is the number of sends before the message is dead-lettered, unless the
+	// row sets max_retry_times. Defaults to 4.
+	MaxAttempts int `yaml:"max_attempts"`
+	// InitialInterval is the wait after the first failure. Defaults to 1s.
+	InitialInterval Duration `yaml:"initial_interval"`
+	// Backoff multiplies the wait after each further failure. Defaults to 2.
+	Backoff float64 `yaml:"backoff"`
+	// MaxInterval caps the wait, Retry-After included. Defaults to 1m.
+	MaxInterval Duration `yaml:"max_interval"`
+	// Timeout bounds one send. Defaults to 30s.
+	Timeout Duration `yaml:"timeout"`
+
+	// Options holds settings of sinks other than http.
+	Options map[string]string `yaml:"options"`
+}
+
+// Policy returns the topic's delivery policy, defaults filled.
+func (t Topic) Policy() workflows.Policy {
+	return workflows.Policy{
+		MaxAttempts:        t.MaxAttempts,
+		InitialInterval:    time.Duration(t.InitialInterval),
+		BackoffCoefficient: t.Backoff,
+		MaxInterval:        time.Duration(t.MaxInterval),
+		SendTimeout:        time.Duration(t.Timeout),
+	}.WithDefaults()
+}
+
+// Duration is a time.Duration written as in Go ("1s", "1m30s").
+type Duration time.Duration
+
+// UnmarshalYAML reads a duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return fmt.Errorf("line %d: want a duration such as \"1s\" or \"1m30s\", got %q", n.Line, n.Value)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("line %d: want a duration such as \"1s\" or \"1m30s\", got %q", n.Line, s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes the duration as a string.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// Defaults.
+const (
+	DefaultTemporalAddress  = "127.0.0.1:7233"
+	DefaultNamespace        = "default"
+	DefaultBatchSize        = 100
+	DefaultPollInterval     = time.Second
+	DefaultLease            = 30 * time.Second
+	DefaultStartConcurrency = 16
+	DefaultMaxActivities    = 200
+)
+
+// Load reads and validates the file at path; an empty path gives the defaults. Call
+// ApplyEnv before Validate when the environment should override the file.
+func Load(path string) (*Config, error) {
+	if path == "" {
+		return &Config{}, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	defer f.Close()
+	c, err := Parse(f)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse reads a YAML configuration. Unknown fields are errors, so a typo does not pass
+// silently.
+func Parse(r io.Reader) (*Config, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// ApplyEnv lets the environment override the file: DATABASE_URL, TEMPORAL_ADDRESS,
+// TEMPORAL_NAMESPACE and OUTBOX_TASK_QUEUE. lookup is os.LookupEnv in a program.
+func (c *Config) ApplyEnv(lookup func(string) (string, bool)) {
+	set := func(dst *string, name string) {
+		if v, ok := lookup(name); ok && v != "" {
+			*dst = v
+		}
+	}
+	set(&c.DatabaseURL, "DATABASE_URL")
+	set(&c.Temporal.Address, "TEMPORAL_ADDRESS")
+	set(&c.Temporal.Namespace, "TEMPORAL_NAMESPACE")
+	set(&c.Temporal.TaskQueue, "OUTBOX_TASK_QUEUE")
+}
+
+// WithDefaults returns a copy with every unset field at its default.
+func (c Config) WithDefaults() Config {
+	c.Schema = cmp.Or(c.Schema, "public")
+	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, store.DefaultMaxPayloadBytes)
+	if c.SearchAttributes == nil {
+		on := true
+		c.SearchAttributes = &on
+	}
+	c.Temporal.Address = cmp.Or(c.Temporal.Address, DefaultTemporalAddress)
+	c.Temporal.Namespace = cmp.Or(c.Temporal.Namespace, DefaultNamespace)
+	c.Temporal.TaskQueue = cmp.Or(c.Temporal.TaskQueue, workflows.DefaultTaskQueue)
+	c.Relay.BatchSize = cmp.Or(c.Relay.BatchSize, DefaultBatchSize)
+	c.Relay.PollInterval = cmp.Or(c.Relay.PollInterval, Duration(DefaultPollInterval))
+	c.Relay.Lease = cmp.Or(c.Relay.Lease, Duration(DefaultLease))
+	c.Relay.StartConcurrency = cmp.Or(c.Relay.StartConcurrency, DefaultStartConcurrency)
+	c.Worker.MaxConcurrentActivities = cmp.Or(c.Worker.MaxConcurrentActivities, DefaultMaxActivities)
+	return c
+}
+
+// SearchAttributesEnabled reports whether the search attributes are on.
+func (c *Config) SearchAttributesEnabled() bool {
+	return c.SearchAttributes == nil || *c.SearchAttributes
+}
+
+// Validate checks c (after WithDefaults) and returns an error naming the first field that
+// is wrong and its value. sinks lists the sink names besides "http" that are known.
+func (c *Config) Validate(sinks ...string) error {
+	var errs []error
+	bad := func(field string, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{field}, args...)...))
+	}
+	if _, err := store.New(nil, store.Config{Schema: c.Schema, MaxPayloadBytes: c.MaxPayloadBytes}); err != nil {
+		bad("schema/max_payload_bytes", "%v", strings.TrimPrefix(err.Error(), "store config: "))
+	}
+	if c.Relay.BatchSize < 1 || c.Relay.BatchSize > 10000 {
+		bad("relay.batch_size", "must be between 1 and 10000, got %d", c.Relay.BatchSize)
+	}
+	if c.Relay.PollInterval < Duration(10*time.Millisecond) {
+		bad("relay.poll_interval", "must be at least 10ms, got %s", time.Duration(c.Relay.PollInterval))
+	}
+	if c.Relay.Lease < Duration(time.Second) {
+		bad("relay.lease", "must be at least 1s, got %s", time.Duration(c.Relay.Lease))
+	}
+	if c.Relay.StartConcurrency < 1 || c.Relay.StartConcurrency > 1000 {
+		bad("relay.start_concurrency", "must be between 1 and 1000, got %d", c.Relay.StartConcurrency)
+	}
+	if c.Worker.MaxConcurrentActivities < 1 {
+		bad("worker.max_concurrent_activities", "must be at least 1, got %d", c.Worker.MaxConcurrentActivities)
+	}
+	names := make([]string, 0, len(c.Topics))
+	for name := range c.Topics {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		field := fmt.Sprintf("topics[%q]", name)
+		if !store.TopicPattern.MatchString(name) {
+			bad(field, "topic name must match %s", store.TopicPattern)
+		}
+		errs = append(errs, c.Topics[name].validate(field, sinks))
+	}
+	if c.Default != nil {
+		errs = append(errs, c.Default.validate("default", sinks))
+	}
+	return errors.Join(errs...)
+}
+
+func (t Topic) validate(field string, sinks []string) error {
+	var errs []error
+	bad := func(sub, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s.%s: "+format, append([]any{field, sub}, args...)...))
+	}
+	switch sink := cmp.Or(t.Sink, "http"); {
+	case sink == "http":
+		if err := checkURL(t.URL); err != nil {
+			bad("url", "%v", err)
+		}
+		if t.CheckURL != "" {
+			if err := checkURL(t.CheckURL); err != nil {
+				bad("check_url", "%v", err)
+			} else if !strings.Contains(t.CheckURL, "{message_id}") {
+				bad("check_url", "must contain {message_id}, got %q", t.CheckURL)
+			}
+		}
+	case slices.Contains(sinks, sink):
+	default:
+		bad("sink", "must be one of %s, got %q", strings.Join(append([]string{"http"}, sinks...), ", "), t.Sink)
+	}
+	if t.MaxAttempts < 0 || t.MaxAttempts > 101 {
+		bad("max_attempts", "must be between 1 and 101, got %d", t.MaxAttempts)
+	}
+	if t.Backoff != 0 && t.Backoff < 1 {
+		bad("backoff", "must be at least 1, got %g", t.Backoff)
+	}
+	for sub, d := range map[string]Duration{"initial_interval": t.InitialInterval, "max_interval": t.MaxInterval, "timeout": t.Timeout} {
+		if d < 0 {
+			bad(sub, "must be positive, got %s", time.Duration(d))
+		}
+	}
+	if len(errs) == 0 {
+		if err := t.Policy().Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("%s.%w", field, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("must be an absolute http or https URL, got %q", s)
+	}
+	return nil
+}
+
+// TopicConfig returns the configuration that serves topic: its own entry, else the
+// default entry. ok is false when neither exists.
+func (c *Config) TopicConfig(topic string) (t Topic, ok bool) {
+	if t, ok := c.Topics[topic]; ok {
+		return t, true
+	}
+	if c.Default != nil {
+		return *c.Default, true
+	}
+	return Topic{}, false
+}
+
+// Policy returns the delivery policy of topic: its entry's, the default entry's, or the
+// built-in defaults.
+func (c *Config) Policy(topic string) workflows.Policy {
+	t, _ := c.TopicConfig(topic)
+	return t.Policy()
+}
