@@ -1,0 +1,101 @@
+// Package temporalx connects to Temporal and makes sure the outbox's search attributes
+// exist.
+package temporalx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+
+	"github.com/outbox-go/outbox/workflows"
+)
+
+// Options says where Temporal is.
+type Options struct {
+	Address   string
+	Namespace string
+	Logger    *slog.Logger
+}
+
+// Dial connects to the Temporal frontend and checks that it answers.
+func Dial(ctx context.Context, o Options) (client.Client, error) {
+	opts := client.Options{HostPort: o.Address, Namespace: o.Namespace}
+	if o.Logger != nil {
+		opts.Logger = sdklog.NewStructuredLogger(o.Logger)
+	}
+	c, err := client.DialContext(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("connect to Temporal at %s (namespace %s): %w", o.Address, o.Namespace, err)
+	}
+	return c, nil
+}
+
+// EnsureSearchAttributes checks that the outbox's Keyword search attributes exist in the
+// namespace and creates the missing ones through the operator service. When it cannot, it
+// returns an error naming them and the command that creates them.
+func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
+	missing, err := missingSearchAttributes(ctx, c, namespace)
+	if err != nil {
+		return searchAttributeError(namespace, workflows.SearchAttributeNames, err)
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	req := &operatorservice.AddSearchAttributesRequest{Namespace: namespace, SearchAttributes: map[string]enumspb.IndexedValueType{}}
+	for _, name := range missing {
+		req.SearchAttributes[name] = enumspb.INDEXED_VALUE_TYPE_KEYWORD
+	}
+	_, err = c.OperatorService().AddSearchAttributes(ctx, req)
+	var exists *serviceerror.AlreadyExists
+	if err != nil && !errors.As(err, &exists) {
+		return searchAttributeError(namespace, missing, err)
+	}
+	// Another process may have added them at the same time; either way, look again.
+	if missing, err = missingSearchAttributes(ctx, c, namespace); err != nil || len(missing) > 0 {
+		return searchAttributeError(namespace, missing, err)
+	}
+	return nil
+}
+
+func missingSearchAttributes(ctx context.Context, c client.Client, namespace string) ([]string, error) {
+	resp, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+	if err != nil {
+		return nil, err
+	}
+	var missing []string
+	for _, name := range workflows.SearchAttributeNames {
+		typ, ok := resp.GetCustomAttributes()[name]
+		if !ok {
+			missing = append(missing, name)
+			continue
+		}
+		if typ != enumspb.INDEXED_VALUE_TYPE_KEYWORD {
+			return nil, fmt.Errorf("search attribute %s has type %s, want Keyword", name, typ)
+		}
+	}
+	return missing, nil
+}
+
+func searchAttributeError(namespace string, names []string, cause error) error {
+	if len(names) == 0 {
+		names = workflows.SearchAttributeNames
+	}
+	var cmds []string
+	for _, n := range slices.Clone(names) {
+		cmds = append(cmds, fmt.Sprintf("  temporal operator search-attribute create --namespace %s --name %s --type Keyword", namespace, n))
+	}
+	msg := fmt.Sprintf("search attributes %s are missing in namespace %q and cannot be created here", strings.Join(names, ", "), namespace)
+	if cause != nil {
+		msg += fmt.Sprintf(" (%v)", cause)
+	}
+	return fmt.Errorf("%s; create them with:\n%s\nor set search_attributes: false in the config", msg, strings.Join(cmds, "\n"))
+}

@@ -1,0 +1,308 @@
+// Package starter is the relay: it turns each committed, due outbox row into one
+// OutboxDelivery workflow whose ID is outbox-<message_id>.
+//
+// The relay wakes on the table's NOTIFY (a hint) and on a poll interval (the guarantee),
+// claims a batch of rows with a short lease, starts their workflows concurrently and marks
+// each row dispatched unless it has already moved on. The start uses the reuse policy
+// ALLOW_DUPLICATE_FAILED_ONLY and the conflict policy FAIL, so a row that is claimed again
+// (after a relay crash, or a lost mark-sent) never starts a second delivery of a message
+// that a run already delivered: "already started" counts as handed over, and a start
+// rejected because a run completed records the row as sent from that run's outcome.
+// Several relays may run against one database: the claim's SKIP LOCKED gives each its own
+// rows.
+package starter
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/workflows"
+)
+
+// Config configures a Relay.
+type Config struct {
+	// TaskQueue is where the delivery workflows run. Defaults to "outbox".
+	TaskQueue string
+	// BatchSize is the number of rows one claim takes. Defaults to 100.
+	BatchSize int
+	// PollInterval is how often the relay claims without a notification. Defaults to 1s.
+	PollInterval time.Duration
+	// Lease is how long a claim holds its rows. A row whose start was not recorded in
+	// that time may be claimed again. Defaults to 30s.
+	Lease time.Duration
+	// StartConcurrency is the number of workflow starts in flight. Defaults to 16.
+	StartConcurrency int
+	// StartTimeout bounds one workflow start. Defaults to 10s.
+	StartTimeout time.Duration
+	// NoSearchAttributes turns off the OutboxTopic, OutboxStatus and OutboxMessageId
+	// search attributes.
+	NoSearchAttributes bool
+	// Policy returns a topic's delivery policy. Defaults to the built-in policy.
+	Policy func(topic string) workflows.Policy
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	c.TaskQueue = cmp.Or(c.TaskQueue, workflows.DefaultTaskQueue)
+	c.BatchSize = cmp.Or(c.BatchSize, 100)
+	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
+	c.Lease = cmp.Or(c.Lease, 30*time.Second)
+	c.StartConcurrency = cmp.Or(c.StartConcurrency, 16)
+	c.StartTimeout = cmp.Or(c.StartTimeout, 10*time.Second)
+	if c.Policy == nil {
+		c.Policy = func(string) workflows.Policy { return workflows.Policy{} }
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.BatchSize < 1:
+		return fmt.Errorf("batch size must be at least 1, got %d", c.BatchSize)
+	case c.PollInterval <= 0:
+		return fmt.Errorf("poll interval must be positive, got %s", c.PollInterval)
+	case c.Lease < time.Second:
+		return fmt.Errorf("lease must be at least 1s, got %s", c.Lease)
+	case c.StartConcurrency < 1:
+		return fmt.Errorf("start concurrency must be at least 1, got %d", c.StartConcurrency)
+	}
+	return nil
+}
+
+// Starter starts workflows; client.Client satisfies it.
+type Starter interface {
+	ExecuteWorkflow(ctx context.Context, options client.StartWorkflowOptions, workflow any, args ...any) (client.WorkflowRun, error)
+	DescribeWorkflowExecution(ctx context.Context, workflowID, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
+}
+
+// Relay hands committed outbox rows to Temporal.
+type Relay struct {
+	cfg    Config
+	store  *store.Store
+	pool   *pgxpool.Pool
+	client Starter
+	log    *slog.Logger
+}
+
+// New returns a relay that claims rows through st, listens for notifications on a
+// connection from pool, and starts workflows with c.
+func New(st *store.Store, pool *pgxpool.Pool, c Starter, cfg Config) (*Relay, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("relay config: %w", err)
+	}
+	return &Relay{cfg: cfg, store: st, pool: pool, client: c, log: cfg.Logger}, nil
+}
+
+// Run relays rows until ctx is cancelled, then finishes the batch in hand and returns
+// nil.
+func (r *Relay) Run(ctx context.Context) error {
+	wake := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.listen(ctx, wake)
+	}()
+	defer wg.Wait()
+
+	r.log.InfoContext(ctx, "Relay started", slog.String("task_queue", r.cfg.TaskQueue),
+		slog.String("channel", r.store.Channel()), slog.Duration("poll_interval", r.cfg.PollInterval))
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			r.log.InfoContext(context.WithoutCancel(ctx), "Relay stopped")
+			return nil
+		case <-wake:
+		case <-timer.C:
+		}
+		// Drain the batches that are due; a full batch means more may be waiting.
+		for ctx.Err() == nil {
+			n, err := r.RunOnce(ctx)
+			if err != nil && !errors.Is(err, context.Canceled) {
+				r.log.ErrorContext(ctx, "Relay pass failed", slog.Any("error", err))
+			}
+			if err != nil || n < r.cfg.BatchSize {
+				break
+			}
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(r.cfg.PollInterval)
+	}
+}
+
+// RunOnce claims one batch and hands each row to Temporal. It returns the number of rows
+// claimed. Once claimed, the batch is handed over even if ctx is cancelled meanwhile, so
+// a shutdown does not leave rows waiting for their lease to expire.
+func (r *Relay) RunOnce(ctx context.Context) (int, error) {
+	claimCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	rows, err := r.store.Claim(claimCtx, r.cfg.BatchSize, r.cfg.Lease)
+	cancel()
+	if err != nil {
+		return 0, err
+	}
+	if len(rows) == 0 {
+		return 0, nil
+	}
+	hand := context.WithoutCancel(ctx)
+	sem := make(chan struct{}, r.cfg.StartConcurrency)
+	var wg sync.WaitGroup
+	for _, row := range rows {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			r.handOver(hand, row)
+		}()
+	}
+	wg.Wait()
+	return len(rows), nil
+}
+
+// StartOptions returns the options a message's workflow is started with.
+func (r *Relay) StartOptions(in workflows.DeliveryInput) client.StartWorkflowOptions {
+	opts := client.StartWorkflowOptions{
+		ID:                    workflows.WorkflowID(in.MessageID),
+		TaskQueue:             r.cfg.TaskQueue,
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
+		// A running delivery is never replaced; a start that meets one fails with
+		// WorkflowExecutionAlreadyStarted, which the relay treats as handed over.
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		StaticSummary:                            fmt.Sprintf("outbox %s %s", in.Topic, in.MessageID),
+	}
+	if in.SearchAttributes {
+		opts.TypedSearchAttributes = workflows.StartSearchAttributes(in)
+	}
+	return opts
+}
+
+func (r *Relay) handOver(ctx context.Context, row store.Claimed) {
+	log := r.log.With(slog.String("message_id", row.MessageID.String()), slog.String("topic", row.Topic))
+	in := workflows.DeliveryInput{
+		MessageID:        row.MessageID.String(),
+		Topic:            row.Topic,
+		Policy:           workflows.ResolvePolicy(r.cfg.Policy(row.Topic), row.MaxRetryTimes),
+		SearchAttributes: !r.cfg.NoSearchAttributes,
+	}
+	startCtx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
+	defer cancel()
+	_, err := r.client.ExecuteWorkflow(startCtx, r.StartOptions(in), workflows.WorkflowType, in)
+	var started *serviceerror.WorkflowExecutionAlreadyStarted
+	switch {
+	case err == nil:
+		r.markDispatched(ctx, log, row)
+	case errors.As(err, &started):
+		r.alreadyStarted(ctx, log, row, started.RunId)
+	default:
+		// The row stays claimed; another pass takes it when the lease expires.
+		log.WarnContext(ctx, "Cannot start delivery workflow; will retry after the lease",
+			slog.Time("lease_until", row.LeaseUntil), slog.Any("error", err))
+	}
+}
+
+func (r *Relay) markDispatched(ctx context.Context, log *slog.Logger, row store.Claimed) {
+	ok, err := r.store.MarkDispatched(ctx, row.ID, row.ClaimToken)
+	switch {
+	case err != nil:
+		log.WarnContext(ctx, "Workflow started but the row was not marked dispatched", slog.Any("error", err))
+	case !ok:
+		log.DebugContext(ctx, "Row moved on before it was marked dispatched")
+	}
+}
+
+// alreadyStarted handles a start that met an existing run of the message's workflow:
+// a running one owns the message; a completed one delivered it.
+func (r *Relay) alreadyStarted(ctx context.Context, log *slog.Logger, row store.Claimed, runID string) {
+	id := workflows.WorkflowID(row.MessageID.String())
+	desc, err := r.client.DescribeWorkflowExecution(ctx, id, "")
+	if err != nil {
+		log.WarnContext(ctx, "Workflow already started but cannot be described", slog.String("run_id", runID), slog.Any("error", err))
+		return
+	}
+	status := desc.GetWorkflowExecutionInfo().GetStatus()
+	switch status {
+	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+		log.InfoContext(ctx, "Workflow already running; handed over", slog.String("run_id", runID))
+		r.markDispatched(ctx, log, row)
+	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
+		ok, err := r.store.MarkSent(ctx, row.MessageID)
+		if err != nil {
+			log.WarnContext(ctx, "Cannot record the completed run's outcome", slog.Any("error", err))
+			return
+		}
+		log.InfoContext(ctx, "Workflow already completed; row recorded as sent", slog.String("run_id", runID), slog.Bool("changed", ok))
+	default:
+		// A failed run allows a new start, so this is a race with a run that just closed;
+		// the lease expires and the next pass starts again.
+		log.WarnContext(ctx, "Workflow start rejected; will retry after the lease", slog.String("status", status.String()))
+	}
+}
+
+// listen forwards the table's notifications to wake until ctx is cancelled, reconnecting
+// after a failure. Polling goes on without it.
+func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
+	backoff := time.Second
+	for ctx.Err() == nil {
+		err := r.listenOnce(ctx, wake)
+		if ctx.Err() != nil {
+			return
+		}
+		r.log.WarnContext(ctx, "LISTEN connection lost; polling meanwhile", slog.Any("error", err), slog.Duration("retry_in", backoff))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+}
+
+func (r *Relay) listenOnce(ctx context.Context, wake chan<- struct{}) error {
+	conn, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// A connection that was listening goes back to the pool unclean: close it instead.
+	defer func() {
+		_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		conn.Release()
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{r.store.Channel()}.Sanitize()); err != nil {
+		return err
+	}
+	for {
+		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+			return err
+		}
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+}

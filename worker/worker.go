@@ -1,0 +1,62 @@
+// Package worker puts the outbox's workflow and activities on a Temporal worker: Register
+// adds them to a worker a team already runs, Run runs a worker of their own.
+package worker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+
+	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/workflows"
+)
+
+// Deps are what the activities need.
+type Deps struct {
+	Store    *store.Store
+	Handlers *activities.Registry
+	Logger   *slog.Logger // defaults to slog.Default()
+}
+
+// Register adds OutboxDelivery and its activities to r, which is usually a worker on the
+// outbox's task queue.
+func Register(r sdkworker.Registry, deps Deps) {
+	r.RegisterWorkflowWithOptions(workflows.Delivery, workflows.RegisterOptions())
+	a := &activities.Activities{Store: deps.Store, Handlers: deps.Handlers, Logger: deps.Logger}
+	a.Register(r)
+}
+
+// Config configures Run.
+type Config struct {
+	Client client.Client
+	// TaskQueue defaults to "outbox".
+	TaskQueue string
+	Deps
+	// Options are passed to the SDK worker as they are; the zero value is fine.
+	Options sdkworker.Options
+}
+
+// Run runs a worker until ctx is cancelled, then stops it gracefully.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.Client == nil || cfg.Store == nil || cfg.Handlers == nil {
+		return errors.New("worker: Client, Store and Handlers are required")
+	}
+	taskQueue := cmp.Or(cfg.TaskQueue, workflows.DefaultTaskQueue)
+	logger := cmp.Or(cfg.Logger, slog.Default())
+	w := sdkworker.New(cfg.Client, taskQueue, cfg.Options)
+	Register(w, cfg.Deps)
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("start worker on task queue %s: %w", taskQueue, err)
+	}
+	logger.InfoContext(ctx, "Worker started", slog.String("task_queue", taskQueue), slog.Any("topics", cfg.Handlers.Topics()))
+	<-ctx.Done()
+	w.Stop()
+	logger.InfoContext(context.WithoutCancel(ctx), "Worker stopped")
+	return nil
+}
