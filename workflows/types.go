@@ -75,7 +75,8 @@ type Policy struct {
 	InitialInterval time.Duration `json:"initial_interval"`
 	// BackoffCoefficient multiplies the wait after each further failure. Defaults to 2.
 	BackoffCoefficient float64 `json:"backoff_coefficient"`
-	// MaxInterval caps the wait between attempts, Retry-After included. Defaults to 1m.
+	// MaxInterval caps the wait between attempts, Retry-After included. Defaults to 1m,
+	// or InitialInterval when that is longer.
 	MaxInterval time.Duration `json:"max_interval"`
 	// SendTimeout bounds one send attempt (the activity's start-to-close timeout).
 	// Defaults to 30s.
@@ -96,7 +97,7 @@ func (p Policy) WithDefaults() Policy {
 	p.MaxAttempts = cmp.Or(p.MaxAttempts, DefaultMaxAttempts)
 	p.InitialInterval = cmp.Or(p.InitialInterval, DefaultInitialInterval)
 	p.BackoffCoefficient = cmp.Or(p.BackoffCoefficient, DefaultBackoffCoefficient)
-	p.MaxInterval = cmp.Or(p.MaxInterval, DefaultMaxInterval)
+	p.MaxInterval = cmp.Or(p.MaxInterval, max(DefaultMaxInterval, p.InitialInterval))
 	p.SendTimeout = cmp.Or(p.SendTimeout, DefaultSendTimeout)
 	return p
 }

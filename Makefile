@@ -1,0 +1,33 @@
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+WORKFLOWCHECK := go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0
+# Every package but e2e, which links the Temporal server and runs without -race.
+UNIT_PKGS = $(shell go list ./... | grep -v /e2e$$)
+
+.PHONY: help
+help: ## List the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+.PHONY: services
+services: ## Start (or install) what the tests need and print its environment
+	@scripts/services.sh
+
+.PHONY: test
+test: ## Start what the tests need, then run every test
+	@eval "$$(scripts/services.sh)"; \
+	go test -count=1 -race $(UNIT_PKGS); \
+	go test -count=1 ./e2e/
+
+.PHONY: lint
+lint: ## go vet, gofmt, staticcheck and workflowcheck
+	go vet ./...
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	@if go run $(STATICCHECK) -version >/dev/null 2>&1; then go run $(STATICCHECK) ./...; else echo "staticcheck unavailable; skipped"; fi
+	@if go run $(WORKFLOWCHECK) -h >/dev/null 2>&1; then go run $(WORKFLOWCHECK) ./workflows/...; else echo "workflowcheck unavailable; skipped"; fi
+
+.PHONY: build
+build: ## Build bin/outbox
+	CGO_ENABLED=0 go build -o bin/outbox ./cmd/outbox

@@ -1,0 +1,15 @@
+// Command outbox runs the Temporal-native transactional outbox: the schema migration, the
+// worker, the relay, and tools to enqueue and inspect messages.
+//
+//	outbox migrate --config outbox.yaml
+//	outbox worker  --config outbox.yaml
+//	outbox relay   --config outbox.yaml
+//	echo '{"order_id": 7}' | outbox enqueue order.created
+//
+// Every subcommand reads --config FILE (YAML); DATABASE_URL, TEMPORAL_ADDRESS,
+// TEMPORAL_NAMESPACE and OUTBOX_TASK_QUEUE override it.
+package main
+
+import "github.com/outbox-go/outbox/internal/cli"
+
+func main() { cli.Main() }

@@ -1,0 +1,125 @@
+package config_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/workflows"
+)
+
+const full = `
+database_url: postgres://app@db:5432/app
+schema: outbox
+search_attributes: false
+temporal:
+  address: temporal:7233
+  namespace: orders
+  task_queue: outbox-orders
+relay:
+  batch_size: 50
+  poll_interval: 500ms
+  lease: 20s
+topics:
+  order.created:
+    sink: http
+    url: http://inventory:8080/events
+    check_url: http://inventory:8080/events/{message_id}
+    max_attempts: 6
+    initial_interval: 2s
+    backoff: 3
+    max_interval: 30s
+    timeout: 5s
+default:
+  url: http://fallback:8080/events
+`
+
+func TestParse(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Full", func(t *testing.T) {
+		t.Parallel()
+		c, err := config.Parse(strings.NewReader(full))
+		require.NoError(t, err)
+		d := c.WithDefaults()
+		require.NoError(t, d.Validate())
+		require.False(t, d.SearchAttributesEnabled())
+		require.Equal(t, "outbox-orders", d.Temporal.TaskQueue)
+		require.Equal(t, 500*time.Millisecond, time.Duration(d.Relay.PollInterval))
+		require.Equal(t, 16, d.Relay.StartConcurrency)
+		require.Equal(t, workflows.Policy{MaxAttempts: 6, InitialInterval: 2 * time.Second, BackoffCoefficient: 3, MaxInterval: 30 * time.Second, SendTimeout: 5 * time.Second},
+			d.Policy("order.created"))
+		require.Equal(t, workflows.Policy{}.WithDefaults(), d.Policy("order.unknown"), "the default entry sets no policy")
+		_, ok := d.TopicConfig("order.unknown")
+		require.True(t, ok)
+	})
+
+	t.Run("EnvironmentOverridesFile", func(t *testing.T) {
+		t.Parallel()
+		c, err := config.Parse(strings.NewReader(full))
+		require.NoError(t, err)
+		env := map[string]string{"DATABASE_URL": "postgres://other/db", "TEMPORAL_ADDRESS": "t2:7233", "TEMPORAL_NAMESPACE": "ns2", "OUTBOX_TASK_QUEUE": "q2"}
+		c.ApplyEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+		require.Equal(t, "postgres://other/db", c.DatabaseURL)
+		require.Equal(t, "t2:7233", c.Temporal.Address)
+		require.Equal(t, "ns2", c.Temporal.Namespace)
+		require.Equal(t, "q2", c.Temporal.TaskQueue)
+	})
+
+	t.Run("EmptyFileGivesDefaults", func(t *testing.T) {
+		t.Parallel()
+		c, err := config.Parse(strings.NewReader(""))
+		require.NoError(t, err)
+		d := c.WithDefaults()
+		require.NoError(t, d.Validate())
+		require.True(t, d.SearchAttributesEnabled())
+		require.Equal(t, "127.0.0.1:7233", d.Temporal.Address)
+		require.Equal(t, "outbox", d.Temporal.TaskQueue)
+		_, ok := d.TopicConfig("x")
+		require.False(t, ok)
+	})
+
+	t.Run("ErrorsNameFieldAndValue", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct{ yaml, want string }{
+			{"relay: {batch_size: 0}\n", ""}, // zero means default
+			{"relay: {batch_size: -5}\n", "relay.batch_size: must be between 1 and 10000, got -5"},
+			{"relay: {poll_interval: 5}\n", `want a duration such as "1s" or "1m30s", got "5"`},
+			{"relay: {poll_interval: fast}\n", `got "fast"`},
+			{"relay: {lease: 100ms}\n", "relay.lease: must be at least 1s, got 100ms"},
+			{"schema: Bad-Schema\n", `got "Bad-Schema"`},
+			{"topics: {a: {url: 'not a url'}}\n", `topics["a"].url: must be an absolute http or https URL, got "not a url"`},
+			{"topics: {a: {url: 'http://x', check_url: 'http://x/check'}}\n", `topics["a"].check_url: must contain {message_id}, got "http://x/check"`},
+			{"topics: {a: {sink: kafka}}\n", `topics["a"].sink: must be one of http, got "kafka"`},
+			{"topics: {a: {url: 'http://x', max_attempts: 500}}\n", `topics["a"].max_attempts: must be between 1 and 101, got 500`},
+			{"topics: {a: {url: 'http://x', backoff: 0.5}}\n", `topics["a"].backoff: must be at least 1, got 0.5`},
+			{"topics: {a: {url: 'http://x', initial_interval: 1m, max_interval: 1s}}\n", `topics["a"].max_interval must be at least initial_interval (1m0s), got 1s`},
+			{"topics: {'Bad Topic': {url: 'http://x'}}\n", `topics["Bad Topic"]: topic name must match`},
+			{"default: {url: ftp://x}\n", `default.url: must be an absolute http or https URL, got "ftp://x"`},
+			{"relay: {batchsize: 5}\n", "field batchsize not found"},
+		} {
+			c, err := config.Parse(strings.NewReader(tc.yaml))
+			if err == nil {
+				d := c.WithDefaults()
+				err = d.Validate()
+			}
+			if tc.want == "" {
+				require.NoError(t, err, tc.yaml)
+				continue
+			}
+			require.Error(t, err, tc.yaml)
+			require.Contains(t, err.Error(), tc.want, tc.yaml)
+		}
+	})
+
+	t.Run("KnownExtraSink", func(t *testing.T) {
+		t.Parallel()
+		c, err := config.Parse(strings.NewReader("topics: {a: {sink: kafka, options: {brokers: 'k:9092'}}}\n"))
+		require.NoError(t, err)
+		d := c.WithDefaults()
+		require.NoError(t, d.Validate("kafka"))
+	})
+}

@@ -1,0 +1,111 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/server/temporaltest"
+
+	"github.com/outbox-go/outbox/internal/cli"
+	"github.com/outbox-go/outbox/internal/testdb"
+	"github.com/outbox-go/outbox/store"
+)
+
+// syncBuffer is a bytes.Buffer safe for a command's logger and the test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestCommands runs migrate, worker, relay and enqueue as the outbox binary does, against
+// a Temporal server whose namespace does not have the search attributes yet.
+func TestCommands(t *testing.T) {
+	t.Parallel()
+	ts := temporaltest.NewServer(temporaltest.WithT(t))
+	_, st := testdb.Schema(t)
+	recv := newReceiver(t)
+
+	cfgPath := filepath.Join(t.TempDir(), "outbox.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte(fmt.Sprintf(`
+schema: %s
+temporal:
+  address: %s
+  namespace: %s
+  task_queue: cli-%s
+relay:
+  poll_interval: 200ms
+topics:
+  order.created:
+    url: %s/events
+`, st.Schema(), ts.GetFrontendHostPort(), ts.GetDefaultNamespace(), st.Schema(), recv.srv.URL)), 0o600))
+	env := map[string]string{"DATABASE_URL": testdb.URL()}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+
+	start := func(args ...string) (*syncBuffer, func()) {
+		var out syncBuffer
+		root := cli.NewRoot(strings.NewReader(""), &out, &out, lookup)
+		root.SetArgs(append(args, "--config", cfgPath))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- root.ExecuteContext(ctx) }()
+		stop := func() {
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(t, err, out.String())
+			case <-time.After(30 * time.Second):
+				t.Errorf("%s did not stop within 30s", args[0])
+			}
+		}
+		return &out, stop
+	}
+
+	var out bytes.Buffer
+	root := cli.NewRoot(strings.NewReader(""), &out, &out, lookup)
+	root.SetArgs([]string{"migrate", "--config", cfgPath})
+	require.NoError(t, root.Execute(), out.String())
+	require.Contains(t, out.String(), "is up to date", "the test schema was migrated already")
+
+	workerOut, stopWorker := start("worker")
+	relayOut, stopRelay := start("relay")
+
+	out.Reset()
+	root = cli.NewRoot(strings.NewReader(`{"order_id": 42}`), &out, &out, lookup)
+	root.SetArgs([]string{"enqueue", "order.created", "--config", cfgPath})
+	require.NoError(t, root.Execute(), out.String())
+	id := uuid.MustParse(strings.TrimSpace(out.String()))
+
+	require.Eventually(t, func() bool {
+		row, err := st.Get(context.Background(), id)
+		require.NoError(t, err)
+		return row.Status == store.StatusSent
+	}, 60*time.Second, 50*time.Millisecond, "worker:\n%s\nrelay:\n%s", workerOut, relayOut)
+	requests, _ := recv.count(id)
+	require.Equal(t, 1, requests)
+
+	stopRelay()
+	stopWorker()
+	require.Contains(t, workerOut.String(), "Worker stopped")
+	require.Contains(t, relayOut.String(), "Relay stopped")
+}

@@ -1,0 +1,133 @@
+// Package app wires the outbox's parts together from a config: the database pool, the
+// store, the Temporal client, the worker and the relay. cmd/outbox is a thin layer of
+// flags over it.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+
+	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/internal/temporalx"
+	"github.com/outbox-go/outbox/starter"
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/worker"
+)
+
+// App holds the connections one outbox process uses.
+type App struct {
+	Config   config.Config // with defaults
+	Logger   *slog.Logger
+	Pool     *pgxpool.Pool
+	Store    *store.Store
+	Temporal client.Client // nil until DialTemporal
+}
+
+// Open validates cfg (after defaults), connects to PostgreSQL and checks that it answers.
+func Open(ctx context.Context, cfg *config.Config, logger *slog.Logger, sinks ...string) (*App, error) {
+	c := cfg.WithDefaults()
+	if err := c.Validate(sinks...); err != nil {
+		return nil, fmt.Errorf("invalid config:\n%w", err)
+	}
+	poolCfg, err := pgxpool.ParseConfig(c.DatabaseURL)
+	if err != nil {
+		// pgx leaves the password out of its parse errors.
+		return nil, fmt.Errorf("database_url: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to PostgreSQL at %s:%d database %s as %s: %w",
+			poolCfg.ConnConfig.Host, poolCfg.ConnConfig.Port, poolCfg.ConnConfig.Database, poolCfg.ConnConfig.User, err)
+	}
+	st, err := store.New(pool, store.Config{Schema: c.Schema, MaxPayloadBytes: c.MaxPayloadBytes})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &App{Config: c, Logger: logger, Pool: pool, Store: st}, nil
+}
+
+// DialTemporal connects to Temporal and, unless search attributes are off, makes sure
+// they exist.
+func (a *App) DialTemporal(ctx context.Context) error {
+	c, err := temporalx.Dial(ctx, temporalx.Options{Address: a.Config.Temporal.Address, Namespace: a.Config.Temporal.Namespace, Logger: a.Logger})
+	if err != nil {
+		return err
+	}
+	if a.Config.SearchAttributesEnabled() {
+		saCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := temporalx.EnsureSearchAttributes(saCtx, c, a.Config.Temporal.Namespace); err != nil {
+			c.Close()
+			return err
+		}
+	}
+	a.Temporal = c
+	return nil
+}
+
+// Close closes the connections.
+func (a *App) Close() {
+	if a.Temporal != nil {
+		a.Temporal.Close()
+	}
+	a.Pool.Close()
+}
+
+// RunWorker runs the worker until ctx is cancelled. sinks adds sink kinds besides http.
+func (a *App) RunWorker(ctx context.Context, sinks map[string]activities.SinkFactory) error {
+	if a.Temporal == nil {
+		return errors.New("run worker: not connected to Temporal")
+	}
+	reg, err := activities.RegistryFromConfig(&a.Config, sinks)
+	if err != nil {
+		return fmt.Errorf("build topic handlers: %w", err)
+	}
+	return worker.Run(ctx, worker.Config{
+		Client:    a.Temporal,
+		TaskQueue: a.Config.Temporal.TaskQueue,
+		Deps:      worker.Deps{Store: a.Store, Handlers: reg, Logger: a.Logger},
+		Options:   sdkworker.Options{MaxConcurrentActivityExecutionSize: a.Config.Worker.MaxConcurrentActivities},
+	})
+}
+
+// RunRelay runs the relay until ctx is cancelled.
+func (a *App) RunRelay(ctx context.Context) error {
+	if a.Temporal == nil {
+		return errors.New("run relay: not connected to Temporal")
+	}
+	r, err := starter.New(a.Store, a.Pool, a.Temporal, a.RelayConfig())
+	if err != nil {
+		return err
+	}
+	return r.Run(ctx)
+}
+
+// RelayConfig returns the relay's configuration.
+func (a *App) RelayConfig() starter.Config {
+	c := a.Config
+	return starter.Config{
+		TaskQueue:          c.Temporal.TaskQueue,
+		BatchSize:          c.Relay.BatchSize,
+		PollInterval:       time.Duration(c.Relay.PollInterval),
+		Lease:              time.Duration(c.Relay.Lease),
+		StartConcurrency:   c.Relay.StartConcurrency,
+		NoSearchAttributes: !c.SearchAttributesEnabled(),
+		Policy:             c.Policy,
+		Logger:             a.Logger,
+	}
+}

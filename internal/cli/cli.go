@@ -1,0 +1,242 @@
+// Package cli is the outbox command line; cmd/outbox only calls [Main].
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/internal/app"
+	"github.com/outbox-go/outbox/store"
+)
+
+// Main runs the outbox command with the process's arguments and environment, and exits
+// non-zero on error.
+func Main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	root := NewRoot(os.Stdin, os.Stdout, os.Stderr, os.LookupEnv)
+	err := root.ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "outbox:", err)
+		os.Exit(1)
+	}
+}
+
+// globals are the flags every subcommand has.
+type globals struct {
+	configPath string
+	logLevel   string
+	logFormat  string
+	lookupEnv  func(string) (string, bool)
+	stdin      io.Reader
+	stdout     io.Writer
+	stderr     io.Writer
+}
+
+// NewRoot returns the outbox command; lookupEnv is os.LookupEnv in the binary.
+func NewRoot(stdin io.Reader, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) *cobra.Command {
+	g := &globals{lookupEnv: lookupEnv, stdin: stdin, stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:   "outbox",
+		Short: "A Temporal-native transactional outbox for PostgreSQL",
+		Long: `outbox delivers the messages that business transactions write into the
+outbox_messages table: a relay turns each committed row into a Temporal workflow
+(ID outbox-<message_id>) that sends it, marks it sent, or dead-letters it.
+
+Environment variables DATABASE_URL, TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE and
+OUTBOX_TASK_QUEUE override the config file.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.PersistentFlags().StringVar(&g.configPath, "config", "", "YAML config `file`")
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
+	root.AddCommand(
+		newMigrateCmd(g),
+		newWorkerCmd(g),
+		newRelayCmd(g),
+		newEnqueueCmd(g),
+	)
+	return root
+}
+
+// config loads the config file and applies the environment.
+func (g *globals) config() (*config.Config, error) {
+	cfg, err := config.Load(g.configPath)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ApplyEnv(g.lookupEnv)
+	return cfg, nil
+}
+
+func (g *globals) logger() (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level must be debug, info, warn or error, got %q", g.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch strings.ToLower(g.logFormat) {
+	case "text":
+		return slog.New(slog.NewTextHandler(g.stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(g.stderr, opts)), nil
+	default:
+		return nil, fmt.Errorf("--log-format must be text or json, got %q", g.logFormat)
+	}
+}
+
+// open loads the config and connects to the database (and Temporal when withTemporal).
+func (g *globals) open(ctx context.Context, withTemporal bool) (*app.App, error) {
+	logger, err := g.logger()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := g.config()
+	if err != nil {
+		return nil, err
+	}
+	a, err := app.Open(ctx, cfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	if withTemporal {
+		if err := a.DialTemporal(ctx); err != nil {
+			a.Close()
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+func newMigrateCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "migrate",
+		Short: "Create or upgrade the outbox tables (running it again is a no-op)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := g.open(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			applied, err := a.Store.Migrate(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if len(applied) == 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "schema %s is up to date\n", a.Store.Schema())
+				return nil
+			}
+			for _, v := range applied {
+				fmt.Fprintf(cmd.OutOrStdout(), "applied migration %04d to schema %s\n", v, a.Store.Schema())
+			}
+			return nil
+		},
+	}
+}
+
+func newWorkerCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "worker",
+		Short: "Run the Temporal worker: the delivery workflow and its activities",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := g.open(cmd.Context(), true)
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			return a.RunWorker(cmd.Context(), nil)
+		},
+	}
+}
+
+func newRelayCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "relay",
+		Short: "Run the relay: start one delivery workflow per committed outbox row",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := g.open(cmd.Context(), true)
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			return a.RunRelay(cmd.Context())
+		},
+	}
+}
+
+func newEnqueueCmd(g *globals) *cobra.Command {
+	var (
+		payload       string
+		headers       []string
+		maxRetryTimes int
+	)
+	cmd := &cobra.Command{
+		Use:   "enqueue TOPIC",
+		Short: "Enqueue a message: JSON payload from --payload or standard input; prints its message ID",
+		Example: `  outbox enqueue order.created --payload '{"order_id": 7}'
+  echo '{"order_id": 7}' | outbox enqueue order.created --max-retry-times 2`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			body := []byte(payload)
+			if !cmd.Flags().Changed("payload") {
+				var err error
+				if body, err = io.ReadAll(cmd.InOrStdin()); err != nil {
+					return fmt.Errorf("read payload from standard input: %w", err)
+				}
+			}
+			msg, err := buildMessage(args[0], body, headers)
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("max-retry-times") {
+				msg.MaxRetryTimes = &maxRetryTimes
+			}
+			a, err := g.open(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			id, err := a.Store.Enqueue(cmd.Context(), a.Pool, msg)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), id)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&payload, "payload", "", "JSON payload (default: read from standard input)")
+	cmd.Flags().StringArrayVar(&headers, "header", nil, "message header `key=value` (repeatable)")
+	cmd.Flags().IntVar(&maxRetryTimes, "max-retry-times", 0, "retries after the first attempt, 0 to 100 (default: the topic's max_attempts)")
+	return cmd
+}
+
+func buildMessage(topic string, payload []byte, headers []string) (store.Message, error) {
+	msg := store.Message{Topic: topic, Payload: payload}
+	for _, h := range headers {
+		k, v, ok := strings.Cut(h, "=")
+		if !ok || k == "" {
+			return msg, fmt.Errorf("--header must be key=value, got %q", h)
+		}
+		if msg.Headers == nil {
+			msg.Headers = map[string]string{}
+		}
+		msg.Headers[k] = v
+	}
+	return msg, nil
+}

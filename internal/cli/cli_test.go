@@ -1,0 +1,112 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-go/outbox/internal/cli"
+	"github.com/outbox-go/outbox/internal/testdb"
+)
+
+type result struct {
+	stdout, stderr string
+	err            error
+}
+
+func run(t *testing.T, env map[string]string, stdin string, args ...string) result {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	root := cli.NewRoot(strings.NewReader(stdin), &stdout, &stderr, func(k string) (string, bool) {
+		v, ok := env[k]
+		return v, ok
+	})
+	root.SetArgs(args)
+	err := root.ExecuteContext(context.Background())
+	return result{stdout.String(), stderr.String(), err}
+}
+
+// setup writes a config file for a fresh schema that is dropped when the test ends.
+func setup(t *testing.T) (cfgPath, schema string, env map[string]string) {
+	t.Helper()
+	pool := testdb.Pool(t)
+	schema = fmt.Sprintf("outbox_cli_%08x", rand.Uint32())
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+schema+` CASCADE`) })
+	cfgPath = filepath.Join(t.TempDir(), "outbox.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte("schema: "+schema+"\ndatabase_url: postgres://nobody@127.0.0.1:1/none\n"), 0o600))
+	return cfgPath, schema, map[string]string{"DATABASE_URL": testdb.URL()}
+}
+
+func TestMigrateAndEnqueue(t *testing.T) {
+	t.Parallel()
+	cfg, schema, env := setup(t)
+
+	r := run(t, env, "", "migrate", "--config", cfg)
+	require.NoError(t, r.err)
+	require.Equal(t, "applied migration 0001 to schema "+schema+"\n", r.stdout)
+	r = run(t, env, "", "migrate", "--config", cfg)
+	require.NoError(t, r.err)
+	require.Equal(t, "schema "+schema+" is up to date\n", r.stdout)
+
+	r = run(t, env, `{"order_id": 7}`, "enqueue", "order.created", "--config", cfg, "--max-retry-times", "2", "--header", "traceparent=00-1")
+	require.NoError(t, r.err)
+	id, err := uuid.Parse(strings.TrimSpace(r.stdout))
+	require.NoError(t, err)
+
+	pool := testdb.Pool(t)
+	var topic, payload string
+	var maxRetry int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT topic, payload::text, max_retry_times FROM `+schema+`.outbox_messages WHERE message_id = $1`, id).
+		Scan(&topic, &payload, &maxRetry))
+	require.Equal(t, "order.created", topic)
+	require.JSONEq(t, `{"order_id": 7}`, payload)
+	require.Equal(t, 2, maxRetry)
+
+	r = run(t, env, "", "enqueue", "order.created", "--config", cfg, "--payload", `{"a": "\u0000"}`)
+	require.ErrorContains(t, r.err, `payload must not contain \u0000`)
+	r = run(t, env, "", "enqueue", "Order Created", "--config", cfg, "--payload", `{}`)
+	require.ErrorContains(t, r.err, `topic must match`)
+	require.ErrorContains(t, r.err, `got "Order Created"`)
+	r = run(t, env, "", "enqueue", "a", "--config", cfg, "--payload", `{}`, "--max-retry-times", "101")
+	require.ErrorContains(t, r.err, `max_retry_times must be between 0 and 100, got 101`)
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM `+schema+`.outbox_messages`).Scan(&n))
+	require.Equal(t, 1, n, "rejected messages write nothing")
+}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte("relay:\n  lease: 10ms\ntopics:\n  a:\n    url: nope\n"), 0o600))
+
+	r := run(t, nil, "", "migrate", "--config", bad)
+	require.ErrorContains(t, r.err, "relay.lease: must be at least 1s, got 10ms")
+	require.ErrorContains(t, r.err, `topics["a"].url: must be an absolute http or https URL, got "nope"`)
+
+	r = run(t, nil, "", "migrate", "--config", filepath.Join(dir, "missing.yaml"))
+	require.ErrorContains(t, r.err, "missing.yaml")
+
+	r = run(t, nil, "", "migrate", "--log-level", "loud")
+	require.ErrorContains(t, r.err, `--log-level must be debug, info, warn or error, got "loud"`)
+
+	r = run(t, nil, "", "enqueue", "a", "--payload", "{}", "--header", "novalue")
+	require.ErrorContains(t, r.err, `--header must be key=value, got "novalue"`)
+}
+
+func TestDatabasePasswordNotShown(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cr3t-pw"
+	r := run(t, map[string]string{"DATABASE_URL": "postgres://app:" + secret + "@127.0.0.1:1/app?connect_timeout=2"}, "", "migrate")
+	require.Error(t, r.err)
+	require.NotContains(t, r.err.Error()+r.stdout+r.stderr, secret)
+	require.Contains(t, r.err.Error(), "127.0.0.1")
+}

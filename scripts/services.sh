@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Makes sure the services the tests need are running, starting or installing them when
+# they are not, and prints the environment the tests should use, for example:
+#
+#   eval "$(scripts/services.sh)" && go test ./...
+#
+# The tests need PostgreSQL. TEST_DATABASE_URL names the database (default: the local
+# server on 127.0.0.1:5432 as user postgres, without a password). When that server is
+# down it is started; when PostgreSQL is not installed it is installed with apt-get; when
+# it runs but refuses the password-less login (a fresh Debian install does), a role and
+# database outbox_test are created through the postgres system user and used instead.
+# Progress goes to standard error; only the export lines go to standard output.
+set -euo pipefail
+
+default_url="postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+url="${TEST_DATABASE_URL:-$default_url}"
+fallback_url="postgres://outbox_test:outbox_test@127.0.0.1:5432/outbox_test?sslmode=disable"
+
+log() { echo "services: $*" >&2; }
+
+as_root() {
+	if [ "$(id -u)" -eq 0 ]; then "$@"
+	elif command -v sudo >/dev/null 2>&1; then sudo -n "$@"
+	else log "need root to run: $*"; return 1
+	fi
+}
+
+can_connect() { PGCONNECT_TIMEOUT=5 psql "$1" -Atqc 'SELECT 1' >/dev/null 2>&1; }
+
+pg_installed() {
+	command -v psql >/dev/null 2>&1 && { command -v pg_ctlcluster >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; }
+}
+
+install_pg() {
+	log "PostgreSQL is not installed; installing it with apt-get"
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
+}
+
+start_pg() {
+	if pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then return 0; fi
+	log "PostgreSQL is not running on 127.0.0.1:5432; starting it"
+	if command -v pg_lsclusters >/dev/null 2>&1; then
+		local clusters
+		clusters=$(pg_lsclusters -h 2>/dev/null | awk '{print $1" "$2}')
+		if [ -z "$clusters" ]; then
+			local version
+			version=$(ls /usr/lib/postgresql | sort -V | tail -n 1)
+			as_root pg_createcluster "$version" main >&2
+			clusters="$version main"
+		fi
+		while read -r version name; do
+			as_root pg_ctlcluster --skip-systemctl-redirect "$version" "$name" start >&2 || true
+		done <<<"$clusters"
+	else
+		log "pg_ctlcluster is missing: start PostgreSQL on 127.0.0.1:5432 yourself, or set TEST_DATABASE_URL"
+		return 1
+	fi
+	for _ in $(seq 1 60); do
+		if pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then return 0; fi
+		sleep 0.5
+	done
+	log "PostgreSQL did not come up on 127.0.0.1:5432 within 30s"
+	return 1
+}
+
+# create_test_role makes a password login for the tests through the postgres system user,
+# for servers that refuse the password-less default.
+create_test_role() {
+	log "the server refuses $default_url; creating role and database outbox_test"
+	local sql="DO \$\$ BEGIN
+		IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'outbox_test') THEN
+			CREATE ROLE outbox_test LOGIN PASSWORD 'outbox_test';
+		END IF; END \$\$;"
+	as_root su postgres -c "psql -q -v ON_ERROR_STOP=1 -c \"$sql\"" >&2
+	if ! as_root su postgres -c "psql -Atqc \"SELECT 1 FROM pg_database WHERE datname = 'outbox_test'\"" | grep -q 1; then
+		as_root su postgres -c "createdb -O outbox_test outbox_test" >&2
+	fi
+}
+
+main() {
+	if can_connect "$url"; then
+		echo "export TEST_DATABASE_URL='$url'"
+		return 0
+	fi
+	pg_installed || install_pg
+	if [ "$url" = "$default_url" ] || [[ "$url" == *"@127.0.0.1:5432/"* ]] || [[ "$url" == *"@localhost:5432/"* ]]; then
+		start_pg
+	fi
+	if can_connect "$url"; then
+		echo "export TEST_DATABASE_URL='$url'"
+		return 0
+	fi
+	if [ -z "${TEST_DATABASE_URL:-}" ]; then
+		if can_connect "$fallback_url" || { create_test_role && can_connect "$fallback_url"; }; then
+			echo "export TEST_DATABASE_URL='$fallback_url'"
+			return 0
+		fi
+	fi
+	log "cannot connect to PostgreSQL at $url: set TEST_DATABASE_URL to a database the tests may create schemas in"
+	return 1
+}
+
+main
