@@ -269,9 +269,12 @@ func (r *Relay) alreadyStarted(ctx context.Context, log *slog.Logger, row store.
 func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 	backoff := time.Second
 	for ctx.Err() == nil {
-		err := r.listenOnce(ctx, wake)
+		listened, err := r.listenOnce(ctx, wake)
 		if ctx.Err() != nil {
 			return
+		}
+		if listened {
+			backoff = time.Second
 		}
 		r.log.WarnContext(ctx, "LISTEN connection lost; polling meanwhile", slog.Any("error", err), slog.Duration("retry_in", backoff))
 		select {
@@ -283,10 +286,10 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 	}
 }
 
-func (r *Relay) listenOnce(ctx context.Context, wake chan<- struct{}) error {
+func (r *Relay) listenOnce(ctx context.Context, wake chan<- struct{}) (listened bool, err error) {
 	conn, err := r.pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	// A connection that was listening goes back to the pool unclean: close it instead.
 	defer func() {
@@ -294,15 +297,21 @@ func (r *Relay) listenOnce(ctx context.Context, wake chan<- struct{}) error {
 		conn.Release()
 	}()
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{r.store.Channel()}.Sanitize()); err != nil {
-		return err
+		return false, err
 	}
+	// Rows committed before LISTEN took effect sent their notification to nobody: look once.
+	notify(wake)
 	for {
 		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
-			return err
+			return true, err
 		}
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
+		notify(wake)
+	}
+}
+
+func notify(wake chan<- struct{}) {
+	select {
+	case wake <- struct{}{}:
+	default:
 	}
 }

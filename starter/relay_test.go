@@ -1,0 +1,223 @@
+package starter_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/outbox-go/outbox/internal/testdb"
+	"github.com/outbox-go/outbox/starter"
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/workflows"
+)
+
+// recorder stands in for Temporal: it records starts and answers as told.
+type recorder struct {
+	mu       sync.Mutex
+	starts   []client.StartWorkflowOptions
+	inputs   []workflows.DeliveryInput
+	startErr func(id string) error                      // nil = started
+	status   map[string]enumspb.WorkflowExecutionStatus // for Describe
+	started  chan string
+}
+
+func newRecorder() *recorder {
+	return &recorder{status: map[string]enumspb.WorkflowExecutionStatus{}, started: make(chan string, 1000)}
+}
+
+func (r *recorder) ExecuteWorkflow(_ context.Context, opts client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if wf != workflows.WorkflowType {
+		return nil, fmt.Errorf("unexpected workflow %v", wf)
+	}
+	r.starts = append(r.starts, opts)
+	r.inputs = append(r.inputs, args[0].(workflows.DeliveryInput))
+	if r.startErr != nil {
+		if err := r.startErr(opts.ID); err != nil {
+			return nil, err
+		}
+	}
+	r.started <- opts.ID
+	return nil, nil
+}
+
+func (r *recorder) DescribeWorkflowExecution(_ context.Context, id, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st, ok := r.status[id]
+	if !ok {
+		return nil, serviceerror.NewNotFound("no such workflow")
+	}
+	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{Status: st}}, nil
+}
+
+func setup(t *testing.T, rec *recorder, cfg starter.Config) (*starter.Relay, *store.Store) {
+	t.Helper()
+	pool, st := testdb.Schema(t)
+	r, err := starter.New(st, pool, rec, cfg)
+	require.NoError(t, err)
+	return r, st
+}
+
+func enqueue(t *testing.T, st *store.Store, topic string, maxRetryTimes *int) uuid.UUID {
+	t.Helper()
+	id, err := st.Enqueue(context.Background(), st.DB(), store.Message{Topic: topic, Payload: json.RawMessage(`{}`), MaxRetryTimes: maxRetryTimes})
+	require.NoError(t, err)
+	return id
+}
+
+func status(t *testing.T, st *store.Store, id uuid.UUID) string {
+	t.Helper()
+	row, err := st.Get(context.Background(), id)
+	require.NoError(t, err)
+	return row.Status
+}
+
+func TestRelay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("StartsWithPoliciesAndMarksDispatched", func(t *testing.T) {
+		t.Parallel()
+		rec := newRecorder()
+		r, st := setup(t, rec, starter.Config{
+			TaskQueue: "q",
+			Policy: func(topic string) workflows.Policy {
+				if topic == "slow" {
+					return workflows.Policy{MaxAttempts: 7, InitialInterval: time.Minute}
+				}
+				return workflows.Policy{}
+			},
+		})
+		zero := 0
+		a := enqueue(t, st, "slow", nil)
+		b := enqueue(t, st, "fast", &zero)
+		n, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+		require.Equal(t, store.StatusDispatched, status(t, st, a))
+		require.Equal(t, store.StatusDispatched, status(t, st, b))
+
+		require.Len(t, rec.starts, 2)
+		byID := map[string]int{}
+		for i, o := range rec.starts {
+			byID[o.ID] = i
+			require.Equal(t, "q", o.TaskQueue)
+			require.Equal(t, enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY, o.WorkflowIDReusePolicy)
+			require.Equal(t, enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL, o.WorkflowIDConflictPolicy)
+			require.True(t, o.WorkflowExecutionErrorWhenAlreadyStarted)
+			require.Zero(t, o.WorkflowExecutionTimeout)
+			require.Zero(t, o.WorkflowRunTimeout)
+			require.Equal(t, 3, o.TypedSearchAttributes.Size())
+		}
+		inA := rec.inputs[byID["outbox-"+a.String()]]
+		require.Equal(t, 7, inA.Policy.MaxAttempts)
+		require.Equal(t, time.Minute, inA.Policy.InitialInterval)
+		require.True(t, inA.SearchAttributes)
+		inB := rec.inputs[byID["outbox-"+b.String()]]
+		require.Equal(t, 1, inB.Policy.MaxAttempts, "max_retry_times 0 is one attempt")
+
+		n, err = r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Zero(t, n, "dispatched rows are not claimed again")
+	})
+
+	t.Run("AlreadyRunningIsHandedOver", func(t *testing.T) {
+		t.Parallel()
+		rec := newRecorder()
+		r, st := setup(t, rec, starter.Config{})
+		id := enqueue(t, st, "t", nil)
+		rec.startErr = func(string) error { return serviceerror.NewWorkflowExecutionAlreadyStarted("running", "", "run-1") }
+		rec.status["outbox-"+id.String()] = enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+		_, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, store.StatusDispatched, status(t, st, id))
+	})
+
+	t.Run("AlreadyCompletedIsRecordedSent", func(t *testing.T) {
+		t.Parallel()
+		rec := newRecorder()
+		r, st := setup(t, rec, starter.Config{})
+		id := enqueue(t, st, "t", nil)
+		rec.startErr = func(string) error { return serviceerror.NewWorkflowExecutionAlreadyStarted("completed", "", "run-1") }
+		rec.status["outbox-"+id.String()] = enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+		_, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, store.StatusSent, status(t, st, id))
+	})
+
+	t.Run("FailedStartStaysClaimedUntilTheLeaseExpires", func(t *testing.T) {
+		t.Parallel()
+		rec := newRecorder()
+		r, st := setup(t, rec, starter.Config{Lease: time.Second})
+		id := enqueue(t, st, "t", nil)
+		rec.startErr = func(string) error { return errors.New("frontend unavailable") }
+		_, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, store.StatusClaimed, status(t, st, id))
+		n, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Zero(t, n, "the lease holds")
+
+		rec.mu.Lock()
+		rec.startErr = nil
+		rec.mu.Unlock()
+		require.Eventually(t, func() bool {
+			_, err := r.RunOnce(ctx)
+			require.NoError(t, err)
+			return status(t, st, id) == store.StatusDispatched
+		}, 10*time.Second, 100*time.Millisecond)
+	})
+
+	t.Run("WakesOnNotifyAndStopsOnCancel", func(t *testing.T) {
+		t.Parallel()
+		rec := newRecorder()
+		r, st := setup(t, rec, starter.Config{PollInterval: time.Hour})
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- r.Run(runCtx) }()
+
+		// The first pass runs at start; later ones only on a notification, since the
+		// poll interval is an hour.
+		for i := range 3 {
+			id := enqueue(t, st, "t", nil)
+			select {
+			case got := <-rec.started:
+				require.Equal(t, workflows.WorkflowID(id.String()), got, "message %d", i)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("message %d was not started after its NOTIFY", i)
+			}
+		}
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("relay did not stop")
+		}
+	})
+
+	t.Run("SearchAttributesOff", func(t *testing.T) {
+		t.Parallel()
+		rec := newRecorder()
+		r, st := setup(t, rec, starter.Config{NoSearchAttributes: true})
+		enqueue(t, st, "t", nil)
+		_, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Zero(t, rec.starts[0].TypedSearchAttributes.Size())
+		require.False(t, rec.inputs[0].SearchAttributes)
+	})
+}
