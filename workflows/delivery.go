@@ -147,7 +147,6 @@ func Delivery(ctx workflow.Context, in DeliveryInput) (DeliveryResult, error) {
 		return DeliveryResult{}, fmt.Errorf("dead-letter message: %w", err)
 	}
 	setStatus(SearchStatusDead)
-	logger.Error("Message dead-lettered", "message_id", in.MessageID, "topic", in.Topic, "attempts", attempts, "reason", reason)
 	return DeliveryResult{}, temporal.NewNonRetryableApplicationError(
 		"message dead-lettered: "+reason, ErrTypeDeadLettered, nil, attempts)
 }

@@ -5,11 +5,15 @@
 //	outbox worker  --config outbox.yaml
 //	outbox relay   --config outbox.yaml
 //	echo '{"order_id": 7}' | outbox enqueue order.created
+//	outbox dev     # everything on one machine, with the Temporal Web UI
 //
 // Every subcommand reads --config FILE (YAML); DATABASE_URL, TEMPORAL_ADDRESS,
 // TEMPORAL_NAMESPACE and OUTBOX_TASK_QUEUE override it.
 package main
 
-import "github.com/outbox-go/outbox/internal/cli"
+import (
+	"github.com/outbox-go/outbox/internal/cli"
+	"github.com/outbox-go/outbox/internal/dev"
+)
 
-func main() { cli.Main() }
+func main() { cli.Main(dev.Command) }

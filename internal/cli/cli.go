@@ -15,14 +15,15 @@ import (
 
 	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/internal/app"
+	"github.com/outbox-go/outbox/internal/demo"
 	"github.com/outbox-go/outbox/store"
 )
 
 // Main runs the outbox command with the process's arguments and environment, and exits
 // non-zero on error.
-func Main() {
+func Main(extra ...func(*Env) *cobra.Command) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	root := NewRoot(os.Stdin, os.Stdout, os.Stderr, os.LookupEnv)
+	root := NewRoot(os.Stdin, os.Stdout, os.Stderr, os.LookupEnv, extra...)
 	err := root.ExecuteContext(ctx)
 	stop()
 	if err != nil {
@@ -43,7 +44,10 @@ type globals struct {
 }
 
 // NewRoot returns the outbox command; lookupEnv is os.LookupEnv in the binary.
-func NewRoot(stdin io.Reader, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) *cobra.Command {
+//
+// extra adds commands that live outside this package (outbox dev, which links the Temporal
+// server); each gets the shared flags and environment through an Env.
+func NewRoot(stdin io.Reader, stdout, stderr io.Writer, lookupEnv func(string) (string, bool), extra ...func(*Env) *cobra.Command) *cobra.Command {
 	g := &globals{lookupEnv: lookupEnv, stdin: stdin, stdout: stdout, stderr: stderr}
 	root := &cobra.Command{
 		Use:   "outbox",
@@ -68,7 +72,11 @@ OUTBOX_TASK_QUEUE override the config file.`,
 		newWorkerCmd(g),
 		newRelayCmd(g),
 		newEnqueueCmd(g),
+		newDemoCmd(g),
 	)
+	for _, add := range extra {
+		root.AddCommand(add(g.Env()))
+	}
 	return root
 }
 
@@ -239,4 +247,63 @@ func buildMessage(topic string, payload []byte, headers []string) (store.Message
 		msg.Headers[k] = v
 	}
 	return msg, nil
+}
+
+// Env gives a command defined outside this package the global flags' values.
+type Env struct{ g *globals }
+
+// Env returns the accessor of g for commands defined elsewhere.
+func (g *globals) Env() *Env { return &Env{g} }
+
+// ConfigPath is the value of --config ("" when not given).
+func (e *Env) ConfigPath() string { return e.g.configPath }
+
+// Config loads --config (or the defaults) and applies the environment.
+func (e *Env) Config() (*config.Config, error) { return e.g.config() }
+
+// Logger returns the logger --log-level and --log-format ask for.
+func (e *Env) Logger() (*slog.Logger, error) { return e.g.logger() }
+
+// LookupEnv looks up an environment variable.
+func (e *Env) LookupEnv(name string) (string, bool) { return e.g.lookupEnv(name) }
+
+func newDemoCmd(g *globals) *cobra.Command {
+	var cfg demo.Config
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run the demo order and inventory services against DATABASE_URL",
+		Long: `Runs two small services that show the outbox at work:
+
+  POST /orders (order service)      writes an order and its order.created message in one transaction
+  POST /events (inventory service)  reserves stock once per message ID, however often it arrives
+  GET  /events/{message_id}         200 if the message was received, 404 if not (check_url)
+  POST /fail?rate=0.5               makes the inventory service answer 503 to that share of requests
+
+An order with "sku": "POISON" is rejected with 422, so its message is dead-lettered.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := g.open(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			cfg.Pool, cfg.Store, cfg.Logger = a.Pool, a.Store, a.Logger
+			s, err := demo.Start(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			fmt.Fprintf(cmd.OutOrStdout(), "demo order service on %s/orders, inventory service on %s/events\n", s.OrdersURL, s.InventoryURL)
+			select {
+			case <-cmd.Context().Done():
+				return nil
+			case err := <-s.Err():
+				return err
+			}
+		},
+	}
+	cmd.Flags().StringVar(&cfg.OrdersAddr, "orders-addr", "127.0.0.1:8080", "listen address of the order service")
+	cmd.Flags().StringVar(&cfg.InventoryAddr, "inventory-addr", "127.0.0.1:8081", "listen address of the inventory service")
+	cmd.Flags().Float64Var(&cfg.FailRate, "fail-rate", 0, "share of inventory requests answered with 503, 0 to 1")
+	return cmd
 }

@@ -1,0 +1,264 @@
+package dev
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/server/common/cluster"
+	"go.temporal.io/server/common/config"
+	"go.temporal.io/server/common/dynamicconfig"
+	"go.temporal.io/server/common/log"
+	"go.temporal.io/server/common/membership/static"
+	sqliteplugin "go.temporal.io/server/common/persistence/sql/sqlplugin/sqlite"
+	"go.temporal.io/server/common/primitives"
+	"go.temporal.io/server/schema/sqlite"
+	"go.temporal.io/server/temporal"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	uiserver "github.com/temporalio/ui-server/v2/server"
+	uiconfig "github.com/temporalio/ui-server/v2/server/config"
+	"github.com/temporalio/ui-server/v2/server/server_options"
+
+	"github.com/outbox-go/outbox/workflows"
+)
+
+// TemporalOptions configures the in-process Temporal server.
+type TemporalOptions struct {
+	// IP the services bind to. Defaults to 127.0.0.1.
+	IP string
+	// FrontendPort defaults to 7233; HistoryPort, MatchingPort and WorkerPort to the
+	// three ports after it. FrontendHTTPPort (the HTTP API) is off when 0.
+	FrontendPort, HistoryPort, MatchingPort, WorkerPort, FrontendHTTPPort int
+	// DatabaseFile keeps the server's state; empty means in memory.
+	DatabaseFile string
+	// Namespace is created at every start. Defaults to "default".
+	Namespace string
+	// Retention of closed workflows in Namespace (when it is created). Defaults to 7 days.
+	Retention time.Duration
+	// UIIP and UIPort serve the Web UI; UIPort 0 turns it off.
+	UIIP   string
+	UIPort int
+	// LogFile receives the server's logs (warnings and errors).
+	LogFile string
+}
+
+// temporalServer is a Temporal server and Web UI running in this process.
+type temporalServer struct {
+	server  temporal.Server
+	ui      *uiserver.Server
+	uiDone  chan struct{}
+	address string
+	uiURL   string
+}
+
+func (o *TemporalOptions) withDefaults() {
+	if o.IP == "" {
+		o.IP = "127.0.0.1"
+	}
+	if o.UIIP == "" {
+		o.UIIP = o.IP
+	}
+	if o.FrontendPort == 0 {
+		o.FrontendPort = 7233
+	}
+	for i, p := range []*int{&o.HistoryPort, &o.MatchingPort, &o.WorkerPort} {
+		if *p == 0 {
+			*p = o.FrontendPort + 1 + i
+		}
+	}
+	if o.Namespace == "" {
+		o.Namespace = "default"
+	}
+	if o.Retention == 0 {
+		o.Retention = 7 * 24 * time.Hour
+	}
+}
+
+// startTemporal starts the server (and the UI when asked) and returns once both listen.
+func startTemporal(o TemporalOptions) (*temporalServer, error) {
+	o.withDefaults()
+	ports := map[string]int{
+		"--port": o.FrontendPort, "--history-port": o.HistoryPort,
+		"--matching-port": o.MatchingPort, "--worker-port": o.WorkerPort,
+	}
+	if o.FrontendHTTPPort != 0 {
+		ports["--http-port"] = o.FrontendHTTPPort
+	}
+	for flag, p := range ports {
+		if err := checkPort(o.IP, p); err != nil {
+			return nil, fmt.Errorf("Temporal %s %d: %w", flag, p, err)
+		}
+	}
+	if o.UIPort != 0 {
+		if err := checkPort(o.UIIP, o.UIPort); err != nil {
+			return nil, fmt.Errorf("Temporal UI --ui-port %d: %w", o.UIPort, err)
+		}
+	}
+
+	sqlCfg := &config.SQL{PluginName: sqliteplugin.PluginName, ConnectAttributes: map[string]string{}}
+	if o.DatabaseFile == "" {
+		sqlCfg.DatabaseName = fmt.Sprintf("outbox-dev-%d", time.Now().UnixNano())
+		sqlCfg.ConnectAttributes["mode"] = "memory"
+		sqlCfg.ConnectAttributes["cache"] = "shared"
+	} else {
+		sqlCfg.DatabaseName = o.DatabaseFile
+		sqlCfg.ConnectAttributes["mode"] = "rwc"
+		sqlCfg.ConnectAttributes["_journal_mode"] = "wal"
+		sqlCfg.ConnectAttributes["_synchronous"] = "2"
+	}
+	// An in-memory database gets its schema from the plugin; a new file needs it created.
+	if _, err := os.Stat(o.DatabaseFile); o.DatabaseFile != "" && errors.Is(err, os.ErrNotExist) {
+		if err := sqlite.SetupSchema(sqlCfg); err != nil {
+			return nil, fmt.Errorf("create Temporal schema: %w", err)
+		}
+	}
+	const clusterName = "active"
+	ns, err := sqlite.NewNamespaceConfig(clusterName, o.Namespace, false, searchAttributes())
+	if err != nil {
+		return nil, err
+	}
+	ns.Detail.Config.Retention = durationpb.New(o.Retention)
+	if err := sqlite.CreateNamespaces(sqlCfg, ns); err != nil {
+		return nil, fmt.Errorf("create namespace %s: %w", o.Namespace, err)
+	}
+
+	frontend := net.JoinHostPort(o.IP, strconv.Itoa(o.FrontendPort))
+	service := func(port, httpPort int) config.Service {
+		return config.Service{RPC: config.RPC{GRPCPort: port, HTTPPort: httpPort, BindOnIP: o.IP}}
+	}
+	cfg := &config.Config{
+		Global: config.Global{
+			Membership: config.Membership{MaxJoinDuration: 30 * time.Second, BroadcastAddress: o.IP},
+		},
+		Persistence: config.Persistence{
+			DefaultStore:     sqliteplugin.PluginName,
+			VisibilityStore:  sqliteplugin.PluginName,
+			NumHistoryShards: 1,
+			DataStores:       map[string]config.DataStore{sqliteplugin.PluginName: {SQL: sqlCfg}},
+		},
+		ClusterMetadata: &cluster.Config{
+			EnableGlobalNamespace:    false,
+			FailoverVersionIncrement: 10,
+			MasterClusterName:        clusterName,
+			CurrentClusterName:       clusterName,
+			ClusterInformation: map[string]cluster.ClusterInformation{
+				clusterName: {Enabled: true, InitialFailoverVersion: 1, RPCAddress: frontend},
+			},
+		},
+		DCRedirectionPolicy: config.DCRedirectionPolicy{Policy: "noop"},
+		Services: map[string]config.Service{
+			"frontend": service(o.FrontendPort, o.FrontendHTTPPort),
+			"history":  service(o.HistoryPort, 0),
+			"matching": service(o.MatchingPort, 0),
+			"worker":   service(o.WorkerPort, 0),
+		},
+		Archival: config.Archival{
+			History:    config.HistoryArchival{State: "disabled"},
+			Visibility: config.VisibilityArchival{State: "disabled"},
+		},
+		NamespaceDefaults: config.NamespaceDefaults{Archival: config.ArchivalNamespaceDefaults{
+			History:    config.HistoryArchivalNamespaceDefaults{State: "disabled"},
+			Visibility: config.VisibilityArchivalNamespaceDefaults{State: "disabled"},
+		}},
+		PublicClient: config.PublicClient{HostPort: frontend},
+	}
+
+	logCfg := log.Config{Level: "warn", Stdout: o.LogFile == "", OutputFile: o.LogFile}
+	logger := log.NewZapLogger(log.BuildZapLogger(logCfg))
+	hosts := func(port int) static.Hosts { return static.SingleLocalHost(net.JoinHostPort(o.IP, strconv.Itoa(port))) }
+	dyn := dynamicconfig.StaticClient{
+		// One process, one shard: keep the server's footprint small.
+		dynamicconfig.FrontendPersistenceMaxQPS.Key():           10000,
+		dynamicconfig.HistoryPersistenceMaxQPS.Key():            10000,
+		dynamicconfig.MatchingNumTaskqueueReadPartitions.Key():  1,
+		dynamicconfig.MatchingNumTaskqueueWritePartitions.Key(): 1,
+	}
+	srv, err := temporal.NewServer(
+		temporal.WithConfig(cfg),
+		temporal.ForServices(temporal.DefaultServices),
+		temporal.WithStaticHosts(map[primitives.ServiceName]static.Hosts{
+			primitives.FrontendService: hosts(o.FrontendPort),
+			primitives.HistoryService:  hosts(o.HistoryPort),
+			primitives.MatchingService: hosts(o.MatchingPort),
+			primitives.WorkerService:   hosts(o.WorkerPort),
+		}),
+		temporal.WithLogger(logger),
+		temporal.WithDynamicConfigClient(dyn),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("create Temporal server: %w", err)
+	}
+	if err := srv.Start(); err != nil {
+		return nil, fmt.Errorf("start Temporal server: %w", err)
+	}
+	t := &temporalServer{server: srv, address: frontend}
+
+	if o.UIPort != 0 {
+		t.ui = uiserver.NewServer(server_options.WithConfigProvider(&uiconfig.Config{
+			Host:                o.UIIP,
+			Port:                o.UIPort,
+			TemporalGRPCAddress: frontend,
+			EnableUI:            true,
+			DefaultNamespace:    o.Namespace,
+			HideLogs:            true,
+			Distribution:        "outbox-dev",
+			CORS:                uiconfig.CORS{CookieInsecure: true},
+		}))
+		t.uiDone = make(chan struct{})
+		go func() {
+			defer close(t.uiDone)
+			_ = t.ui.Start()
+		}()
+		t.uiURL = "http://" + net.JoinHostPort(o.UIIP, strconv.Itoa(o.UIPort))
+		if err := waitListening(net.JoinHostPort(o.UIIP, strconv.Itoa(o.UIPort)), 10*time.Second); err != nil {
+			t.Stop()
+			return nil, fmt.Errorf("Temporal UI: %w", err)
+		}
+	}
+	return t, nil
+}
+
+// Stop stops the UI and the server.
+func (t *temporalServer) Stop() {
+	if t.ui != nil {
+		t.ui.Stop()
+		<-t.uiDone
+	}
+	_ = t.server.Stop()
+}
+
+func searchAttributes() map[string]enumspb.IndexedValueType {
+	out := map[string]enumspb.IndexedValueType{}
+	for _, name := range workflows.SearchAttributeNames {
+		out[name] = enumspb.INDEXED_VALUE_TYPE_KEYWORD
+	}
+	return out
+}
+
+// checkPort fails when ip:port cannot be bound.
+func checkPort(ip string, port int) error {
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
+	if err != nil {
+		return fmt.Errorf("cannot listen on %s:%d (is another outbox dev or Temporal server running?): %w", ip, port, err)
+	}
+	return l.Close()
+}
+
+func waitListening(addr string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			return c.Close()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nothing listens on %s after %s: %w", addr, within, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
