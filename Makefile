@@ -22,11 +22,12 @@ test: ## Start what the tests need, then run every test
 	go test -count=1 ./e2e/
 
 .PHONY: lint
-lint: ## go vet, gofmt, staticcheck and workflowcheck
+lint: ## go vet, gofmt, staticcheck, workflowcheck and the docker-compose.yml check
 	go vet ./...
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	@if go run $(STATICCHECK) -version >/dev/null 2>&1; then go run $(STATICCHECK) ./...; else echo "staticcheck unavailable; skipped"; fi
 	@if go run $(WORKFLOWCHECK) -h >/dev/null 2>&1; then go run $(WORKFLOWCHECK) ./workflows/...; else echo "workflowcheck unavailable; skipped"; fi
+	@scripts/check-compose.sh
 
 .PHONY: build
 build: ## Build bin/outbox
