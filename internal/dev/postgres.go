@@ -65,7 +65,7 @@ func findPGBinDir(dir string, lookPath func(string) (string, error)) (string, er
 
 const installHint = `Install them (Debian/Ubuntu: apt-get install postgresql; Fedora: dnf install postgresql-server;
 macOS: brew install postgresql), or point --pg-bin-dir (or OUTBOX_PG_BIN_DIR) at the folder
-that holds initdb and postgres, or set DATABASE_URL to use a database you already run.`
+that holds initdb and postgres, or set DATABASE_URL to use a database you already run`
 
 // versionOf returns the major version in a path such as /usr/lib/postgresql/15/bin.
 func versionOf(path string) int {

@@ -91,12 +91,12 @@ func startTemporal(o TemporalOptions) (*temporalServer, error) {
 	}
 	for flag, p := range ports {
 		if err := checkPort(o.IP, p); err != nil {
-			return nil, fmt.Errorf("Temporal %s %d: %w", flag, p, err)
+			return nil, fmt.Errorf("%s %d (a Temporal service port): %w", flag, p, err)
 		}
 	}
 	if o.UIPort != 0 {
 		if err := checkPort(o.UIIP, o.UIPort); err != nil {
-			return nil, fmt.Errorf("Temporal UI --ui-port %d: %w", o.UIPort, err)
+			return nil, fmt.Errorf("--ui-port %d (the Temporal UI): %w", o.UIPort, err)
 		}
 	}
 
@@ -217,7 +217,7 @@ func startTemporal(o TemporalOptions) (*temporalServer, error) {
 		t.uiURL = "http://" + net.JoinHostPort(o.UIIP, strconv.Itoa(o.UIPort))
 		if err := waitListening(net.JoinHostPort(o.UIIP, strconv.Itoa(o.UIPort)), 10*time.Second); err != nil {
 			t.Stop()
-			return nil, fmt.Errorf("Temporal UI: %w", err)
+			return nil, fmt.Errorf("start the Temporal UI: %w", err)
 		}
 	}
 	return t, nil
