@@ -32,3 +32,8 @@ lint: ## go vet, gofmt, staticcheck, workflowcheck and the docker-compose.yml ch
 .PHONY: build
 build: ## Build bin/outbox
 	CGO_ENABLED=0 go build -o bin/outbox ./cmd/outbox
+
+.PHONY: bench
+bench: ## Run the store benchmarks (see docs/benchmarks.md)
+	@eval "$$(scripts/services.sh)"; \
+	go test -run XXX -bench . -benchtime 3s -count 3 ./store

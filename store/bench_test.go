@@ -1,0 +1,95 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-go/outbox/internal/testdb"
+	"github.com/outbox-go/outbox/store"
+)
+
+// BenchmarkBusinessTx measures what the outbox costs a business transaction: an order
+// INSERT alone (the baseline), with an Enqueue in the same transaction, and with the
+// Enqueue but the NOTIFY trigger disabled, all with concurrent writers (NOTIFY serialises
+// commits on a global lock).
+func BenchmarkBusinessTx(b *testing.B) {
+	ctx := context.Background()
+	pool, st := testdb.Schema(b)
+	_, err := pool.Exec(ctx, `CREATE TABLE `+st.Schema()+`.orders (id bigserial PRIMARY KEY, sku text, qty int)`)
+	require.NoError(b, err)
+	payload := json.RawMessage(`{"order_id": 1, "sku": "SKU-42", "qty": 2}`)
+	order := func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO `+st.Schema()+`.orders (sku, qty) VALUES ('SKU-42', 2)`)
+		return err
+	}
+	run := func(b *testing.B, withMessage bool) {
+		b.SetParallelism(4)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					if err := order(tx); err != nil {
+						return err
+					}
+					if !withMessage {
+						return nil
+					}
+					_, err := st.Enqueue(ctx, tx, store.Message{Topic: "order.created", Payload: payload})
+					return err
+				})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	b.Run("OrderOnly", func(b *testing.B) { run(b, false) })
+	b.Run("OrderAndMessage", func(b *testing.B) { run(b, true) })
+	b.Run("OrderAndMessageNoNotify", func(b *testing.B) {
+		_, err := pool.Exec(ctx, `ALTER TABLE `+st.Schema()+`.outbox_messages DISABLE TRIGGER outbox_messages_notify`)
+		require.NoError(b, err)
+		defer pool.Exec(ctx, `ALTER TABLE `+st.Schema()+`.outbox_messages ENABLE TRIGGER outbox_messages_notify`) //nolint:errcheck
+		run(b, true)
+	})
+}
+
+// BenchmarkClaim measures one claim of 100 rows beside 1,000 and 100,000 sent rows: the
+// partial index keeps it flat.
+func BenchmarkClaim(b *testing.B) {
+	ctx := context.Background()
+	for _, sent := range []int{1_000, 100_000} {
+		b.Run(fmt.Sprintf("Sent%d", sent), func(b *testing.B) {
+			pool, st := testdb.Schema(b)
+			seed(b, pool, st, sent)
+			b.ResetTimer()
+			for range b.N {
+				claimed, err := st.Claim(ctx, 100, time.Minute)
+				require.NoError(b, err)
+				require.Len(b, claimed, 100)
+				b.StopTimer()
+				_, err = pool.Exec(ctx, `UPDATE `+st.Schema()+`.outbox_messages SET status = 'pending', claim_token = NULL, lease_until = NULL WHERE status = 'claimed'`)
+				require.NoError(b, err)
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+func seed(b *testing.B, pool *pgxpool.Pool, st *store.Store, sent int) {
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `INSERT INTO `+st.Schema()+`.outbox_messages (topic, payload, status, sent_at)
+		SELECT 'order.created', '{"order_id": 1}', 'sent', now() FROM generate_series(1, $1)`, sent)
+	require.NoError(b, err)
+	_, err = pool.Exec(ctx, `INSERT INTO `+st.Schema()+`.outbox_messages (topic, payload)
+		SELECT 'order.created', '{"order_id": 1}' FROM generate_series(1, 100)`)
+	require.NoError(b, err)
+	_, err = pool.Exec(ctx, `VACUUM ANALYZE `+st.Schema()+`.outbox_messages`)
+	require.NoError(b, err)
+}
