@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"slices"
@@ -54,9 +55,16 @@ type Config struct {
 	// attributes on or off. Defaults to true.
 	SearchAttributes *bool `yaml:"search_attributes"`
 
-	Temporal Temporal `yaml:"temporal"`
-	Relay    Relay    `yaml:"relay"`
-	Worker   Worker   `yaml:"worker"`
+	Temporal  Temporal  `yaml:"temporal"`
+	Relay     Relay     `yaml:"relay"`
+	Worker    Worker    `yaml:"worker"`
+	Retention Retention `yaml:"retention"`
+	Metrics   Metrics   `yaml:"metrics"`
+	Alerts    Alerts    `yaml:"alerts"`
+
+	// UIURL is the Temporal Web UI's base URL, for links to a message's workflow.
+	// Defaults to http://127.0.0.1:8233.
+	UIURL string `yaml:"ui_url"`
 
 	// Topics maps a topic name to its sink and policy.
 	Topics map[string]Topic `yaml:"topics"`
@@ -98,6 +106,42 @@ type Worker struct {
 	MaxConcurrentActivities int `yaml:"max_concurrent_activities"`
 }
 
+// Retention removes old rows in bounded batches. It runs as the Temporal Schedule
+// outbox-retention, which the worker creates when Enabled, and on demand with
+// `outbox retention run`.
+type Retention struct {
+	// Enabled makes the worker create (or update) the schedule. Defaults to false.
+	Enabled bool `yaml:"enabled"`
+	// SentAfter is the age (since sent_at) after which sent messages are removed.
+	// Defaults to 168h (7 days).
+	SentAfter Duration `yaml:"sent_after"`
+	// DiscardedAfter is the age after which discarded messages and their dead letters
+	// are removed. Defaults to 720h (30 days).
+	DiscardedAfter Duration `yaml:"discarded_after"`
+	// Archive moves the rows to outbox_messages_archive and outbox_dead_letters_archive
+	// instead of deleting them. Defaults to false.
+	Archive bool `yaml:"archive"`
+	// BatchSize is the number of rows one short transaction removes. Defaults to 1000.
+	BatchSize int `yaml:"batch_size"`
+	// Interval is how often the schedule runs. Defaults to 1h.
+	Interval Duration `yaml:"interval"`
+}
+
+// Metrics configures the Prometheus endpoint of the worker and the relay.
+type Metrics struct {
+	// Address serves /metrics, /healthz and /readyz, e.g. "127.0.0.1:9090". Empty turns
+	// the endpoint off. Defaults to empty.
+	Address string `yaml:"address"`
+}
+
+// Alerts configures what happens besides the error log line when a message is
+// dead-lettered.
+type Alerts struct {
+	// WebhookURL receives a POST with the dead letter as JSON for every topic that has no
+	// alert_webhook of its own. Optional.
+	WebhookURL string `yaml:"webhook_url"`
+}
+
 // Topic is one topic's sink and delivery policy.
 type Topic struct {
 	// Sink names the handler: "http" (the default) is built in; a worker may register
@@ -122,6 +166,10 @@ type Topic struct {
 	MaxInterval Duration `yaml:"max_interval"`
 	// Timeout bounds one send. Defaults to 30s.
 	Timeout Duration `yaml:"timeout"`
+
+	// AlertWebhook receives a POST for each dead letter of this topic, instead of
+	// alerts.webhook_url. Optional.
+	AlertWebhook string `yaml:"alert_webhook"`
 
 	// Options holds settings of sinks other than http.
 	Options map[string]string `yaml:"options"`
@@ -167,6 +215,11 @@ const (
 	DefaultLease            = 30 * time.Second
 	DefaultStartConcurrency = 16
 	DefaultMaxActivities    = 200
+	DefaultUIURL            = "http://127.0.0.1:8233"
+	DefaultSentRetention    = 7 * 24 * time.Hour
+	DefaultDiscardRetention = 30 * 24 * time.Hour
+	DefaultRetentionBatch   = 1000
+	DefaultRetentionEvery   = time.Hour
 )
 
 // Load reads and validates the file at path; an empty path gives the defaults. Call
@@ -233,6 +286,11 @@ func (c Config) WithDefaults() Config {
 	c.Relay.Lease = cmp.Or(c.Relay.Lease, Duration(DefaultLease))
 	c.Relay.StartConcurrency = cmp.Or(c.Relay.StartConcurrency, DefaultStartConcurrency)
 	c.Worker.MaxConcurrentActivities = cmp.Or(c.Worker.MaxConcurrentActivities, DefaultMaxActivities)
+	c.UIURL = cmp.Or(c.UIURL, DefaultUIURL)
+	c.Retention.SentAfter = cmp.Or(c.Retention.SentAfter, Duration(DefaultSentRetention))
+	c.Retention.DiscardedAfter = cmp.Or(c.Retention.DiscardedAfter, Duration(DefaultDiscardRetention))
+	c.Retention.BatchSize = cmp.Or(c.Retention.BatchSize, DefaultRetentionBatch)
+	c.Retention.Interval = cmp.Or(c.Retention.Interval, Duration(DefaultRetentionEvery))
 	return c
 }
 
@@ -265,6 +323,31 @@ func (c *Config) Validate(sinks ...string) error {
 	}
 	if c.Worker.MaxConcurrentActivities < 1 {
 		bad("worker.max_concurrent_activities", "must be at least 1, got %d", c.Worker.MaxConcurrentActivities)
+	}
+	if err := checkURL(c.UIURL); err != nil {
+		bad("ui_url", "%v", err)
+	}
+	if c.Retention.SentAfter < Duration(time.Minute) {
+		bad("retention.sent_after", "must be at least 1m, got %s", time.Duration(c.Retention.SentAfter))
+	}
+	if c.Retention.DiscardedAfter < Duration(time.Minute) {
+		bad("retention.discarded_after", "must be at least 1m, got %s", time.Duration(c.Retention.DiscardedAfter))
+	}
+	if c.Retention.BatchSize < 1 || c.Retention.BatchSize > 100000 {
+		bad("retention.batch_size", "must be between 1 and 100000, got %d", c.Retention.BatchSize)
+	}
+	if c.Retention.Interval < Duration(time.Minute) {
+		bad("retention.interval", "must be at least 1m, got %s", time.Duration(c.Retention.Interval))
+	}
+	if c.Metrics.Address != "" {
+		if _, _, err := net.SplitHostPort(c.Metrics.Address); err != nil {
+			bad("metrics.address", "must be host:port, got %q", c.Metrics.Address)
+		}
+	}
+	if c.Alerts.WebhookURL != "" {
+		if err := checkURL(c.Alerts.WebhookURL); err != nil {
+			bad("alerts.webhook_url", "%v", err)
+		}
 	}
 	names := make([]string, 0, len(c.Topics))
 	for name := range c.Topics {
@@ -304,6 +387,11 @@ func (t Topic) validate(field string, sinks []string) error {
 	case slices.Contains(sinks, sink):
 	default:
 		bad("sink", "must be one of %s, got %q", strings.Join(append([]string{"http"}, sinks...), ", "), t.Sink)
+	}
+	if t.AlertWebhook != "" {
+		if err := checkURL(t.AlertWebhook); err != nil {
+			bad("alert_webhook", "%v", err)
+		}
 	}
 	if t.MaxAttempts < 0 || t.MaxAttempts > 101 {
 		bad("max_attempts", "must be between 1 and 101, got %d", t.MaxAttempts)

@@ -51,7 +51,7 @@ func TestMigrateAndEnqueue(t *testing.T) {
 
 	r := run(t, env, "", "migrate", "--config", cfg)
 	require.NoError(t, r.err)
-	require.Equal(t, "applied migration 0001 to schema "+schema+"\n", r.stdout)
+	require.Equal(t, "applied migration 0001 to schema "+schema+"\napplied migration 0002 to schema "+schema+"\n", r.stdout)
 	r = run(t, env, "", "migrate", "--config", cfg)
 	require.NoError(t, r.err)
 	require.Equal(t, "schema "+schema+" is up to date\n", r.stdout)
