@@ -95,7 +95,10 @@ type Store struct {
 	db       TxDB
 	messages string // quoted, schema-qualified table names
 	dead     string
+	audit    string
 	enqueue  string // the INSERT of Enqueue
+
+	messagesArchive, deadArchive string // where retention moves rows when archiving
 }
 
 // New returns a Store that runs its own queries on db (usually a *pgxpool.Pool).
@@ -112,7 +115,11 @@ func New(db TxDB, cfg Config) (*Store, error) {
 		db:       db,
 		messages: messages,
 		dead:     pgx.Identifier{cfg.Schema, "outbox_dead_letters"}.Sanitize(),
+		audit:    pgx.Identifier{cfg.Schema, "outbox_audit"}.Sanitize(),
 		enqueue:  fmt.Sprintf(enqueueSQL, messages),
+
+		messagesArchive: pgx.Identifier{cfg.Schema, "outbox_messages_archive"}.Sanitize(),
+		deadArchive:     pgx.Identifier{cfg.Schema, "outbox_dead_letters_archive"}.Sanitize(),
 	}, nil
 }
 

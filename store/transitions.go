@@ -195,31 +195,30 @@ WHERE message_id = $1 AND status IN ('pending', 'claimed', 'dispatched')`, d.Mes
 
 // DeadLetterRecord is one row of outbox_dead_letters.
 type DeadLetterRecord struct {
-	ID             int64
-	MessageID      uuid.UUID
-	WorkflowID     string
-	RunID          string
-	Topic          string
-	Payload        json.RawMessage
-	Attempts       int
-	LastError      string
-	DeadLetteredAt time.Time
+	ID               int64
+	MessageID        uuid.UUID
+	WorkflowID       string
+	RunID            string
+	Topic            string
+	Payload          json.RawMessage
+	Headers          map[string]string
+	Attempts         int
+	LastError        string
+	MessageCreatedAt *time.Time
+	DeadLetteredAt   time.Time
+	RedrivenAt       *time.Time
+	RedrivenBy       *string
+	DiscardedAt      *time.Time
+	DiscardedBy      *string
 }
 
 // DeadLetters returns the dead letters of a message, oldest first.
 func (s *Store) DeadLetters(ctx context.Context, messageID uuid.UUID) ([]DeadLetterRecord, error) {
-	rows, err := s.db.Query(ctx, `SELECT id, message_id, workflow_id, run_id, topic, payload, attempts, last_error, dead_lettered_at
-FROM `+s.dead+` WHERE message_id = $1 ORDER BY id`, messageID)
+	rows, err := s.db.Query(ctx, `SELECT `+deadLetterColumns+` FROM `+s.dead+` d WHERE d.message_id = $1 ORDER BY d.id`, messageID)
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters of %s: %w", messageID, err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeadLetterRecord, error) {
-		var d DeadLetterRecord
-		var payload []byte
-		err := r.Scan(&d.ID, &d.MessageID, &d.WorkflowID, &d.RunID, &d.Topic, &payload, &d.Attempts, &d.LastError, &d.DeadLetteredAt)
-		d.Payload = payload
-		return d, err
-	})
+	out, err := pgx.CollectRows(rows, scanDeadLetter)
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters of %s: %w", messageID, err)
 	}

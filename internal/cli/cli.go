@@ -73,6 +73,8 @@ OUTBOX_TASK_QUEUE override the config file.`,
 		newRelayCmd(g),
 		newEnqueueCmd(g),
 		newDemoCmd(g),
+		newDLQCmd(g),
+		newStatsCmd(g),
 	)
 	for _, add := range extra {
 		root.AddCommand(add(g.Env()))

@@ -1,0 +1,207 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// NotDeadError reports an operator action on a message that is not dead-lettered.
+type NotDeadError struct {
+	MessageID uuid.UUID
+	Status    string
+}
+
+func (e *NotDeadError) Error() string {
+	hint := ""
+	switch e.Status {
+	case StatusPending, StatusClaimed, StatusDispatched:
+		hint = " (it is being delivered; was it redriven already?)"
+	case StatusSent:
+		hint = " (it was delivered)"
+	case StatusDiscarded:
+		hint = " (an operator gave up on it)"
+	}
+	return fmt.Sprintf("message %s is %s, not dead%s: only dead-lettered messages can be redriven or discarded", e.MessageID, e.Status, hint)
+}
+
+// DeadLetterFilter selects dead letters. The zero value selects every open one.
+type DeadLetterFilter struct {
+	// Topic, when set, selects one topic.
+	Topic string
+	// Since, when set, selects dead letters written at or after it.
+	Since time.Time
+	// Limit caps the rows returned; 0 means 100.
+	Limit int
+	// IncludeClosed also returns dead letters already redriven or discarded. By default
+	// only open ones are returned: those whose message is still dead.
+	IncludeClosed bool
+}
+
+const deadLetterColumns = `d.id, d.message_id, d.workflow_id, d.run_id, d.topic, d.payload, d.headers, d.attempts,
+d.last_error, d.message_created_at, d.dead_lettered_at, d.redriven_at, d.redriven_by, d.discarded_at, d.discarded_by`
+
+func scanDeadLetter(r pgx.CollectableRow) (DeadLetterRecord, error) {
+	var d DeadLetterRecord
+	var payload, headers []byte
+	err := r.Scan(&d.ID, &d.MessageID, &d.WorkflowID, &d.RunID, &d.Topic, &payload, &headers, &d.Attempts,
+		&d.LastError, &d.MessageCreatedAt, &d.DeadLetteredAt, &d.RedrivenAt, &d.RedrivenBy, &d.DiscardedAt, &d.DiscardedBy)
+	d.Payload = payload
+	if len(headers) > 0 {
+		_ = json.Unmarshal(headers, &d.Headers)
+	}
+	return d, err
+}
+
+// ListDeadLetters returns dead letters matching f, newest first.
+func (s *Store) ListDeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetterRecord, error) {
+	if f.Limit == 0 {
+		f.Limit = 100
+	}
+	if f.Limit < 0 {
+		return nil, fmt.Errorf("limit must be positive, got %d", f.Limit)
+	}
+	where := []string{"true"}
+	args := []any{}
+	if !f.IncludeClosed {
+		where = append(where, "d.redriven_at IS NULL AND d.discarded_at IS NULL")
+	}
+	if f.Topic != "" {
+		args = append(args, f.Topic)
+		where = append(where, fmt.Sprintf("d.topic = $%d", len(args)))
+	}
+	if !f.Since.IsZero() {
+		args = append(args, f.Since)
+		where = append(where, fmt.Sprintf("d.dead_lettered_at >= $%d", len(args)))
+	}
+	args = append(args, f.Limit)
+	rows, err := s.db.Query(ctx, `SELECT `+deadLetterColumns+` FROM `+s.dead+` d
+WHERE `+strings.Join(where, " AND ")+`
+ORDER BY d.dead_lettered_at DESC, d.id DESC
+LIMIT $`+fmt.Sprint(len(args)), args...)
+	if err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanDeadLetter)
+	if err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	return out, nil
+}
+
+// AuditEntry is one operator action on a message.
+type AuditEntry struct {
+	MessageID    uuid.UUID
+	DeadLetterID *int64
+	Action       string // "redrive" or "discard"
+	Actor        string
+	At           time.Time
+}
+
+// Audit returns the operator actions on a message, oldest first.
+func (s *Store) Audit(ctx context.Context, messageID uuid.UUID) ([]AuditEntry, error) {
+	rows, err := s.db.Query(ctx, `SELECT message_id, dead_letter_id, action, actor, at FROM `+s.audit+`
+WHERE message_id = $1 ORDER BY at, id`, messageID)
+	if err != nil {
+		return nil, fmt.Errorf("read audit of %s: %w", messageID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
+		var a AuditEntry
+		return a, r.Scan(&a.MessageID, &a.DeadLetterID, &a.Action, &a.Actor, &a.At)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read audit of %s: %w", messageID, err)
+	}
+	return out, nil
+}
+
+// Redriven is the outcome of a redrive.
+type Redriven struct {
+	MessageID    uuid.UUID
+	Topic        string
+	RedriveCount int
+}
+
+// Redrive puts a dead-lettered message back to be delivered again: dead → pending, with
+// retry_times reset and redrive_count incremented; its open dead letter is marked
+// redriven by actor, and the action is audited. The relay then starts a new run under the
+// same workflow ID (the dead-lettered run failed, which the reuse policy allows). Of
+// concurrent redrives of one message exactly one succeeds; the others, and a redrive of a
+// message that is not dead, return a *NotDeadError. A missing message returns ErrNotFound.
+func (s *Store) Redrive(ctx context.Context, messageID uuid.UUID, actor string) (Redriven, error) {
+	r := Redriven{MessageID: messageID}
+	err := s.operate(ctx, messageID, actor, "redrive", `UPDATE `+s.messages+`
+SET status = 'pending', retry_times = 0, next_retry_at = NULL, claim_token = NULL, lease_until = NULL,
+    dispatched_at = NULL, sent_at = NULL, redrive_count = redrive_count + 1, updated_at = now()
+WHERE message_id = $1 AND status = 'dead'
+RETURNING topic, redrive_count`, `UPDATE `+s.dead+` SET redriven_at = now(), redriven_by = $2
+WHERE message_id = $1 AND redriven_at IS NULL AND discarded_at IS NULL
+RETURNING id`, &r.Topic, &r.RedriveCount)
+	if err != nil {
+		return Redriven{}, fmt.Errorf("redrive: %w", err)
+	}
+	return r, nil
+}
+
+// Discard records that an operator gave up on a dead-lettered message: dead → discarded,
+// its open dead letter marked discarded by actor, the action audited. A message that is not
+// dead returns a *NotDeadError; a missing one ErrNotFound.
+func (s *Store) Discard(ctx context.Context, messageID uuid.UUID, actor string) error {
+	var topic string
+	err := s.operate(ctx, messageID, actor, "discard", `UPDATE `+s.messages+`
+SET status = 'discarded', updated_at = now()
+WHERE message_id = $1 AND status = 'dead'
+RETURNING topic`, `UPDATE `+s.dead+` SET discarded_at = now(), discarded_by = $2
+WHERE message_id = $1 AND redriven_at IS NULL AND discarded_at IS NULL
+RETURNING id`, &topic)
+	if err != nil {
+		return fmt.Errorf("discard: %w", err)
+	}
+	return nil
+}
+
+// operate runs an operator action in one transaction: the guarded message UPDATE (which
+// scans into dest), the dead letter UPDATE, the audit row, and for a redrive the
+// notification that wakes the relays.
+func (s *Store) operate(ctx context.Context, messageID uuid.UUID, actor, action, messageSQL, deadSQL string, dest ...any) error {
+	if strings.TrimSpace(actor) == "" {
+		return errors.New("actor must name who acts (a user or a tool), got an empty string")
+	}
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, messageSQL, messageID).Scan(dest...)
+		if errors.Is(err, pgx.ErrNoRows) {
+			var status string
+			err := tx.QueryRow(ctx, `SELECT status FROM `+s.messages+` WHERE message_id = $1`, messageID).Scan(&status)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("message %s: %w", messageID, ErrNotFound)
+			}
+			if err != nil {
+				return err
+			}
+			return &NotDeadError{MessageID: messageID, Status: status}
+		}
+		if err != nil {
+			return err
+		}
+		var deadLetterID *int64
+		if err := tx.QueryRow(ctx, deadSQL, messageID, actor).Scan(&deadLetterID); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+s.audit+` (message_id, dead_letter_id, action, actor) VALUES ($1, $2, $3, $4)`,
+			messageID, deadLetterID, action, actor); err != nil {
+			return err
+		}
+		if action == "redrive" {
+			if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, s.Channel()); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

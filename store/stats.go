@@ -1,0 +1,87 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Stats is a snapshot of the outbox tables.
+type Stats struct {
+	// ByStatus counts messages per status; every status is present.
+	ByStatus map[string]int64 `json:"by_status"`
+	// ByTopic counts messages per topic and status (statuses with no message left out).
+	ByTopic map[string]map[string]int64 `json:"by_topic"`
+	// OldestPendingAge is the age of the oldest pending message that is due (zero when
+	// there is none): how long the relays are behind.
+	OldestPendingAge time.Duration `json:"oldest_pending_age_ns"`
+	// InFlight counts messages handed to Temporal (or being handed) but not finished:
+	// claimed and dispatched.
+	InFlight int64 `json:"in_flight"`
+	// OldestInFlightAge is the time since the oldest in-flight message was last updated.
+	OldestInFlightAge time.Duration `json:"oldest_in_flight_age_ns"`
+	// OpenDeadLetters counts dead letters neither redriven nor discarded.
+	OpenDeadLetters int64 `json:"open_dead_letters"`
+	// DeadLettersLastHour and DeadLettersLastDay count dead letters written in that time.
+	DeadLettersLastHour int64 `json:"dead_letters_last_hour"`
+	DeadLettersLastDay  int64 `json:"dead_letters_last_day"`
+	// At is the database time of the snapshot.
+	At time.Time `json:"at"`
+}
+
+// Stats reads the counts in one repeatable-read transaction, so they agree with each
+// other. Counting by topic reads the whole message table.
+func (s *Store) Stats(ctx context.Context) (Stats, error) {
+	st := Stats{ByStatus: map[string]int64{}, ByTopic: map[string]map[string]int64{}}
+	for _, status := range []string{StatusPending, StatusClaimed, StatusDispatched, StatusSent, StatusDead, StatusDiscarded} {
+		st.ByStatus[status] = 0
+	}
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return st, fmt.Errorf("stats: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY`); err != nil {
+		return st, fmt.Errorf("stats: %w", err)
+	}
+	rows, err := tx.Query(ctx, `SELECT topic, status, count(*) FROM `+s.messages+` GROUP BY topic, status`)
+	if err != nil {
+		return st, fmt.Errorf("stats: count messages: %w", err)
+	}
+	var topic, status string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&topic, &status, &n}, func() error {
+		st.ByStatus[status] += n
+		if st.ByTopic[topic] == nil {
+			st.ByTopic[topic] = map[string]int64{}
+		}
+		st.ByTopic[topic][status] = n
+		return nil
+	})
+	if err != nil {
+		return st, fmt.Errorf("stats: count messages: %w", err)
+	}
+	st.InFlight = st.ByStatus[StatusClaimed] + st.ByStatus[StatusDispatched]
+
+	var pendingAge, inFlightAge *time.Duration
+	err = tx.QueryRow(ctx, `SELECT now(),
+  (SELECT now() - min(created_at) FROM `+s.messages+`
+     WHERE status = 'pending' AND (next_retry_at IS NULL OR next_retry_at <= now())),
+  (SELECT now() - min(updated_at) FROM `+s.messages+` WHERE status IN ('claimed', 'dispatched')),
+  (SELECT count(*) FROM `+s.dead+` WHERE redriven_at IS NULL AND discarded_at IS NULL),
+  (SELECT count(*) FROM `+s.dead+` WHERE dead_lettered_at >= now() - interval '1 hour'),
+  (SELECT count(*) FROM `+s.dead+` WHERE dead_lettered_at >= now() - interval '1 day')`).
+		Scan(&st.At, &pendingAge, &inFlightAge, &st.OpenDeadLetters, &st.DeadLettersLastHour, &st.DeadLettersLastDay)
+	if err != nil {
+		return st, fmt.Errorf("stats: %w", err)
+	}
+	if pendingAge != nil {
+		st.OldestPendingAge = max(*pendingAge, 0)
+	}
+	if inFlightAge != nil {
+		st.OldestInFlightAge = max(*inFlightAge, 0)
+	}
+	return st, nil
+}
