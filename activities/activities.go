@@ -21,6 +21,8 @@ type Activities struct {
 	Store    *store.Store
 	Handlers *Registry
 	Logger   *slog.Logger
+	// Alerts posts a webhook for each dead letter, besides the error log line. Optional.
+	Alerts *AlertWebhooks
 }
 
 // Register adds the activities to r under their workflow-facing names.
@@ -202,6 +204,19 @@ func (a *Activities) DeadLetter(ctx context.Context, in workflows.DeadLetterInpu
 			slog.Int("attempts", in.Attempts), slog.String("reason", in.LastError),
 			slog.String("workflow_id", in.WorkflowID), slog.String("run_id", in.RunID),
 			slog.Time("at", time.Now()))
+		a.alert(ctx, in)
 	}
 	return nil
+}
+
+// alert posts the dead letter to its webhook. A failing webhook is logged, not retried:
+// the dead letter itself is recorded, and the error log line is the alert of last resort.
+func (a *Activities) alert(ctx context.Context, in workflows.DeadLetterInput) {
+	err := a.Alerts.Send(ctx, DeadLetterAlert{
+		Event: "outbox.dead_lettered", MessageID: in.MessageID, Topic: in.Topic, Attempts: in.Attempts,
+		Reason: in.LastError, WorkflowID: in.WorkflowID, RunID: in.RunID, At: time.Now().UTC(),
+	})
+	if err != nil {
+		a.logger().WarnContext(ctx, "Dead-letter alert webhook failed", slog.String("message_id", in.MessageID), slog.Any("error", err))
+	}
 }

@@ -22,13 +22,15 @@ type Deps struct {
 	Store    *store.Store
 	Handlers *activities.Registry
 	Logger   *slog.Logger // defaults to slog.Default()
+	// Alerts posts a webhook for each dead letter. Optional.
+	Alerts *activities.AlertWebhooks
 }
 
 // Register adds OutboxDelivery and its activities to r, which is usually a worker on the
 // outbox's task queue.
 func Register(r sdkworker.Registry, deps Deps) {
 	r.RegisterWorkflowWithOptions(workflows.Delivery, workflows.RegisterOptions())
-	a := &activities.Activities{Store: deps.Store, Handlers: deps.Handlers, Logger: deps.Logger}
+	a := &activities.Activities{Store: deps.Store, Handlers: deps.Handlers, Logger: deps.Logger, Alerts: deps.Alerts}
 	a.Register(r)
 }
 

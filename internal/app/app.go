@@ -100,7 +100,7 @@ func (a *App) RunWorker(ctx context.Context, sinks map[string]activities.SinkFac
 	return worker.Run(ctx, worker.Config{
 		Client:    a.Temporal,
 		TaskQueue: a.Config.Temporal.TaskQueue,
-		Deps:      worker.Deps{Store: a.Store, Handlers: reg, Logger: a.Logger},
+		Deps:      worker.Deps{Store: a.Store, Handlers: reg, Logger: a.Logger, Alerts: activities.AlertWebhooksFromConfig(&a.Config)},
 		Options:   sdkworker.Options{MaxConcurrentActivityExecutionSize: a.Config.Worker.MaxConcurrentActivities},
 	})
 }

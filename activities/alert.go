@@ -1,0 +1,85 @@
+package activities
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/outbox-go/outbox/config"
+)
+
+// DeadLetterAlert is the JSON body an alert webhook receives for each dead letter.
+type DeadLetterAlert struct {
+	Event      string    `json:"event"` // "outbox.dead_lettered"
+	MessageID  string    `json:"message_id"`
+	Topic      string    `json:"topic"`
+	Attempts   int       `json:"attempts"`
+	Reason     string    `json:"reason"`
+	WorkflowID string    `json:"workflow_id"`
+	RunID      string    `json:"run_id"`
+	At         time.Time `json:"at"`
+}
+
+// AlertWebhooks posts dead-letter alerts: to the topic's own URL, else to the global one.
+type AlertWebhooks struct {
+	Global string
+	Topics map[string]string
+	Client *http.Client
+}
+
+// AlertWebhooksFromConfig returns the webhooks of cfg, or nil when none is configured.
+func AlertWebhooksFromConfig(cfg *config.Config) *AlertWebhooks {
+	w := &AlertWebhooks{Global: cfg.Alerts.WebhookURL, Topics: map[string]string{}, Client: &http.Client{Timeout: 10 * time.Second}}
+	for topic, t := range cfg.Topics {
+		if t.AlertWebhook != "" {
+			w.Topics[topic] = t.AlertWebhook
+		}
+	}
+	if cfg.Default != nil && cfg.Default.AlertWebhook != "" && w.Global == "" {
+		w.Global = cfg.Default.AlertWebhook
+	}
+	if w.Global == "" && len(w.Topics) == 0 {
+		return nil
+	}
+	return w
+}
+
+// Send posts alert to the webhook of its topic. It reports an error for a transport
+// failure or a non-2xx answer; a topic without a webhook is not an error.
+func (w *AlertWebhooks) Send(ctx context.Context, alert DeadLetterAlert) error {
+	if w == nil {
+		return nil
+	}
+	url, ok := w.Topics[alert.Topic]
+	if !ok {
+		url = w.Global
+	}
+	if url == "" {
+		return nil
+	}
+	body, err := json.Marshal(alert)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	client := w.Client
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("POST %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("POST %s: HTTP %d%s", url, resp.StatusCode, readSnippet(resp.Body))
+	}
+	return nil
+}
