@@ -1,0 +1,250 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DefaultPurgeLimit is the number of rows one purge batch removes when
+// PurgeOptions.Limit is zero.
+const DefaultPurgeLimit = 1000
+
+// PurgeOptions says which rows retention removes and how.
+type PurgeOptions struct {
+	// SentAfter is the age (since sent_at, by the database clock) after which sent
+	// messages are removed. Required: it must be positive.
+	SentAfter time.Duration
+	// DiscardedAfter is the age (since the message was discarded, by the database clock)
+	// after which discarded messages and their dead letters are removed, as are dead
+	// letters discarded that long ago whose message row no longer exists. Required: it
+	// must be positive.
+	DiscardedAfter time.Duration
+	// Archive moves the rows to outbox_messages_archive and outbox_dead_letters_archive
+	// instead of deleting them.
+	Archive bool
+	// Limit caps the messages (and orphaned dead letters) one batch removes. Defaults to
+	// DefaultPurgeLimit (1000).
+	Limit int
+}
+
+func (o PurgeOptions) withDefaults() PurgeOptions {
+	o.Limit = cmp.Or(o.Limit, DefaultPurgeLimit)
+	return o
+}
+
+func (o PurgeOptions) validate() error {
+	switch {
+	case o.SentAfter <= 0:
+		return fmt.Errorf("retention: sent_after must be positive, got %s", o.SentAfter)
+	case o.DiscardedAfter <= 0:
+		return fmt.Errorf("retention: discarded_after must be positive, got %s", o.DiscardedAfter)
+	case o.Limit < 1:
+		return fmt.Errorf("retention: limit must be at least 1, got %d", o.Limit)
+	}
+	return nil
+}
+
+// PurgeResult counts the rows a purge removed (deleted, or moved to the archive tables).
+type PurgeResult struct {
+	// SentMessages is the number of sent messages removed.
+	SentMessages int64
+	// DiscardedMessages is the number of discarded messages removed.
+	DiscardedMessages int64
+	// DeadLetters is the number of dead letters removed: those of the discarded messages
+	// and discarded ones whose message row was already gone.
+	DeadLetters int64
+	// Batches is the number of batches (transactions) run.
+	Batches int
+	// More reports that the last batch removed as many rows as its limit, so more may be
+	// due. Purge runs batches until it is false.
+	More bool
+}
+
+// Add adds the counts of r to p.
+func (p *PurgeResult) Add(r PurgeResult) {
+	p.SentMessages += r.SentMessages
+	p.DiscardedMessages += r.DiscardedMessages
+	p.DeadLetters += r.DeadLetters
+	p.Batches += r.Batches
+	p.More = r.More
+}
+
+// Column lists the archive copies. The archive tables have these columns plus
+// archived_at; a migration that adds a column to a table adds it to its archive table and
+// here (a test compares archived rows with the originals column by column).
+var (
+	messageColumns = []string{"id", "message_id", "topic", "payload", "headers", "status", "retry_times",
+		"max_retry_times", "next_retry_at", "ordering_key", "ordering_seq", "lease_until", "claim_token",
+		"last_error", "redrive_count", "dispatched_at", "sent_at", "created_at", "updated_at"}
+	deadLetterArchiveColumns = []string{"id", "message_id", "workflow_id", "run_id", "topic", "payload", "headers",
+		"attempts", "last_error", "message_created_at", "dead_lettered_at", "redriven_at", "discarded_at",
+		"redriven_by", "discarded_by"}
+)
+
+// columns returns cols joined by commas, each prefixed with alias and a dot when alias is
+// not empty.
+func columns(alias string, cols []string) string {
+	if alias == "" {
+		return strings.Join(cols, ", ")
+	}
+	return alias + "." + strings.Join(cols, ", "+alias+".")
+}
+
+// The purge statements. Each chooses at most $2 rows, oldest first, through a retention
+// index (outbox_messages_sent_at_idx, outbox_messages_discarded_idx,
+// outbox_dead_letters_discarded_idx), skipping rows other transactions hold; ages compare
+// with the database clock ($1 is the age in seconds). The chosen rows are MATERIALIZED
+// before the DELETE: a LIMIT ... FOR UPDATE SKIP LOCKED subquery that the planner rescans
+// would skip the rows the statement has already deleted and choose new ones each time. The
+// DELETEs repeat the status condition, so only sent or discarded messages are ever removed.
+// Each statement returns the number of rows it removed; when archiving, the CTEs
+// archived_messages and archived_dead_letters insert the removed rows into the archive
+// tables in the same statement.
+const (
+	// %[1]s messages, %[2]s the RETURNING list, %[3]s the archive CTE or nothing.
+	purgeSentSQL = `WITH victims AS MATERIALIZED (
+  SELECT id FROM %[1]s
+  WHERE status = 'sent' AND sent_at < now() - make_interval(secs => $1)
+  ORDER BY sent_at
+  LIMIT $2
+  FOR UPDATE SKIP LOCKED),
+msgs AS (
+  DELETE FROM %[1]s m USING victims v
+  WHERE m.id = v.id AND m.status = 'sent'
+  RETURNING %[2]s)%[3]s
+SELECT count(*) FROM msgs`
+
+	// %[1]s messages, %[2]s dead letters, %[3]s and %[4]s the RETURNING lists, %[5]s and
+	// %[6]s the archive CTEs or nothing.
+	purgeDiscardedSQL = `WITH victims AS MATERIALIZED (
+  SELECT id FROM %[1]s
+  WHERE status = 'discarded' AND updated_at < now() - make_interval(secs => $1)
+  ORDER BY updated_at
+  LIMIT $2
+  FOR UPDATE SKIP LOCKED),
+msgs AS (
+  DELETE FROM %[1]s m USING victims v
+  WHERE m.id = v.id AND m.status = 'discarded'
+  RETURNING %[3]s),
+dls AS (
+  DELETE FROM %[2]s d USING msgs
+  WHERE d.message_id = msgs.message_id
+  RETURNING %[4]s)%[5]s%[6]s
+SELECT (SELECT count(*) FROM msgs), (SELECT count(*) FROM dls)`
+
+	// %[1]s messages, %[2]s dead letters, %[3]s the RETURNING list, %[4]s the archive CTE
+	// or nothing.
+	purgeOrphansSQL = `WITH victims AS MATERIALIZED (
+  SELECT d.id FROM %[2]s d
+  WHERE d.discarded_at < now() - make_interval(secs => $1)
+    AND NOT EXISTS (SELECT 1 FROM %[1]s m WHERE m.message_id = d.message_id)
+  ORDER BY d.discarded_at
+  LIMIT $2
+  FOR UPDATE OF d SKIP LOCKED),
+dls AS (
+  DELETE FROM %[2]s d USING victims v
+  WHERE d.id = v.id
+  RETURNING %[3]s)%[4]s
+SELECT count(*) FROM dls`
+
+	archiveCTE = ",\n%s AS (INSERT INTO %s (%s) SELECT %[3]s FROM %s)"
+)
+
+// purgeSQL holds the statements of one store and mode.
+type purgeSQL struct{ sent, discarded, orphans string }
+
+func (s *Store) purgeSQL(archive bool) purgeSQL {
+	mret, dret := "m.message_id", "d.id"
+	var marchive, darchive string
+	if archive {
+		mret, dret = columns("m", messageColumns), columns("d", deadLetterArchiveColumns)
+		marchive = fmt.Sprintf(archiveCTE, "archived_messages", s.messagesArchive, columns("", messageColumns), "msgs")
+		darchive = fmt.Sprintf(archiveCTE, "archived_dead_letters", s.deadArchive, columns("", deadLetterArchiveColumns), "dls")
+	}
+	return purgeSQL{
+		sent:      fmt.Sprintf(purgeSentSQL, s.messages, mret, marchive),
+		discarded: fmt.Sprintf(purgeDiscardedSQL, s.messages, s.dead, mret, dret, marchive, darchive),
+		orphans:   fmt.Sprintf(purgeOrphansSQL, s.messages, s.dead, dret, darchive),
+	}
+}
+
+// PurgeBatch removes one batch of old rows in one short transaction: sent messages older
+// than opts.SentAfter; discarded messages older than opts.DiscardedAfter together with all
+// their dead letters; and dead letters discarded longer than opts.DiscardedAfter ago whose
+// message row no longer exists. It removes at most opts.Limit of these messages and
+// orphaned dead letters together (sent messages first), oldest first, skipping rows that
+// other transactions hold; the dead letters of the discarded messages come on top. With
+// opts.Archive the rows are moved to the archive tables in the same statements.
+//
+// Rows in any other status (pending, claimed, dispatched, dead) are never touched. The
+// result's More is true when the batch was full, so another batch may find more.
+func (s *Store) PurgeBatch(ctx context.Context, opts PurgeOptions) (PurgeResult, error) {
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return PurgeResult{}, err
+	}
+	q := s.purgeSQL(opts.Archive)
+	var (
+		res  PurgeResult
+		left int64 // messages and orphaned dead letters this batch may still remove
+	)
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		res, left = PurgeResult{Batches: 1}, int64(opts.Limit)
+		if err := tx.QueryRow(ctx, q.sent, opts.SentAfter.Seconds(), left).Scan(&res.SentMessages); err != nil {
+			return fmt.Errorf("sent messages: %w", err)
+		}
+		if left -= res.SentMessages; left <= 0 {
+			return nil
+		}
+		if err := tx.QueryRow(ctx, q.discarded, opts.DiscardedAfter.Seconds(), left).Scan(&res.DiscardedMessages, &res.DeadLetters); err != nil {
+			return fmt.Errorf("discarded messages: %w", err)
+		}
+		if left -= res.DiscardedMessages; left <= 0 {
+			return nil
+		}
+		var orphans int64
+		if err := tx.QueryRow(ctx, q.orphans, opts.DiscardedAfter.Seconds(), left).Scan(&orphans); err != nil {
+			return fmt.Errorf("discarded dead letters: %w", err)
+		}
+		res.DeadLetters += orphans
+		left -= orphans
+		return nil
+	})
+	if err != nil {
+		return PurgeResult{}, fmt.Errorf("retention: %s old rows: %w", purgeVerb(opts.Archive), err)
+	}
+	res.More = left <= 0
+	return res, nil
+}
+
+func purgeVerb(archive bool) string {
+	if archive {
+		return "archive"
+	}
+	return "delete"
+}
+
+// Purge runs PurgeBatch until a batch is not full, and returns the total. Each batch is
+// its own short transaction, so a large backlog never holds locks for long. When ctx ends
+// between batches it returns what was removed so far and ctx's error.
+func (s *Store) Purge(ctx context.Context, opts PurgeOptions) (PurgeResult, error) {
+	var total PurgeResult
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, fmt.Errorf("retention: %s old rows: %w", purgeVerb(opts.Archive), err)
+		}
+		res, err := s.PurgeBatch(ctx, opts)
+		if err != nil {
+			return total, err
+		}
+		total.Add(res)
+		if !res.More {
+			return total, nil
+		}
+	}
+}

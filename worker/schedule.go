@@ -1,0 +1,103 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/outbox-go/outbox/workflows"
+)
+
+// EnsureRetentionSchedule makes sure the Temporal Schedule outbox-retention
+// ([workflows.RetentionScheduleID]) exists and starts OutboxRetention with in on taskQueue
+// (default "outbox") every interval, skipping a start while the previous run is still
+// going. It creates the schedule, or, when it exists already (another worker created it,
+// or an earlier config did), updates its spec and action to these if they differ. The
+// schedule's state is left as it is, so a schedule paused in the Temporal UI stays paused.
+// Several workers may call it at once.
+func EnsureRetentionSchedule(ctx context.Context, c client.Client, taskQueue string, in workflows.RetentionInput, every time.Duration) error {
+	id := workflows.RetentionScheduleID
+	if err := in.Validate(); err != nil {
+		return fmt.Errorf("retention schedule %s: %w", id, err)
+	}
+	if every < time.Second {
+		return fmt.Errorf("retention schedule %s: interval must be at least 1s, got %s", id, every)
+	}
+	spec := client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: every}}}
+	action := &client.ScheduleWorkflowAction{
+		ID:        workflows.RetentionWorkflowID,
+		Workflow:  workflows.RetentionWorkflowType,
+		Args:      []any{in},
+		TaskQueue: cmp.Or(taskQueue, workflows.DefaultTaskQueue),
+	}
+	schedules := c.ScheduleClient()
+	_, err := schedules.Create(ctx, client.ScheduleOptions{
+		ID:      id,
+		Spec:    spec,
+		Action:  action,
+		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
+	})
+	var exists *serviceerror.AlreadyExists
+	switch {
+	case err == nil:
+		return nil
+	case !errors.Is(err, temporal.ErrScheduleAlreadyRunning) && !errors.As(err, &exists):
+		return fmt.Errorf("create retention schedule %s: %w", id, err)
+	}
+	err = schedules.GetHandle(ctx, id).Update(ctx, client.ScheduleUpdateOptions{
+		DoUpdate: func(cur client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
+			s := cur.Description.Schedule
+			if sameRetentionSchedule(s, spec, action, in) {
+				return nil, temporal.ErrSkipScheduleUpdate
+			}
+			s.Spec, s.Action = &spec, action
+			policy := client.SchedulePolicies{}
+			if s.Policy != nil {
+				policy = *s.Policy
+			}
+			policy.Overlap = enumspb.SCHEDULE_OVERLAP_POLICY_SKIP
+			s.Policy = &policy
+			return &client.ScheduleUpdate{Schedule: &s}, nil
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("update retention schedule %s: %w", id, err)
+	}
+	return nil
+}
+
+// sameRetentionSchedule reports whether the existing schedule s already has spec, action
+// (with input in) and the skip overlap policy.
+func sameRetentionSchedule(s client.Schedule, spec client.ScheduleSpec, action *client.ScheduleWorkflowAction, in workflows.RetentionInput) bool {
+	if s.Spec == nil || len(s.Spec.Calendars) > 0 || len(s.Spec.CronExpressions) > 0 || !slices.Equal(s.Spec.Intervals, spec.Intervals) {
+		return false
+	}
+	if s.Policy == nil || s.Policy.Overlap != enumspb.SCHEDULE_OVERLAP_POLICY_SKIP {
+		return false
+	}
+	cur, ok := s.Action.(*client.ScheduleWorkflowAction)
+	if !ok || cur.ID != action.ID || cur.TaskQueue != action.TaskQueue || cur.Workflow != action.Workflow || len(cur.Args) != 1 {
+		return false
+	}
+	// Describe returns the arguments as payloads. One this worker cannot decode (another
+	// data converter wrote it) counts as different, so it is rewritten.
+	p, ok := cur.Args[0].(*commonpb.Payload)
+	if !ok {
+		return false
+	}
+	var got workflows.RetentionInput
+	if err := converter.GetDefaultDataConverter().FromPayload(p, &got); err != nil {
+		return false
+	}
+	return got == in
+}
