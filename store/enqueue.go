@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/outbox-go/outbox/internal/tracing"
 )
 
 // Message is what business code enqueues.
@@ -119,6 +121,10 @@ VALUES ($1, $2, $3, $4, $5)`
 // normally the caller's business transaction (a pgx.Tx): the message commits or rolls
 // back with the business rows. It returns the message ID, the idempotency key every
 // delivery carries. An invalid message returns a *ValidationError and writes nothing.
+//
+// When ctx carries a span, its trace context (traceparent and tracestate; see
+// Config.Propagator) is added to the message's headers, so the send continues the trace;
+// headers that msg sets itself are kept.
 func (s *Store) Enqueue(ctx context.Context, db DB, msg Message) (uuid.UUID, error) {
 	if err := s.Validate(msg); err != nil {
 		return uuid.Nil, err
@@ -131,8 +137,8 @@ func (s *Store) Enqueue(ctx context.Context, db DB, msg Message) (uuid.UUID, err
 		}
 	}
 	var headers []byte
-	if len(msg.Headers) > 0 {
-		headers, _ = json.Marshal(msg.Headers) // a map[string]string always marshals
+	if h := tracing.Headers(ctx, s.cfg.Propagator, msg.Headers); len(h) > 0 {
+		headers, _ = json.Marshal(h) // a map[string]string always marshals
 	}
 	if _, err := db.Exec(ctx, s.enqueue,
 		id, msg.Topic, string(msg.Payload), headers, msg.MaxRetryTimes); err != nil {

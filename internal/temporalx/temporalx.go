@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	temporalotel "go.temporal.io/sdk/contrib/opentelemetry"
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/outbox-go/outbox/workflows"
@@ -24,19 +25,43 @@ type Options struct {
 	Address   string
 	Namespace string
 	Logger    *slog.Logger
+	// MetricsHandler receives the SDK's metrics (requests, polls, workflow and activity
+	// latencies). Nil drops them.
+	MetricsHandler client.MetricsHandler
 }
 
-// Dial connects to the Temporal frontend and checks that it answers.
+// Dial connects to the Temporal frontend and checks that it answers. The client carries
+// the SDK's OpenTelemetry tracing interceptor with the global tracer provider: workflow
+// starts, workflows and activities get spans (no-op ones until a provider is set), and an
+// activity's context carries its span.
 func Dial(ctx context.Context, o Options) (client.Client, error) {
-	opts := client.Options{HostPort: o.Address, Namespace: o.Namespace}
+	opts := client.Options{HostPort: o.Address, Namespace: o.Namespace, MetricsHandler: o.MetricsHandler}
 	if o.Logger != nil {
 		opts.Logger = sdklog.NewStructuredLogger(o.Logger)
 	}
+	tracer, err := temporalotel.NewTracingInterceptor(temporalotel.TracerOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("temporal tracing interceptor: %w", err)
+	}
+	opts.Interceptors = append(opts.Interceptors, tracer)
 	c, err := client.DialContext(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("connect to Temporal at %s (namespace %s): %w", o.Address, o.Namespace, err)
 	}
 	return c, nil
+}
+
+// CheckSearchAttributes returns an error naming the outbox's search attributes that are
+// missing from the namespace (or have the wrong type), and nil when all are there.
+func CheckSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
+	missing, err := missingSearchAttributes(ctx, c, namespace)
+	if err != nil {
+		return fmt.Errorf("list search attributes of namespace %s: %w", namespace, err)
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("search attributes %s are missing in namespace %s", strings.Join(missing, ", "), namespace)
+	}
+	return nil
 }
 
 // EnsureSearchAttributes checks that the outbox's Keyword search attributes exist in the

@@ -1,0 +1,204 @@
+package activities_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/internal/testdb"
+	"github.com/outbox-go/outbox/metrics"
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/workflows"
+)
+
+// observed is one activity set wired to a receiver, a span recorder and a metrics
+// registry.
+type observed struct {
+	a       *activities.Activities
+	st      *store.Store
+	spans   *tracetest.SpanRecorder
+	tp      *sdktrace.TracerProvider
+	reg     *prometheus.Registry
+	headers chan http.Header
+}
+
+func setupObserved(t *testing.T, status int) *observed {
+	t.Helper()
+	_, st := testdb.Schema(t)
+	o := &observed{st: st, spans: tracetest.NewSpanRecorder(), reg: prometheus.NewRegistry(), headers: make(chan http.Header, 10)}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		o.headers <- r.Header.Clone()
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(srv.Close)
+	handlers, err := activities.RegistryFromConfig(&config.Config{Topics: map[string]config.Topic{
+		"order.created": {Sink: "http", URL: srv.URL},
+	}}, nil)
+	require.NoError(t, err)
+	m, err := metrics.New(o.reg)
+	require.NoError(t, err)
+	o.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(o.spans))
+	t.Cleanup(func() { _ = o.tp.Shutdown(context.Background()) })
+	o.a = &activities.Activities{Store: st, Handlers: handlers, Metrics: m, TracerProvider: o.tp}
+	return o
+}
+
+func (o *observed) sendSpan(t *testing.T) sdktrace.ReadOnlySpan {
+	t.Helper()
+	for _, s := range o.spans.Ended() {
+		if s.Name() == "outbox.send order.created" {
+			return s
+		}
+	}
+	t.Fatal("no outbox.send span ended")
+	return nil
+}
+
+// value returns the value of the series name{labels}, 0 when it does not exist.
+func (o *observed) value(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := o.reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			for k, v := range labels {
+				if got[k] != v {
+					continue series
+				}
+			}
+			return metricValue(m)
+		}
+	}
+	return 0
+}
+
+func metricValue(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.GetCounter().GetValue()
+	case m.Gauge != nil:
+		return m.GetGauge().GetValue()
+	case m.Histogram != nil:
+		return float64(m.GetHistogram().GetSampleCount())
+	}
+	return 0
+}
+
+func TestSendTracing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("SendSpanIsAChildOfTheEnqueuingSpan", func(t *testing.T) {
+		t.Parallel()
+		o := setupObserved(t, http.StatusOK)
+		enqCtx, enqSpan := o.tp.Tracer("shop").Start(ctx, "place order")
+		id, err := o.st.Enqueue(enqCtx, o.st.DB(), store.Message{Topic: "order.created", Payload: json.RawMessage(`{"order": 7}`)})
+		require.NoError(t, err)
+		enqSpan.End()
+
+		// Under Temporal's tracing interceptor the activity runs inside the workflow's
+		// trace: a span of another trace.
+		actCtx, actSpan := o.tp.Tracer("temporal").Start(ctx, "RunActivity:OutboxSend")
+		require.NoError(t, o.a.Send(actCtx, workflows.SendInput{MessageID: id.String(), Topic: "order.created", Attempt: 1, MaxAttempts: 4}))
+		actSpan.End()
+		require.NotEqual(t, enqSpan.SpanContext().TraceID(), actSpan.SpanContext().TraceID())
+
+		send := o.sendSpan(t)
+		require.Equal(t, enqSpan.SpanContext().TraceID(), send.SpanContext().TraceID())
+		require.Equal(t, enqSpan.SpanContext().SpanID(), send.Parent().SpanID())
+		require.True(t, send.Parent().IsRemote())
+		require.Len(t, send.Links(), 1)
+		require.Equal(t, actSpan.SpanContext().SpanID(), send.Links()[0].SpanContext.SpanID())
+		require.Equal(t, codes.Unset, send.Status().Code)
+		require.Contains(t, send.Attributes(), attribute.String("messaging.message.id", id.String()))
+
+		// The receiver's span would be a child of the send span, in the enqueuing trace.
+		h := <-o.headers
+		parts := strings.Split(h.Get("traceparent"), "-")
+		require.Len(t, parts, 4, "traceparent %q", h.Get("traceparent"))
+		require.Equal(t, enqSpan.SpanContext().TraceID().String(), parts[1])
+		require.Equal(t, send.SpanContext().SpanID().String(), parts[2])
+		require.Equal(t, id.String(), h.Get("Idempotency-Key"))
+	})
+
+	t.Run("WithoutTraceHeadersTheActivitySpanIsTheParent", func(t *testing.T) {
+		t.Parallel()
+		o := setupObserved(t, http.StatusOK)
+		id, err := o.st.Enqueue(ctx, o.st.DB(), store.Message{Topic: "order.created", Payload: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+		actCtx, actSpan := o.tp.Tracer("temporal").Start(ctx, "RunActivity:OutboxSend")
+		require.NoError(t, o.a.Send(actCtx, workflows.SendInput{MessageID: id.String(), Topic: "order.created", Attempt: 1, MaxAttempts: 4}))
+		actSpan.End()
+		send := o.sendSpan(t)
+		require.Equal(t, actSpan.SpanContext().SpanID(), send.Parent().SpanID())
+		require.Empty(t, send.Links())
+		require.Contains(t, (<-o.headers).Get("traceparent"), actSpan.SpanContext().TraceID().String())
+	})
+
+	t.Run("FailedSendMarksTheSpan", func(t *testing.T) {
+		t.Parallel()
+		o := setupObserved(t, http.StatusBadRequest)
+		enqCtx, enqSpan := o.tp.Tracer("shop").Start(ctx, "place order")
+		id, err := o.st.Enqueue(enqCtx, o.st.DB(), store.Message{Topic: "order.created", Payload: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+		enqSpan.End()
+		require.Error(t, o.a.Send(ctx, workflows.SendInput{MessageID: id.String(), Topic: "order.created", Attempt: 1, MaxAttempts: 4}))
+		send := o.sendSpan(t)
+		require.Equal(t, codes.Error, send.Status().Code)
+		require.Contains(t, send.Status().Description, "HTTP 400")
+		require.Contains(t, send.Attributes(), attribute.String("outbox.failure_kind", "permanent"))
+	})
+}
+
+func TestActivityMetrics(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o := setupObserved(t, http.StatusOK)
+	enqueue := func(topic string) string {
+		id, err := o.st.Enqueue(ctx, o.st.DB(), store.Message{Topic: topic, Payload: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+		return id.String()
+	}
+
+	sent := enqueue("order.created")
+	require.NoError(t, o.a.Send(ctx, workflows.SendInput{MessageID: sent, Topic: "order.created", Attempt: 1, MaxAttempts: 4}))
+	require.NoError(t, o.a.MarkSent(ctx, workflows.MarkSentInput{MessageID: sent, Attempts: 1}))
+	require.NoError(t, o.a.MarkSent(ctx, workflows.MarkSentInput{MessageID: sent, Attempts: 1}), "a repeated mark-sent")
+
+	unknown := enqueue("order.unrouted")
+	require.Error(t, o.a.Send(ctx, workflows.SendInput{MessageID: unknown, Topic: "order.unrouted", Attempt: 1, MaxAttempts: 4}))
+	require.NoError(t, o.a.DeadLetter(ctx, workflows.DeadLetterInput{
+		MessageID: unknown, Topic: "order.unrouted", WorkflowID: workflows.WorkflowID(unknown), RunID: "run-1", Attempts: 1, LastError: "no handler",
+	}))
+
+	created := map[string]string{"topic": "order.created"}
+	unrouted := map[string]string{"topic": "order.unrouted"}
+	require.Equal(t, 1.0, o.value(t, "outbox_send_attempts_total", created))
+	require.Equal(t, 1.0, o.value(t, "outbox_send_attempts_total", unrouted))
+	require.Equal(t, 1.0, o.value(t, "outbox_messages_sent_total", created), "a repeated mark-sent counts once")
+	require.Equal(t, 1.0, o.value(t, "outbox_commit_to_sent_seconds", created))
+	require.Equal(t, 1.0, o.value(t, "outbox_send_failures_total", map[string]string{"topic": "order.unrouted", "kind": "unknown_topic"}))
+	require.Equal(t, 1.0, o.value(t, "outbox_messages_dead_lettered_total", unrouted))
+	require.Equal(t, 0.0, o.value(t, "outbox_errors_total", map[string]string{"operation": metrics.OpMarkSent}))
+}

@@ -1,0 +1,89 @@
+// Package tracing carries OpenTelemetry trace context through the outbox: from the
+// business transaction that enqueues a message (into the row's headers), to the send
+// activity (out of them), to the HTTP request that delivers it.
+package tracing
+
+import (
+	"context"
+	"slices"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// TraceParent is the W3C trace context header.
+const TraceParent = "traceparent"
+
+// Propagator returns p, or when p is nil the global propagator with a W3C trace context
+// fallback: when the global one writes no traceparent (the default global propagator
+// writes nothing) the fallback writes traceparent and tracestate, and when it reads no
+// span context the fallback reads traceparent. So the headers of a row always speak W3C,
+// whatever the writing process configured.
+func Propagator(p propagation.TextMapPropagator) propagation.TextMapPropagator {
+	if p != nil {
+		return p
+	}
+	return fallback{}
+}
+
+type fallback struct{}
+
+func (fallback) Inject(ctx context.Context, c propagation.TextMapCarrier) {
+	otel.GetTextMapPropagator().Inject(ctx, c)
+	if c.Get(TraceParent) == "" {
+		propagation.TraceContext{}.Inject(ctx, c)
+	}
+}
+
+func (fallback) Extract(ctx context.Context, c propagation.TextMapCarrier) context.Context {
+	before := trace.SpanContextFromContext(ctx)
+	out := otel.GetTextMapPropagator().Extract(ctx, c)
+	if sc := trace.SpanContextFromContext(out); !sc.IsValid() || sc.Equal(before) {
+		out = propagation.TraceContext{}.Extract(out, c)
+	}
+	return out
+}
+
+func (fallback) Fields() []string {
+	f := slices.Clone(otel.GetTextMapPropagator().Fields())
+	for _, k := range (propagation.TraceContext{}).Fields() {
+		if !slices.Contains(f, k) {
+			f = append(f, k)
+		}
+	}
+	return f
+}
+
+// Headers returns h with the trace context of ctx's span added, as p (see [Propagator])
+// writes it; keys h already has are kept as they are. It returns h itself when ctx has no
+// valid span context.
+func Headers(ctx context.Context, p propagation.TextMapPropagator, h map[string]string) map[string]string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return h
+	}
+	carrier := propagation.MapCarrier{}
+	Propagator(p).Inject(ctx, carrier)
+	if len(carrier) == 0 {
+		return h
+	}
+	out := make(map[string]string, len(h)+len(carrier))
+	for k, v := range carrier {
+		if v != "" {
+			out[k] = v
+		}
+	}
+	for k, v := range h {
+		out[k] = v
+	}
+	return out
+}
+
+// SpanContext returns the remote span context that headers h carry, as p (see
+// [Propagator]) reads it; the result is invalid when h has none.
+func SpanContext(p propagation.TextMapPropagator, h map[string]string) trace.SpanContext {
+	if len(h) == 0 {
+		return trace.SpanContext{}
+	}
+	return trace.SpanContextFromContext(Propagator(p).Extract(context.Background(), propagation.MapCarrier(h)))
+}

@@ -1,0 +1,222 @@
+// Package metrics holds the outbox's Prometheus metrics: what the relay claims and starts,
+// what the activities send, dead-letter and fail, how long a message takes from its
+// commit to its delivery, and (through [NewBacklogCollector]) how many messages wait for
+// a relay.
+//
+// A nil *Metrics is valid and records nothing, so the relay and the activities take an
+// optional one:
+//
+//	registry := prometheus.NewRegistry()
+//	m, err := metrics.New(registry)
+//	...
+//	registry.MustRegister(metrics.NewBacklogCollector(st, 0))
+//	relay, err := starter.New(st, pool, c, starter.Config{Metrics: m})
+//	worker.Register(w, worker.Deps{Store: st, Handlers: handlers, Metrics: m})
+//
+// # Names
+//
+// Every series starts with outbox_; counters end in _total and durations are in seconds.
+// Labels are topic (the message's topic), kind (a send failure's class: permanent,
+// unknown_topic, retryable, ambiguous or other) and operation (see [Metrics.Error]).
+package metrics
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outbox-go/outbox/workflows"
+)
+
+// Operations counted by outbox_errors_total.
+const (
+	OpClaim            = "claim"             // the relay's claim query failed
+	OpStartWorkflow    = "start_workflow"    // a workflow start failed
+	OpDescribeWorkflow = "describe_workflow" // a started workflow could not be described
+	OpMarkDispatched   = "mark_dispatched"   // a started row could not be marked dispatched
+	OpMarkSent         = "mark_sent"         // the mark-sent activity failed
+	OpDeadLetter       = "dead_letter"       // the dead-letter activity failed
+	OpRecordFailure    = "record_failure"    // a failed attempt could not be recorded on its row
+)
+
+var operations = []string{OpClaim, OpStartWorkflow, OpDescribeWorkflow, OpMarkDispatched, OpMarkSent, OpDeadLetter, OpRecordFailure}
+
+// Metrics records the outbox's metrics. Its methods are safe for concurrent use and do
+// nothing on a nil *Metrics.
+type Metrics struct {
+	claimed        prometheus.Counter
+	started        prometheus.Counter
+	alreadyStarted prometheus.Counter
+	batchSize      prometheus.Histogram
+	batchDuration  prometheus.Histogram
+	sendAttempts   *prometheus.CounterVec
+	sendFailures   *prometheus.CounterVec
+	sent           *prometheus.CounterVec
+	commitToSent   *prometheus.HistogramVec
+	deadLettered   *prometheus.CounterVec
+	redriven       *prometheus.CounterVec
+	errors         *prometheus.CounterVec
+}
+
+// New returns the outbox's metrics, registered with reg. Register them once per
+// registry: a process that runs the relay and the worker shares one *Metrics.
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		claimed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_messages_claimed_total",
+			Help: "Rows the relay claimed (a row claimed again after its lease expired counts again).",
+		}),
+		started: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_workflows_started_total",
+			Help: "Delivery workflows the relay started.",
+		}),
+		alreadyStarted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_workflows_already_started_total",
+			Help: "Workflow starts that met an existing run of the message's workflow.",
+		}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "outbox_relay_batch_size",
+			Help:    "Rows in each non-empty claim of the relay.",
+			Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000},
+		}),
+		batchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "outbox_relay_batch_duration_seconds",
+			Help:    "Time from the start of a non-empty claim until every row of the batch was handed to Temporal.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+		sendAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_send_attempts_total",
+			Help: "Send attempts, by topic.",
+		}, []string{"topic"}),
+		sendFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_send_failures_total",
+			Help: "Failed send attempts, by topic and kind (permanent, unknown_topic, retryable, ambiguous, other).",
+		}, []string{"topic", "kind"}),
+		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_messages_sent_total",
+			Help: "Messages recorded as sent, by topic.",
+		}, []string{"topic"}),
+		commitToSent: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "outbox_commit_to_sent_seconds",
+			Help:    "Time from a message's created_at to its mark-sent, by topic (database clock).",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600},
+		}, []string{"topic"}),
+		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_messages_dead_lettered_total",
+			Help: "Messages moved to the dead-letter table, by topic.",
+		}, []string{"topic"}),
+		redriven: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_messages_redriven_total",
+			Help: "Dead letters redriven to pending, by topic.",
+		}, []string{"topic"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_errors_total",
+			Help: "Failed internal operations, by operation (claim, start_workflow, describe_workflow, mark_dispatched, mark_sent, dead_letter, record_failure).",
+		}, []string{"operation"}),
+	}
+	for _, op := range operations {
+		m.errors.WithLabelValues(op)
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{
+			m.claimed, m.started, m.alreadyStarted, m.batchSize, m.batchDuration, m.sendAttempts,
+			m.sendFailures, m.sent, m.commitToSent, m.deadLettered, m.redriven, m.errors,
+		} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("register outbox metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}
+
+// Batch records one non-empty claim of n rows that took d from the claim until every row
+// was handed over.
+func (m *Metrics) Batch(n int, d time.Duration) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.claimed.Add(float64(n))
+	m.batchSize.Observe(float64(n))
+	m.batchDuration.Observe(d.Seconds())
+}
+
+// WorkflowStarted records a delivery workflow the relay started.
+func (m *Metrics) WorkflowStarted() {
+	if m != nil {
+		m.started.Inc()
+	}
+}
+
+// WorkflowAlreadyStarted records a start that met an existing run.
+func (m *Metrics) WorkflowAlreadyStarted() {
+	if m != nil {
+		m.alreadyStarted.Inc()
+	}
+}
+
+// SendAttempt records the start of a send attempt.
+func (m *Metrics) SendAttempt(topic string) {
+	if m != nil {
+		m.sendAttempts.WithLabelValues(topic).Inc()
+	}
+}
+
+// SendFailed records a failed send attempt whose ApplicationError has type errType (one of
+// the workflows.ErrType constants).
+func (m *Metrics) SendFailed(topic, errType string) {
+	if m != nil {
+		m.sendFailures.WithLabelValues(topic, FailureKind(errType)).Inc()
+	}
+}
+
+// FailureKind maps an ApplicationError type to the kind label of
+// outbox_send_failures_total.
+func FailureKind(errType string) string {
+	switch errType {
+	case workflows.ErrTypePermanent:
+		return "permanent"
+	case workflows.ErrTypeUnknownTopic:
+		return "unknown_topic"
+	case workflows.ErrTypeRetryable:
+		return "retryable"
+	case workflows.ErrTypeAmbiguous:
+		return "ambiguous"
+	default:
+		return "other"
+	}
+}
+
+// Sent records a message marked sent; commitToSent is the time from its created_at to
+// its sent_at, and is not observed when negative.
+func (m *Metrics) Sent(topic string, commitToSent time.Duration) {
+	if m == nil {
+		return
+	}
+	m.sent.WithLabelValues(topic).Inc()
+	if commitToSent >= 0 {
+		m.commitToSent.WithLabelValues(topic).Observe(commitToSent.Seconds())
+	}
+}
+
+// DeadLettered records a message moved to the dead-letter table.
+func (m *Metrics) DeadLettered(topic string) {
+	if m != nil {
+		m.deadLettered.WithLabelValues(topic).Inc()
+	}
+}
+
+// Redriven records a dead letter of topic sent back to pending.
+func (m *Metrics) Redriven(topic string) {
+	if m != nil {
+		m.redriven.WithLabelValues(topic).Inc()
+	}
+}
+
+// Error records a failed operation; op is one of the Op constants.
+func (m *Metrics) Error(op string) {
+	if m != nil {
+		m.errors.WithLabelValues(op).Inc()
+	}
+}

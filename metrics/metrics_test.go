@@ -1,0 +1,181 @@
+package metrics_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-go/outbox/internal/testdb"
+	"github.com/outbox-go/outbox/metrics"
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/workflows"
+)
+
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+
+	t.Run("NilRecordsNothing", func(t *testing.T) {
+		t.Parallel()
+		var m *metrics.Metrics
+		m.Batch(3, time.Second)
+		m.WorkflowStarted()
+		m.WorkflowAlreadyStarted()
+		m.SendAttempt("t")
+		m.SendFailed("t", workflows.ErrTypeRetryable)
+		m.Sent("t", time.Second)
+		m.DeadLettered("t")
+		m.Redriven("t")
+		m.Error(metrics.OpClaim)
+	})
+
+	t.Run("RegisteringTwiceFails", func(t *testing.T) {
+		t.Parallel()
+		reg := prometheus.NewRegistry()
+		_, err := metrics.New(reg)
+		require.NoError(t, err)
+		_, err = metrics.New(reg)
+		require.ErrorContains(t, err, "register outbox metrics")
+	})
+
+	t.Run("Exposition", func(t *testing.T) {
+		t.Parallel()
+		reg := prometheus.NewRegistry()
+		m, err := metrics.New(reg)
+		require.NoError(t, err)
+		m.Batch(3, 20*time.Millisecond)
+		m.Batch(0, time.Second) // empty claims are not batches
+		m.WorkflowStarted()
+		m.SendFailed("order.created", workflows.ErrTypeAmbiguous)
+		m.SendFailed("order.created", "SomethingElse")
+		m.Sent("order.created", 1500*time.Millisecond)
+		m.Sent("order.created", -1) // counted, not observed
+		m.DeadLettered("order.failing")
+		m.Redriven("order.failing")
+		m.Error(metrics.OpStartWorkflow)
+
+		want := `
+# HELP outbox_messages_claimed_total Rows the relay claimed (a row claimed again after its lease expired counts again).
+# TYPE outbox_messages_claimed_total counter
+outbox_messages_claimed_total 3
+# HELP outbox_messages_dead_lettered_total Messages moved to the dead-letter table, by topic.
+# TYPE outbox_messages_dead_lettered_total counter
+outbox_messages_dead_lettered_total{topic="order.failing"} 1
+# HELP outbox_messages_redriven_total Dead letters redriven to pending, by topic.
+# TYPE outbox_messages_redriven_total counter
+outbox_messages_redriven_total{topic="order.failing"} 1
+# HELP outbox_messages_sent_total Messages recorded as sent, by topic.
+# TYPE outbox_messages_sent_total counter
+outbox_messages_sent_total{topic="order.created"} 2
+# HELP outbox_send_failures_total Failed send attempts, by topic and kind (permanent, unknown_topic, retryable, ambiguous, other).
+# TYPE outbox_send_failures_total counter
+outbox_send_failures_total{kind="ambiguous",topic="order.created"} 1
+outbox_send_failures_total{kind="other",topic="order.created"} 1
+# HELP outbox_workflows_started_total Delivery workflows the relay started.
+# TYPE outbox_workflows_started_total counter
+outbox_workflows_started_total 1
+`
+		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want),
+			"outbox_messages_claimed_total", "outbox_messages_dead_lettered_total", "outbox_messages_redriven_total",
+			"outbox_messages_sent_total", "outbox_send_failures_total", "outbox_workflows_started_total"))
+
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		got := map[string]uint64{}
+		for _, f := range families {
+			for _, s := range f.GetMetric() {
+				if h := s.GetHistogram(); h != nil {
+					got[f.GetName()] = h.GetSampleCount()
+				}
+			}
+		}
+		require.Equal(t, map[string]uint64{
+			"outbox_relay_batch_size": 1, "outbox_relay_batch_duration_seconds": 1, "outbox_commit_to_sent_seconds": 1,
+		}, got)
+
+		// Every operation's error series exists from the start.
+		n, err := testutil.GatherAndCount(reg, "outbox_errors_total")
+		require.NoError(t, err)
+		require.Equal(t, 7, n)
+	})
+}
+
+func TestBacklogCollector(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("CountsRowsWaitingForARelay", func(t *testing.T) {
+		t.Parallel()
+		pool, st := testdb.Schema(t)
+		c := metrics.NewBacklogCollector(st, 0)
+		want := func(pending int) string {
+			return `
+# HELP outbox_backlog_query_failures_total Scrapes whose backlog query failed or timed out.
+# TYPE outbox_backlog_query_failures_total counter
+outbox_backlog_query_failures_total 0
+# HELP outbox_messages_pending Messages committed but not yet handed to Temporal (status pending or claimed).
+# TYPE outbox_messages_pending gauge
+outbox_messages_pending ` + strconv.Itoa(pending) + `
+`
+		}
+		require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want(0)), "outbox_messages_pending", "outbox_backlog_query_failures_total"))
+		require.Equal(t, 0.0, age(t, c))
+
+		table := st.Schema() + ".outbox_messages"
+		_, err := pool.Exec(ctx, `INSERT INTO `+table+` (topic, payload, status, created_at, sent_at) VALUES
+			('a', '{}', 'pending', now() - interval '90 seconds', NULL),
+			('a', '{}', 'sent', now() - interval '1 hour', now())`)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `INSERT INTO `+table+` (topic, payload, next_retry_at, created_at) VALUES
+			('a', '{}', now() + interval '1 hour', now() - interval '2 hours')`)
+		require.NoError(t, err)
+		_, err = st.Claim(ctx, 1, time.Minute) // the oldest due row becomes claimed
+		require.NoError(t, err)
+		_, err = st.Enqueue(ctx, pool, store.Message{Topic: "a", Payload: []byte(`{}`)})
+		require.NoError(t, err)
+
+		require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want(3)), "outbox_messages_pending", "outbox_backlog_query_failures_total"))
+		// The row not due for an hour does not count towards the age; the claimed one does.
+		a := age(t, c)
+		require.GreaterOrEqual(t, a, 90.0)
+		require.Less(t, a, 3600.0)
+	})
+
+	t.Run("UnreachableDatabaseLeavesTheGaugesOut", func(t *testing.T) {
+		t.Parallel()
+		pool, err := pgxpool.New(ctx, "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=2")
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		st, err := store.New(pool, store.Config{})
+		require.NoError(t, err)
+		c := metrics.NewBacklogCollector(st, time.Second)
+		require.Equal(t, 1, testutil.CollectAndCount(c))
+		require.Equal(t, 1, testutil.CollectAndCount(c, "outbox_backlog_query_failures_total"))
+		require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(`
+# HELP outbox_backlog_query_failures_total Scrapes whose backlog query failed or timed out.
+# TYPE outbox_backlog_query_failures_total counter
+outbox_backlog_query_failures_total 3
+`)))
+	})
+}
+
+func age(t *testing.T, c prometheus.Collector) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(c))
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == "outbox_oldest_pending_age_seconds" {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("no outbox_oldest_pending_age_seconds")
+	return 0
+}
