@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/outbox-go/outbox/metrics"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/workflows"
 )
@@ -23,6 +25,12 @@ type Activities struct {
 	Logger   *slog.Logger
 	// Alerts posts a webhook for each dead letter, besides the error log line. Optional.
 	Alerts *AlertWebhooks
+	// Metrics records sends, their failures, sent and dead-lettered messages. Nil records
+	// nothing.
+	Metrics *metrics.Metrics
+	// TracerProvider makes the send span, which continues the trace of the enqueuing
+	// span. Defaults to the global provider (otel.GetTracerProvider).
+	TracerProvider trace.TracerProvider
 }
 
 // Register adds the activities to r under their workflow-facing names.
@@ -33,6 +41,7 @@ func (a *Activities) Register(r interface {
 	r.RegisterActivityWithOptions(a.CheckProcessed, activity.RegisterOptions{Name: workflows.ActivityCheckProcessed})
 	r.RegisterActivityWithOptions(a.MarkSent, activity.RegisterOptions{Name: workflows.ActivityMarkSent})
 	r.RegisterActivityWithOptions(a.DeadLetter, activity.RegisterOptions{Name: workflows.ActivityDeadLetter})
+	r.RegisterActivityWithOptions(a.PurgeBatch, activity.RegisterOptions{Name: workflows.ActivityPurgeBatch})
 }
 
 func (a *Activities) logger() *slog.Logger {
@@ -86,6 +95,7 @@ func delivery(row store.Row, attempt, maxAttempts int) Delivery {
 // returns the handler's failure as an ApplicationError the workflow can classify. A failed
 // attempt is recorded on the row (retry_times, last_error).
 func (a *Activities) Send(ctx context.Context, in workflows.SendInput) error {
+	a.Metrics.SendAttempt(in.Topic)
 	row, h, err := a.load(ctx, in.MessageID)
 	if err != nil {
 		a.recordFailure(ctx, in, err)
@@ -99,11 +109,14 @@ func (a *Activities) Send(ctx context.Context, in workflows.SendInput) error {
 		return temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("message %s is %s", row.MessageID, row.Status), workflows.ErrTypePermanent, nil)
 	}
+	ctx, span := a.startSendSpan(ctx, row, in)
+	defer span.End()
 	err = h.Send(ctx, delivery(row, in.Attempt, in.MaxAttempts))
 	if err == nil {
 		return nil
 	}
 	appErr := toApplicationError(err)
+	endSendSpan(span, appErr)
 	a.recordFailure(ctx, in, appErr)
 	return appErr
 }
@@ -115,13 +128,18 @@ func (a *Activities) recordFailure(ctx context.Context, in workflows.SendInput, 
 	}
 	msg := err.Error()
 	var appErr *temporal.ApplicationError
+	errType := ""
 	if errors.As(err, &appErr) {
-		msg = appErr.Message()
+		msg, errType = appErr.Message(), appErr.Type()
 	}
+	a.Metrics.SendFailed(in.Topic, errType)
 	a.logger().WarnContext(ctx, "Send attempt failed",
 		slog.String("message_id", in.MessageID), slog.String("topic", in.Topic),
 		slog.Int("attempt", in.Attempt), slog.Int("max_attempts", in.MaxAttempts), slog.String("error", msg))
-	if _, rerr := a.Store.RecordFailure(context.WithoutCancel(ctx), id, in.Attempt, msg); rerr != nil {
+	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, rerr := a.Store.RecordFailure(recordCtx, id, in.Attempt, msg); rerr != nil {
+		a.Metrics.Error(metrics.OpRecordFailure)
 		a.logger().WarnContext(ctx, "Cannot record send failure", slog.String("message_id", in.MessageID), slog.Any("error", rerr))
 	}
 }
@@ -144,7 +162,8 @@ func toApplicationError(err error) error {
 		return temporal.NewApplicationErrorWithOptions(err.Error(), workflows.ErrTypeRetryable,
 			temporal.ApplicationErrorOptions{NextRetryDelay: herr.RetryAfter})
 	default:
-		return temporal.NewApplicationError(err.Error(), workflows.ErrTypeAmbiguous)
+		return temporal.NewApplicationErrorWithOptions(err.Error(), workflows.ErrTypeAmbiguous,
+			temporal.ApplicationErrorOptions{NextRetryDelay: herr.RetryAfter})
 	}
 }
 
@@ -176,11 +195,14 @@ func (a *Activities) MarkSent(ctx context.Context, in workflows.MarkSentInput) e
 	}
 	ok, err := a.Store.MarkSent(ctx, id)
 	if err != nil {
+		a.Metrics.Error(metrics.OpMarkSent)
 		return err
 	}
 	if !ok {
 		a.logger().InfoContext(ctx, "Message already recorded; mark-sent changed nothing", slog.String("message_id", in.MessageID))
+		return nil
 	}
+	a.recordSent(ctx, id)
 	return nil
 }
 
@@ -196,9 +218,11 @@ func (a *Activities) DeadLetter(ctx context.Context, in workflows.DeadLetterInpu
 		Attempts: in.Attempts, LastError: in.LastError,
 	})
 	if err != nil {
+		a.Metrics.Error(metrics.OpDeadLetter)
 		return err
 	}
 	if moved {
+		a.Metrics.DeadLettered(in.Topic)
 		a.logger().ErrorContext(ctx, "Message dead-lettered",
 			slog.String("message_id", in.MessageID), slog.String("topic", in.Topic),
 			slog.Int("attempts", in.Attempts), slog.String("reason", in.LastError),

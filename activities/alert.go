@@ -75,11 +75,11 @@ func (w *AlertWebhooks) Send(ctx context.Context, alert DeadLetterAlert) error {
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("POST %s: %w", url, err)
+		return fmt.Errorf("POST %s: %w", redactURL(url, false), unwrapURLError(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("POST %s: HTTP %d%s", url, resp.StatusCode, readSnippet(resp.Body))
+		return fmt.Errorf("POST %s: HTTP %d%s", redactURL(url, false), resp.StatusCode, readSnippet(resp.Body))
 	}
 	return nil
 }

@@ -14,7 +14,10 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/internal/tracing"
 )
 
 // HTTPSink delivers messages by POSTing them as JSON:
@@ -24,7 +27,8 @@ import (
 // with the headers Content-Type: application/json, Idempotency-Key: <message_id> and
 // X-Outbox-Attempt: <n>. A 2xx answer means delivered; 408, 429, 5xx are retried (honouring
 // Retry-After); a connection error or timeout is retried after a check; any other answer is
-// a permanent failure. Redirects are not followed.
+// a permanent failure. Redirects are not followed. The request carries the trace context
+// of the send span (traceparent, tracestate), so the receiver's span joins the trace.
 type HTTPSink struct {
 	URL      string
 	CheckURL string // with {message_id}; empty when the downstream cannot be asked
@@ -67,7 +71,7 @@ func (s *HTTPSink) Send(ctx context.Context, d Delivery) error {
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL, bytes.NewReader(body))
 	if err != nil {
-		return Permanent(fmt.Errorf("build request to %s: %w", s.URL, err))
+		return Permanent(fmt.Errorf("build request to %s: %w", redactURL(s.URL, true), err))
 	}
 	for k, v := range s.Headers {
 		req.Header.Set(k, v)
@@ -76,20 +80,29 @@ func (s *HTTPSink) Send(ctx context.Context, d Delivery) error {
 	req.Header.Set("Idempotency-Key", d.MessageID.String())
 	req.Header.Set("X-Outbox-Attempt", strconv.Itoa(d.Attempt))
 	req.Header.Set("X-Outbox-Topic", d.Topic)
+	// The receiver's span continues the send span, and so the enqueuing trace.
+	tracing.Propagator(nil).Inject(ctx, propagation.HeaderCarrier(req.Header))
 
 	resp, err := s.Client.Do(req)
 	if err != nil {
-		return transportError("POST", s.URL, err)
+		return transportError("POST", redactURL(s.URL, true), err)
 	}
 	defer resp.Body.Close()
 	snippet := readSnippet(resp.Body)
+	failure := fmt.Errorf("POST %s: HTTP %d%s", redactURL(s.URL, true), resp.StatusCode, snippet)
+	wait := retryAfter(resp.Header.Get("Retry-After"), time.Now())
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
 		return nil
-	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
-		return Retryable(fmt.Errorf("POST %s: HTTP %d%s", s.URL, code, snippet), retryAfter(resp.Header.Get("Retry-After"), time.Now()))
+	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
+		// The receiver turned the request away before processing it.
+		return Retryable(failure, wait)
+	case code >= 500:
+		// A 500 may come after the receiver committed; a 502 or 504 from a gateway says
+		// nothing about the receiver behind it.
+		return &HandlerError{Err: failure, RetryAfter: wait, kind: kindAmbiguous}
 	default:
-		return Permanent(fmt.Errorf("POST %s: HTTP %d%s", s.URL, code, snippet))
+		return Permanent(failure)
 	}
 }
 
@@ -101,15 +114,16 @@ func (s *HTTPSink) CheckProcessed(ctx context.Context, d Delivery) (bool, error)
 	u := strings.ReplaceAll(s.CheckURL, "{message_id}", url.PathEscape(d.MessageID.String()))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return false, fmt.Errorf("build request to %s: %w", u, err)
+		return false, fmt.Errorf("build request to %s: %w", redactURL(u, true), err)
 	}
 	for k, v := range s.Headers {
 		req.Header.Set(k, v)
 	}
 	req.Header.Set("Idempotency-Key", d.MessageID.String())
+	tracing.Propagator(nil).Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := s.Client.Do(req)
 	if err != nil {
-		return false, fmt.Errorf("GET %s: %w", u, err)
+		return false, fmt.Errorf("GET %s: %w", redactURL(u, true), unwrapURLError(err))
 	}
 	defer resp.Body.Close()
 	snippet := readSnippet(resp.Body)
@@ -119,14 +133,14 @@ func (s *HTTPSink) CheckProcessed(ctx context.Context, d Delivery) (bool, error)
 	case http.StatusNotFound:
 		return false, nil
 	default:
-		return false, fmt.Errorf("GET %s: HTTP %d%s (want 200 or 404)", u, resp.StatusCode, snippet)
+		return false, fmt.Errorf("GET %s: HTTP %d%s (want 200 or 404)", redactURL(u, true), resp.StatusCode, snippet)
 	}
 }
 
 // transportError classifies a failed round trip: a connection that was never made cannot
 // have delivered anything; anything later (a reset, a timeout) may have.
 func transportError(method, u string, err error) error {
-	wrapped := fmt.Errorf("%s %s: %w", method, u, err)
+	wrapped := fmt.Errorf("%s %s: %w", method, u, unwrapURLError(err))
 	var opErr *net.OpError
 	if errors.As(err, &opErr) && opErr.Op == "dial" {
 		return Retryable(wrapped, 0)
@@ -166,4 +180,28 @@ func retryAfter(v string, now time.Time) time.Duration {
 		return t.Sub(now)
 	}
 	return 0
+}
+
+// redactURL returns the form of a URL that errors, the row's last_error, the dead letter
+// and the workflow history may show: no user information, no query (where API keys
+// live) and, unless keepPath, no path (a webhook's path is often its secret).
+func redactURL(raw string, keepPath bool) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "(unparsable URL)"
+	}
+	out := u.Scheme + "://" + u.Host
+	if keepPath {
+		out += u.EscapedPath()
+	}
+	return out
+}
+
+// unwrapURLError drops the *url.Error wrapper, whose text repeats the full URL.
+func unwrapURLError(err error) error {
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		return uerr.Err
+	}
+	return err
 }

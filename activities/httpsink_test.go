@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,7 +75,8 @@ func TestHTTPSink(t *testing.T) {
 			code int
 			kind int
 		}{
-			{500, kindRetryable}, {503, kindRetryable}, {408, kindRetryable}, {429, kindRetryable},
+			{500, kindAmbiguous}, {502, kindAmbiguous}, {504, kindAmbiguous},
+			{503, kindRetryable}, {408, kindRetryable}, {429, kindRetryable},
 			{400, kindPermanent}, {404, kindPermanent}, {422, kindPermanent}, {301, kindPermanent},
 		} {
 			s := sinkFor(t, func(w http.ResponseWriter, r *http.Request) {
@@ -86,6 +88,28 @@ func TestHTTPSink(t *testing.T) {
 			require.Equal(t, tc.kind, kindOf(t, err).kind, "HTTP %d", tc.code)
 			require.Contains(t, err.Error(), "no such order")
 		}
+	})
+
+	t.Run("ErrorsLeaveCredentialsOut", func(t *testing.T) {
+		t.Parallel()
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }))
+		defer srv.Close()
+		u := strings.Replace(srv.URL, "http://", "http://user:hunter2@", 1) + "/events?api_key=s3cr3t"
+		s, err := NewHTTPSink(config.Topic{URL: u})
+		require.NoError(t, err)
+		err = s.Send(ctx, testDelivery())
+		require.Error(t, err)
+		require.NotContains(t, err.Error(), "hunter2")
+		require.NotContains(t, err.Error(), "s3cr3t")
+		require.Contains(t, err.Error(), "/events: HTTP 500")
+
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		closed := "http://" + l.Addr().String() + "/hook/T000/B000/s3cr3t-token"
+		require.NoError(t, l.Close())
+		alertErr := (&AlertWebhooks{Global: closed}).Send(ctx, DeadLetterAlert{Topic: "t"})
+		require.Error(t, alertErr)
+		require.NotContains(t, alertErr.Error(), "s3cr3t")
 	})
 
 	t.Run("RetryAfter", func(t *testing.T) {

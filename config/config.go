@@ -394,14 +394,17 @@ func (t Topic) validate(field string, sinks []string) error {
 		}
 	}
 	if t.MaxAttempts < 0 || t.MaxAttempts > 101 {
-		bad("max_attempts", "must be between 1 and 101, got %d", t.MaxAttempts)
+		bad("max_attempts", "must be between 1 and 101 (unset: 4), got %d", t.MaxAttempts)
 	}
 	if t.Backoff != 0 && t.Backoff < 1 {
 		bad("backoff", "must be at least 1, got %g", t.Backoff)
 	}
-	for sub, d := range map[string]Duration{"initial_interval": t.InitialInterval, "max_interval": t.MaxInterval, "timeout": t.Timeout} {
-		if d < 0 {
-			bad(sub, "must be positive, got %s", time.Duration(d))
+	for _, d := range []struct {
+		name  string
+		value Duration
+	}{{"initial_interval", t.InitialInterval}, {"max_interval", t.MaxInterval}, {"timeout", t.Timeout}} {
+		if d.value < 0 {
+			bad(d.name, "must be positive, got %s", time.Duration(d.value))
 		}
 	}
 	if len(errs) == 0 {
@@ -415,7 +418,13 @@ func (t Topic) validate(field string, sinks []string) error {
 func checkURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("must be an absolute http or https URL, got %q", s)
+		shown := s
+		if err == nil && (u.User != nil || u.RawQuery != "") {
+			// Keep credentials out of the message.
+			u.User, u.RawQuery = nil, ""
+			shown = u.String() + " (user and query left out)"
+		}
+		return fmt.Errorf("must be an absolute http or https URL, got %q", shown)
 	}
 	return nil
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outbox-go/outbox/metrics"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/workflows"
 )
@@ -55,6 +56,8 @@ type Config struct {
 	Policy func(topic string) workflows.Policy
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Metrics records claims, starts and their failures. Nil records nothing.
+	Metrics *metrics.Metrics
 }
 
 func (c Config) withDefaults() Config {
@@ -160,27 +163,45 @@ func (r *Relay) Run(ctx context.Context) error {
 // claimed. Once claimed, the batch is handed over even if ctx is cancelled meanwhile, so
 // a shutdown does not leave rows waiting for their lease to expire.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
+	began := time.Now()
 	claimCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	rows, err := r.store.Claim(claimCtx, r.cfg.BatchSize, r.cfg.Lease)
 	cancel()
 	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			r.cfg.Metrics.Error(metrics.OpClaim)
+		}
 		return 0, err
 	}
 	if len(rows) == 0 {
 		return 0, nil
 	}
 	hand := context.WithoutCancel(ctx)
+	// Rows whose lease is about to run out by this process's clock are left to the next
+	// claim: starting them now would race another relay that may already have taken them.
+	leaseEnd := began.Add(r.cfg.Lease - min(r.cfg.StartTimeout, r.cfg.Lease/2))
 	sem := make(chan struct{}, r.cfg.StartConcurrency)
 	var wg sync.WaitGroup
 	for _, row := range rows {
 		sem <- struct{}{}
+		if time.Now().After(leaseEnd) {
+			<-sem
+			r.log.InfoContext(ctx, "Lease running out before the start; leaving the row for the next claim",
+				slog.String("message_id", row.MessageID.String()))
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			r.handOver(hand, row)
+			// One deadline for the whole hand-over: the start, then the row update or the
+			// describe, so a stuck connection cannot stall the relay.
+			rowCtx, cancel := context.WithTimeout(hand, r.cfg.StartTimeout+20*time.Second)
+			defer cancel()
+			r.handOver(rowCtx, row)
 		}()
 	}
 	wg.Wait()
+	r.cfg.Metrics.Batch(len(rows), time.Since(began))
 	return len(rows), nil
 }
 
@@ -216,10 +237,16 @@ func (r *Relay) handOver(ctx context.Context, row store.Claimed) {
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	switch {
 	case err == nil:
+		r.cfg.Metrics.WorkflowStarted()
+		if row.RedriveCount > 0 {
+			r.cfg.Metrics.Redriven(row.Topic)
+		}
 		r.markDispatched(ctx, log, row)
 	case errors.As(err, &started):
+		r.cfg.Metrics.WorkflowAlreadyStarted()
 		r.alreadyStarted(ctx, log, row, started.RunId)
 	default:
+		r.cfg.Metrics.Error(metrics.OpStartWorkflow)
 		// The row stays claimed; another pass takes it when the lease expires.
 		log.WarnContext(ctx, "Cannot start delivery workflow; will retry after the lease",
 			slog.Time("lease_until", row.LeaseUntil), slog.Any("error", err))
@@ -230,6 +257,7 @@ func (r *Relay) markDispatched(ctx context.Context, log *slog.Logger, row store.
 	ok, err := r.store.MarkDispatched(ctx, row.ID, row.ClaimToken)
 	switch {
 	case err != nil:
+		r.cfg.Metrics.Error(metrics.OpMarkDispatched)
 		log.WarnContext(ctx, "Workflow started but the row was not marked dispatched", slog.Any("error", err))
 	case !ok:
 		log.DebugContext(ctx, "Row moved on before it was marked dispatched")
@@ -242,6 +270,7 @@ func (r *Relay) alreadyStarted(ctx context.Context, log *slog.Logger, row store.
 	id := workflows.WorkflowID(row.MessageID.String())
 	desc, err := r.client.DescribeWorkflowExecution(ctx, id, "")
 	if err != nil {
+		r.cfg.Metrics.Error(metrics.OpDescribeWorkflow)
 		log.WarnContext(ctx, "Workflow already started but cannot be described", slog.String("run_id", runID), slog.Any("error", err))
 		return
 	}
@@ -253,14 +282,16 @@ func (r *Relay) alreadyStarted(ctx context.Context, log *slog.Logger, row store.
 	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
 		ok, err := r.store.MarkSent(ctx, row.MessageID)
 		if err != nil {
+			r.cfg.Metrics.Error(metrics.OpMarkSent)
 			log.WarnContext(ctx, "Cannot record the completed run's outcome", slog.Any("error", err))
 			return
 		}
 		log.InfoContext(ctx, "Workflow already completed; row recorded as sent", slog.String("run_id", runID), slog.Bool("changed", ok))
 	default:
-		// A failed run allows a new start, so this is a race with a run that just closed;
-		// the lease expires and the next pass starts again.
-		log.WarnContext(ctx, "Workflow start rejected; will retry after the lease", slog.String("status", status.String()))
+		// A run that closed any other way allows a new start, so this raced a run that was
+		// closing (a dead letter, most likely, which has moved the row on). A row still
+		// claimed when its lease expires is claimed and started again.
+		log.InfoContext(ctx, "Workflow start rejected by a run that was closing", slog.String("status", status.String()))
 	}
 }
 
@@ -287,22 +318,19 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 }
 
 func (r *Relay) listenOnce(ctx context.Context, wake chan<- struct{}) (listened bool, err error) {
-	conn, err := r.pool.Acquire(ctx)
+	// A connection of its own, outside the pool: it is held for as long as the relay runs.
+	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return false, err
 	}
-	// A connection that was listening goes back to the pool unclean: close it instead.
-	defer func() {
-		_ = conn.Conn().Close(context.WithoutCancel(ctx))
-		conn.Release()
-	}()
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{r.store.Channel()}.Sanitize()); err != nil {
 		return false, err
 	}
 	// Rows committed before LISTEN took effect sent their notification to nobody: look once.
 	notify(wake)
 	for {
-		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
 			return true, err
 		}
 		notify(wake)

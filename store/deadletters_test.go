@@ -179,6 +179,25 @@ func TestDeadLetterOperations(t *testing.T) {
 		require.Len(t, claimed, 1)
 	})
 
+	t.Run("SameRunDeadLetteringAgainReopens", func(t *testing.T) {
+		t.Parallel()
+		pool, st := testdb.Schema(t)
+		id := deadLettered(t, st, "t", "run-1")
+		_, err := st.Redrive(ctx, id, "op")
+		require.NoError(t, err)
+		// The run that dead-lettered it was still open (its worker died after the dead
+		// letter committed) and, replayed, dead-letters it again.
+		_, err = pool.Exec(ctx, `UPDATE `+st.Schema()+`.outbox_messages SET status = 'dispatched' WHERE message_id = $1`, id)
+		require.NoError(t, err)
+		ok, err := st.DeadLetter(ctx, store.DeadLetter{MessageID: id, Topic: "t", WorkflowID: "w", RunID: "run-1", Attempts: 4, LastError: "again"})
+		require.NoError(t, err)
+		require.True(t, ok)
+		open, err := st.ListDeadLetters(ctx, store.DeadLetterFilter{})
+		require.NoError(t, err)
+		require.Len(t, open, 1, "the dead message is visible again")
+		require.Equal(t, id, open[0].MessageID)
+	})
+
 	t.Run("Discard", func(t *testing.T) {
 		t.Parallel()
 		_, st := testdb.Schema(t)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // Message statuses, as stored in outbox_messages.status.
@@ -69,6 +70,10 @@ type Config struct {
 	// MaxPayloadBytes limits the size of a message payload. Defaults to
 	// DefaultMaxPayloadBytes (256 KiB); at most HardMaxPayloadBytes.
 	MaxPayloadBytes int
+	// Propagator writes the trace context of the enqueuing span into a message's headers.
+	// Defaults to the global propagator (otel.GetTextMapPropagator), falling back to W3C
+	// traceparent and tracestate when that writes no traceparent.
+	Propagator propagation.TextMapPropagator
 }
 
 var schemaPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)

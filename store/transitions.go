@@ -25,16 +25,12 @@ type Claimed struct {
 	LeaseUntil    time.Time
 }
 
-// The claim: one short statement. The inner SELECT's first condition repeats the claim
-// index's predicate, so the planner walks outbox_messages_claim_idx in id order; SKIP
-// LOCKED lets concurrent relays take disjoint batches; all times come from the database
-// clock.
-const claimSQL = `UPDATE %[1]s AS m
-SET status = 'claimed',
-    claim_token = $1,
-    lease_until = now() + make_interval(secs => $2),
-    updated_at = now()
-WHERE m.id IN (
+// The claim: one short statement. The CTE's first condition repeats the claim index's
+// predicate, so the planner walks outbox_messages_claim_idx in id order; SKIP LOCKED lets
+// concurrent relays take disjoint batches; MATERIALIZED makes the row choice run once (a
+// subquery in IN (...) may be re-run by the planner, and each run would lock other rows);
+// all times come from the database clock.
+const claimSQL = `WITH due AS MATERIALIZED (
     SELECT id FROM %[1]s
     WHERE status IN ('pending', 'claimed')
       AND ((status = 'pending' AND (next_retry_at IS NULL OR next_retry_at <= now()))
@@ -42,6 +38,13 @@ WHERE m.id IN (
     ORDER BY id
     LIMIT $3
     FOR UPDATE SKIP LOCKED)
+UPDATE %[1]s AS m
+SET status = 'claimed',
+    claim_token = $1,
+    lease_until = now() + make_interval(secs => $2),
+    updated_at = now()
+FROM due
+WHERE m.id = due.id
 RETURNING m.id, m.message_id, m.topic, m.retry_times, m.max_retry_times, m.redrive_count,
           m.created_at, m.claim_token, m.lease_until`
 
@@ -174,7 +177,11 @@ WHERE message_id = $1 FOR UPDATE`, d.MessageID).Scan(&status, &topic, &payload, 
 		if _, err := tx.Exec(ctx, `INSERT INTO `+s.dead+`
 (message_id, workflow_id, run_id, topic, payload, headers, attempts, last_error, message_created_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-ON CONFLICT (message_id, run_id) DO NOTHING`,
+ON CONFLICT (message_id, run_id) DO UPDATE
+    -- The same run dead-letters the message again (its first dead letter was redriven
+    -- while the run was still open): the dead letter is open again.
+    SET redriven_at = NULL, redriven_by = NULL
+    WHERE `+s.dead+`.redriven_at IS NOT NULL AND `+s.dead+`.discarded_at IS NULL`,
 			d.MessageID, d.WorkflowID, d.RunID, topic, string(payload), headers, d.Attempts, d.LastError, createdAt); err != nil {
 			return err
 		}

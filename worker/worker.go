@@ -13,6 +13,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/metrics"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/workflows"
 )
@@ -24,13 +25,16 @@ type Deps struct {
 	Logger   *slog.Logger // defaults to slog.Default()
 	// Alerts posts a webhook for each dead letter. Optional.
 	Alerts *activities.AlertWebhooks
+	// Metrics records sends, sent and dead-lettered messages. Optional.
+	Metrics *metrics.Metrics
 }
 
 // Register adds OutboxDelivery and its activities to r, which is usually a worker on the
 // outbox's task queue.
 func Register(r sdkworker.Registry, deps Deps) {
 	r.RegisterWorkflowWithOptions(workflows.Delivery, workflows.RegisterOptions())
-	a := &activities.Activities{Store: deps.Store, Handlers: deps.Handlers, Logger: deps.Logger, Alerts: deps.Alerts}
+	r.RegisterWorkflowWithOptions(workflows.Retention, workflows.RetentionRegisterOptions())
+	a := &activities.Activities{Store: deps.Store, Handlers: deps.Handlers, Logger: deps.Logger, Alerts: deps.Alerts, Metrics: deps.Metrics}
 	a.Register(r)
 }
 
@@ -51,14 +55,33 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	taskQueue := cmp.Or(cfg.TaskQueue, workflows.DefaultTaskQueue)
 	logger := cmp.Or(cfg.Logger, slog.Default())
-	w := sdkworker.New(cfg.Client, taskQueue, cfg.Options)
+	// A fatal error (the namespace is gone, permission denied) stops the SDK worker's
+	// polling; Run returns it instead of idling as if all were well.
+	fatal := make(chan error, 1)
+	opts := cfg.Options
+	onFatal := opts.OnFatalError
+	opts.OnFatalError = func(err error) {
+		if onFatal != nil {
+			onFatal(err)
+		}
+		select {
+		case fatal <- err:
+		default:
+		}
+	}
+	w := sdkworker.New(cfg.Client, taskQueue, opts)
 	Register(w, cfg.Deps)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker on task queue %s: %w", taskQueue, err)
 	}
 	logger.InfoContext(ctx, "Worker started", slog.String("task_queue", taskQueue), slog.Any("topics", cfg.Handlers.Topics()))
-	<-ctx.Done()
-	w.Stop()
-	logger.InfoContext(context.WithoutCancel(ctx), "Worker stopped")
-	return nil
+	select {
+	case <-ctx.Done():
+		w.Stop()
+		logger.InfoContext(context.WithoutCancel(ctx), "Worker stopped")
+		return nil
+	case err := <-fatal:
+		w.Stop()
+		return fmt.Errorf("worker on task queue %s stopped: %w", taskQueue, err)
+	}
 }

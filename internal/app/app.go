@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -29,6 +30,8 @@ type App struct {
 	Pool     *pgxpool.Pool
 	Store    *store.Store
 	Temporal client.Client // nil until DialTemporal
+
+	tel telemetry // metrics registry, /metrics endpoint, tracing
 }
 
 // Open validates cfg (after defaults), connects to PostgreSQL and checks that it answers.
@@ -41,6 +44,11 @@ func Open(ctx context.Context, cfg *config.Config, logger *slog.Logger, sinks ..
 	if err != nil {
 		// pgx leaves the password out of its parse errors.
 		return nil, fmt.Errorf("database_url: %w", err)
+	}
+	if !strings.Contains(c.DatabaseURL, "pool_max_conns") {
+		// pgxpool's default (4 on a small machine) is too few for a worker running many
+		// activities beside a relay starting workflows concurrently.
+		poolCfg.MaxConns = 20
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
@@ -64,7 +72,11 @@ func Open(ctx context.Context, cfg *config.Config, logger *slog.Logger, sinks ..
 // DialTemporal connects to Temporal and, unless search attributes are off, makes sure
 // they exist.
 func (a *App) DialTemporal(ctx context.Context) error {
-	c, err := temporalx.Dial(ctx, temporalx.Options{Address: a.Config.Temporal.Address, Namespace: a.Config.Temporal.Namespace, Logger: a.Logger})
+	sdkMetrics, err := a.sdkMetricsHandler()
+	if err != nil {
+		return err
+	}
+	c, err := temporalx.Dial(ctx, temporalx.Options{Address: a.Config.Temporal.Address, Namespace: a.Config.Temporal.Namespace, Logger: a.Logger, MetricsHandler: sdkMetrics})
 	if err != nil {
 		return err
 	}
@@ -82,6 +94,7 @@ func (a *App) DialTemporal(ctx context.Context) error {
 
 // Close closes the connections.
 func (a *App) Close() {
+	a.closeTelemetry()
 	if a.Temporal != nil {
 		a.Temporal.Close()
 	}
@@ -97,10 +110,21 @@ func (a *App) RunWorker(ctx context.Context, sinks map[string]activities.SinkFac
 	if err != nil {
 		return fmt.Errorf("build topic handlers: %w", err)
 	}
+	if _, err := a.ServeMetrics(); err != nil {
+		return err
+	}
+	if a.Config.Retention.Enabled {
+		if err := a.EnsureRetentionSchedule(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while starting
+			}
+			return err
+		}
+	}
 	return worker.Run(ctx, worker.Config{
 		Client:    a.Temporal,
 		TaskQueue: a.Config.Temporal.TaskQueue,
-		Deps:      worker.Deps{Store: a.Store, Handlers: reg, Logger: a.Logger, Alerts: activities.AlertWebhooksFromConfig(&a.Config)},
+		Deps:      worker.Deps{Store: a.Store, Handlers: reg, Logger: a.Logger, Alerts: activities.AlertWebhooksFromConfig(&a.Config), Metrics: a.Metrics()},
 		Options:   sdkworker.Options{MaxConcurrentActivityExecutionSize: a.Config.Worker.MaxConcurrentActivities},
 	})
 }
@@ -109,6 +133,9 @@ func (a *App) RunWorker(ctx context.Context, sinks map[string]activities.SinkFac
 func (a *App) RunRelay(ctx context.Context) error {
 	if a.Temporal == nil {
 		return errors.New("run relay: not connected to Temporal")
+	}
+	if _, err := a.ServeMetrics(); err != nil {
+		return err
 	}
 	r, err := starter.New(a.Store, a.Pool, a.Temporal, a.RelayConfig())
 	if err != nil {
@@ -129,5 +156,6 @@ func (a *App) RelayConfig() starter.Config {
 		NoSearchAttributes: !c.SearchAttributesEnabled(),
 		Policy:             c.Policy,
 		Logger:             a.Logger,
+		Metrics:            a.Metrics(),
 	}
 }

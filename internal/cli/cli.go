@@ -23,6 +23,11 @@ import (
 // non-zero on error.
 func Main(extra ...func(*Env) *cobra.Command) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// After the first signal, a second one ends the process at once.
+		<-ctx.Done()
+		stop()
+	}()
 	root := NewRoot(os.Stdin, os.Stdout, os.Stderr, os.LookupEnv, extra...)
 	err := root.ExecuteContext(ctx)
 	stop()
@@ -75,6 +80,7 @@ OUTBOX_TASK_QUEUE override the config file.`,
 		newDemoCmd(g),
 		newDLQCmd(g),
 		newStatsCmd(g),
+		newRetentionCmd(g),
 	)
 	for _, add := range extra {
 		root.AddCommand(add(g.Env()))
@@ -122,6 +128,7 @@ func (g *globals) open(ctx context.Context, withTemporal bool) (*app.App, error)
 	if err != nil {
 		return nil, err
 	}
+	a.StartTracing(ctx)
 	if withTemporal {
 		if err := a.DialTemporal(ctx); err != nil {
 			a.Close()

@@ -196,11 +196,20 @@ func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) (err error
 		return err
 	}
 	stops = append(stops, a.Close)
+	a.StartTracing(ctx)
 	if _, err := a.Store.Migrate(ctx); err != nil {
 		return err
 	}
 	if err := a.DialTemporal(ctx); err != nil {
 		return err
+	}
+	// The worker and the relay share one registry and one endpoint (metrics.address).
+	metricsAddr, err := a.ServeMetrics()
+	if err != nil {
+		return err
+	}
+	if metricsAddr != nil {
+		show("Metrics", "http://%s/metrics  (/healthz, /readyz)", metricsAddr)
 	}
 
 	if !o.NoDemo {
