@@ -171,6 +171,14 @@ type Topic struct {
 	// alerts.webhook_url. Optional.
 	AlertWebhook string `yaml:"alert_webhook"`
 
+	// Ordering holds this topic's messages back while an earlier message with the same
+	// ordering key is undelivered. Defaults to true; messages without a key are never held.
+	Ordering *bool `yaml:"ordering"`
+	// DeadLetterBlocksKey keeps later messages of a key waiting while a dead message of
+	// this topic is not redriven or discarded. False skips the dead message instead.
+	// Defaults to true.
+	DeadLetterBlocksKey *bool `yaml:"dead_letter_blocks_key"`
+
 	// Options holds settings of sinks other than http.
 	Options map[string]string `yaml:"options"`
 }
@@ -446,4 +454,31 @@ func (c *Config) TopicConfig(topic string) (t Topic, ok bool) {
 func (c *Config) Policy(topic string) workflows.Policy {
 	t, _ := c.TopicConfig(topic)
 	return t.Policy()
+}
+
+// OrderingRules returns the claim's ordering settings for the configured topics: each
+// listed topic's own, and the default entry's (or the built-in defaults) for the rest.
+func (c *Config) OrderingRules() store.OrderingRules {
+	var r store.OrderingRules
+	isFalse := func(b *bool) bool { return b != nil && !*b }
+	if c.Default != nil {
+		r.DefaultUnordered = isFalse(c.Default.Ordering)
+		r.DefaultSkipping = isFalse(c.Default.DeadLetterBlocksKey)
+	}
+	names := make([]string, 0, len(c.Topics))
+	for name := range c.Topics {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		t := c.Topics[name]
+		r.Listed = append(r.Listed, name)
+		if isFalse(t.Ordering) {
+			r.Unordered = append(r.Unordered, name)
+		}
+		if isFalse(t.DeadLetterBlocksKey) {
+			r.Skipping = append(r.Skipping, name)
+		}
+	}
+	return r
 }

@@ -58,6 +58,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics records claims, starts and their failures. Nil records nothing.
 	Metrics *metrics.Metrics
+	// Ordering are the per-topic ordering settings of the claim. The zero value hands
+	// each key's messages over one at a time in commit order, and a dead message blocks
+	// its key until it is redriven or discarded.
+	Ordering store.OrderingRules
 }
 
 func (c Config) withDefaults() Config {
@@ -117,6 +121,11 @@ func New(st *store.Store, pool *pgxpool.Pool, c Starter, cfg Config) (*Relay, er
 
 // Run relays rows until ctx is cancelled, then finishes the batch in hand and returns
 // nil.
+//
+// It claims on every notification and at least every PollInterval. When a pending
+// message has a "deliver not before" time ahead (next_retry_at, see store.Message's
+// DeliverAfter), it also wakes when the earliest such message falls due, so delayed
+// messages are handed over on time without polling faster.
 func (r *Relay) Run(ctx context.Context) error {
 	wake := make(chan struct{}, 1)
 	var wg sync.WaitGroup
@@ -139,6 +148,10 @@ func (r *Relay) Run(ctx context.Context) error {
 		case <-wake:
 		case <-timer.C:
 		}
+		// Ask for the next due time before claiming: a message that falls due while the
+		// claims run is then either taken by them or counted in the wait, never missed.
+		asked := time.Now()
+		due, delayed := r.nextDue(ctx)
 		// Drain the batches that are due; a full batch means more may be waiting.
 		for ctx.Err() == nil {
 			n, err := r.RunOnce(ctx)
@@ -149,13 +162,11 @@ func (r *Relay) Run(ctx context.Context) error {
 				break
 			}
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
+		sleep := r.cfg.PollInterval
+		if delayed {
+			sleep = min(max(due-time.Since(asked), minWake), r.cfg.PollInterval)
 		}
-		timer.Reset(r.cfg.PollInterval)
+		resetTimer(timer, sleep)
 	}
 }
 
@@ -165,7 +176,7 @@ func (r *Relay) Run(ctx context.Context) error {
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	began := time.Now()
 	claimCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	rows, err := r.store.Claim(claimCtx, r.cfg.BatchSize, r.cfg.Lease)
+	rows, err := r.store.ClaimOrdered(claimCtx, r.cfg.BatchSize, r.cfg.Lease, r.cfg.Ordering)
 	cancel()
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
@@ -342,4 +353,37 @@ func notify(wake chan<- struct{}) {
 	case wake <- struct{}{}:
 	default:
 	}
+}
+
+// minWake is the shortest sleep between two passes of Run, so that a message falling due
+// during a pass costs one more pass, not a burst of them.
+const minWake = 10 * time.Millisecond
+
+// nextDue returns how long it is until the earliest delayed message falls due, by the
+// database clock; ok is false when no message is waiting for its time, or when that
+// cannot be read (logged): Run then sleeps for PollInterval, and a notification or the
+// poll still brings it round.
+func (r *Relay) nextDue(ctx context.Context) (wait time.Duration, ok bool) {
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	wait, ok, err := r.store.NextDue(qctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.WarnContext(ctx, "Cannot read when the next delayed message is due; waking at the poll interval",
+				slog.Duration("poll_interval", r.cfg.PollInterval), slog.Any("error", err))
+		}
+		return 0, false
+	}
+	return wait, ok
+}
+
+// resetTimer makes t fire once after d, whether or not it has fired or been read.
+func resetTimer(t *time.Timer, d time.Duration) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	t.Reset(d)
 }

@@ -30,6 +30,14 @@ type Message struct {
 	MaxRetryTimes *int
 	// MessageID is the message's idempotency key. Zero means a new UUIDv7.
 	MessageID uuid.UUID
+	// OrderingKey, when set, delivers the message after every earlier committed message
+	// with the same key (any topic): an order's created, paid and cancelled events in
+	// commit order. At most 200 bytes. Messages without a key are never held back.
+	OrderingKey string
+	// DeliverAfter is the earliest time the message is delivered (its next_retry_at);
+	// the relay hands it over once the database clock has passed it. Zero means now. At
+	// most one year ahead; a time in the past means now.
+	DeliverAfter time.Time
 }
 
 // TopicPattern is the form a topic must have.
@@ -40,7 +48,7 @@ const MaxRetryTimesLimit = 100
 
 // ValidationError reports a message that cannot be enqueued. Nothing was written.
 type ValidationError struct {
-	Field  string // "topic", "payload", "headers" or "max_retry_times"
+	Field  string // "topic", "payload", "headers", "max_retry_times", "ordering_key" or "deliver_after"
 	Reason string // what was wrong, with the value
 }
 
@@ -66,8 +74,18 @@ func validate(msg Message, maxPayload int) error {
 			return &ValidationError{"headers", fmt.Sprintf("must have non-empty keys and no NUL characters, got %s: %s", quoteShort(k), quoteShort(v))}
 		}
 	}
+	if k := msg.OrderingKey; len(k) > 200 || strings.ContainsRune(k, 0) || (k != "" && strings.TrimSpace(k) == "") {
+		return &ValidationError{"ordering_key", fmt.Sprintf("must be at most 200 bytes of text, not blank and without NUL, got %s", quoteShort(k))}
+	}
 	if r := msg.MaxRetryTimes; r != nil && (*r < 0 || *r > MaxRetryTimesLimit) {
 		return &ValidationError{"max_retry_times", fmt.Sprintf("must be between 0 and %d, got %d", MaxRetryTimesLimit, *r)}
+	}
+	if t := msg.DeliverAfter; !t.IsZero() {
+		now := time.Now()
+		if t.After(now.AddDate(1, 0, 0)) {
+			return &ValidationError{"deliver_after", fmt.Sprintf("must be at most 1 year ahead, got %s (%s from now)",
+				t.Format(time.RFC3339), t.Sub(now).Round(time.Second))}
+		}
 	}
 	return nil
 }
@@ -114,8 +132,17 @@ func quoteShort(s string) string {
 	return fmt.Sprintf("%q", s)
 }
 
-const enqueueSQL = `INSERT INTO %s (message_id, topic, payload, headers, max_retry_times)
-VALUES ($1, $2, $3, $4, $5)`
+const enqueueSQL = `INSERT INTO %s (message_id, topic, payload, headers, max_retry_times, next_retry_at, ordering_key)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+RETURNING ordering_seq`
+
+// Enqueued is what EnqueueMessage wrote.
+type Enqueued struct {
+	MessageID uuid.UUID
+	// OrderingSeq is the message's place among the messages of its ordering key (1, 2,
+	// ...), in commit order; 0 without a key.
+	OrderingSeq int64
+}
 
 // Enqueue validates msg and inserts it as a pending row with one INSERT on db, which is
 // normally the caller's business transaction (a pgx.Tx): the message commits or rolls
@@ -125,26 +152,51 @@ VALUES ($1, $2, $3, $4, $5)`
 // When ctx carries a span, its trace context (traceparent and tracestate; see
 // Config.Propagator) is added to the message's headers, so the send continues the trace;
 // headers that msg sets itself are kept.
+//
+// A message with msg.DeliverAfter set is delivered once that time has passed (see
+// [Store.NextDue]); the row is written now, so it still commits or rolls back with the
+// business rows.
 func (s *Store) Enqueue(ctx context.Context, db DB, msg Message) (uuid.UUID, error) {
+	res, err := s.EnqueueMessage(ctx, db, msg)
+	return res.MessageID, err
+}
+
+// EnqueueMessage is Enqueue that also returns the message's ordering sequence number. A
+// writer of a key waits here while another open transaction holds the key's previous
+// number, so keep transactions that enqueue ordered messages short.
+func (s *Store) EnqueueMessage(ctx context.Context, db DB, msg Message) (Enqueued, error) {
 	if err := s.Validate(msg); err != nil {
-		return uuid.Nil, err
+		return Enqueued{}, err
 	}
 	id := msg.MessageID
 	if id == uuid.Nil {
 		var err error
 		if id, err = uuid.NewV7(); err != nil {
-			return uuid.Nil, fmt.Errorf("new message id: %w", err)
+			return Enqueued{}, fmt.Errorf("new message id: %w", err)
 		}
 	}
 	var headers []byte
 	if h := tracing.Headers(ctx, s.cfg.Propagator, msg.Headers); len(h) > 0 {
 		headers, _ = json.Marshal(h) // a map[string]string always marshals
 	}
-	if _, err := db.Exec(ctx, s.enqueue,
-		id, msg.Topic, string(msg.Payload), headers, msg.MaxRetryTimes); err != nil {
-		return uuid.Nil, fmt.Errorf("enqueue %s message: %w", msg.Topic, err)
+	var deliverAfter *time.Time // NULL: due at once
+	if !msg.DeliverAfter.IsZero() {
+		deliverAfter = &msg.DeliverAfter
 	}
-	return id, nil
+	var orderingKey *string
+	if msg.OrderingKey != "" {
+		orderingKey = &msg.OrderingKey
+	}
+	var seq *int64
+	if err := db.QueryRow(ctx, s.enqueue,
+		id, msg.Topic, string(msg.Payload), headers, msg.MaxRetryTimes, deliverAfter, orderingKey).Scan(&seq); err != nil {
+		return Enqueued{}, fmt.Errorf("enqueue %s message: %w", msg.Topic, err)
+	}
+	res := Enqueued{MessageID: id}
+	if seq != nil {
+		res.OrderingSeq = *seq
+	}
+	return res, nil
 }
 
 // Enqueue validates msg and inserts it into public.outbox_messages with the default payload
@@ -152,6 +204,32 @@ func (s *Store) Enqueue(ctx context.Context, db DB, msg Message) (uuid.UUID, err
 func Enqueue(ctx context.Context, db DB, msg Message) (uuid.UUID, error) {
 	s, _ := New(nil, Config{}) // the default config is valid
 	return s.Enqueue(ctx, db, msg)
+}
+
+// The earliest "deliver not before" time still ahead, as a wait in microseconds from the
+// database clock's now. It reads outbox_messages_deliver_after_idx: the conditions imply
+// the index predicate, and min() becomes one probe of the index.
+const nextDueSQL = `SELECT ceil(EXTRACT(EPOCH FROM min(next_retry_at) - now()) * 1000000)::bigint
+FROM %s
+WHERE status = 'pending' AND next_retry_at IS NOT NULL AND next_retry_at > now()`
+
+// NextDueSQL returns the statement NextDue runs, for EXPLAIN.
+func (s *Store) NextDueSQL() string { return fmt.Sprintf(nextDueSQL, s.messages) }
+
+// NextDue reports how long it is until the earliest pending message whose next_retry_at
+// (its "deliver not before" time) is still ahead falls due; ok is false when there is no
+// such message. The wait is computed by the database, min(next_retry_at) - now(), so the
+// caller's clock does not matter. Messages already due are not counted: the claim takes
+// them.
+func (s *Store) NextDue(ctx context.Context) (wait time.Duration, ok bool, err error) {
+	var micros *int64
+	if err := s.db.QueryRow(ctx, s.NextDueSQL()).Scan(&micros); err != nil {
+		return 0, false, fmt.Errorf("find next due message: %w", err)
+	}
+	if micros == nil {
+		return 0, false, nil
+	}
+	return time.Duration(*micros) * time.Microsecond, true, nil
 }
 
 // Row is one outbox_messages row as the relay and the activities see it.
@@ -170,4 +248,6 @@ type Row struct {
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
 	SentAt        *time.Time
+	OrderingKey   *string
+	OrderingSeq   *int64
 }

@@ -27,6 +27,12 @@ type Stats struct {
 	// DeadLettersLastHour and DeadLettersLastDay count dead letters written in that time.
 	DeadLettersLastHour int64 `json:"dead_letters_last_hour"`
 	DeadLettersLastDay  int64 `json:"dead_letters_last_day"`
+	// HeldBack counts pending messages waiting behind an earlier undelivered message of
+	// their ordering key.
+	HeldBack int64 `json:"held_back"`
+	// KeysBlockedByDead counts ordering keys whose earliest undelivered message is dead
+	// while later messages of the key wait (unless its topic skips dead messages).
+	KeysBlockedByDead int64 `json:"keys_blocked_by_dead"`
 	// At is the database time of the snapshot.
 	At time.Time `json:"at"`
 }
@@ -72,8 +78,19 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
   (SELECT now() - min(updated_at) FROM `+s.messages+` WHERE status IN ('claimed', 'dispatched')),
   (SELECT count(*) FROM `+s.dead+` WHERE redriven_at IS NULL AND discarded_at IS NULL),
   (SELECT count(*) FROM `+s.dead+` WHERE dead_lettered_at >= now() - interval '1 hour'),
-  (SELECT count(*) FROM `+s.dead+` WHERE dead_lettered_at >= now() - interval '1 day')`).
-		Scan(&st.At, &pendingAge, &inFlightAge, &st.OpenDeadLetters, &st.DeadLettersLastHour, &st.DeadLettersLastDay)
+  (SELECT count(*) FROM `+s.dead+` WHERE dead_lettered_at >= now() - interval '1 day'),
+  (SELECT count(*) FROM `+s.messages+` m
+     WHERE m.status = 'pending' AND m.ordering_key IS NOT NULL AND EXISTS (
+       SELECT 1 FROM `+s.messages+` e WHERE e.ordering_key = m.ordering_key AND e.ordering_seq < m.ordering_seq
+         AND e.status IN ('pending', 'claimed', 'dispatched', 'dead'))),
+  (SELECT count(DISTINCT d.ordering_key) FROM `+s.messages+` d
+     WHERE d.status = 'dead' AND d.ordering_key IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM `+s.messages+` e WHERE e.ordering_key = d.ordering_key AND e.ordering_seq < d.ordering_seq
+         AND e.status IN ('pending', 'claimed', 'dispatched', 'dead'))
+       AND EXISTS (SELECT 1 FROM `+s.messages+` l WHERE l.ordering_key = d.ordering_key AND l.ordering_seq > d.ordering_seq
+         AND l.status = 'pending'))`).
+		Scan(&st.At, &pendingAge, &inFlightAge, &st.OpenDeadLetters, &st.DeadLettersLastHour, &st.DeadLettersLastDay,
+			&st.HeldBack, &st.KeysBlockedByDead)
 	if err != nil {
 		return st, fmt.Errorf("stats: %w", err)
 	}

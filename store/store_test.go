@@ -359,7 +359,7 @@ func TestClaim(t *testing.T) {
 		_, err = pool.Exec(ctx, `ANALYZE `+st.Schema()+`.outbox_messages`)
 		require.NoError(t, err)
 
-		rows, err := pool.Query(ctx, `EXPLAIN `+st.ClaimSQL(), uuid.New(), 30.0, 100)
+		rows, err := pool.Query(ctx, `EXPLAIN `+st.ClaimSQL(), uuid.New(), 30.0, 100, []string{}, []string{}, false, []string{}, false)
 		require.NoError(t, err)
 		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err)

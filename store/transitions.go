@@ -30,14 +30,27 @@ type Claimed struct {
 // concurrent relays take disjoint batches; MATERIALIZED makes the row choice run once (a
 // subquery in IN (...) may be re-run by the planner, and each run would lock other rows);
 // all times come from the database clock.
+//
+// A message with an ordering key is due only when no earlier message of its key (lower
+// ordering_seq, any topic) is undelivered: pending, claimed, dispatched, or dead where
+// the dead message's topic blocks its key. Since a key's sequence order is its commit
+// order, this hands the key's messages to Temporal one at a time in commit order. Topics
+// with ordering off are never held back.
 const claimSQL = `WITH due AS MATERIALIZED (
-    SELECT id FROM %[1]s
-    WHERE status IN ('pending', 'claimed')
-      AND ((status = 'pending' AND (next_retry_at IS NULL OR next_retry_at <= now()))
-        OR (status = 'claimed' AND lease_until <= now()))
-    ORDER BY id
+    SELECT m.id FROM %[1]s m
+    WHERE m.status IN ('pending', 'claimed')
+      AND ((m.status = 'pending' AND (m.next_retry_at IS NULL OR m.next_retry_at <= now()))
+        OR (m.status = 'claimed' AND m.lease_until <= now()))
+      AND (m.ordering_key IS NULL
+        OR (CASE WHEN m.topic = ANY($4) THEN m.topic = ANY($5) ELSE $6 END)
+        OR NOT EXISTS (
+          SELECT 1 FROM %[1]s e
+          WHERE e.ordering_key = m.ordering_key AND e.ordering_seq < m.ordering_seq
+            AND (e.status IN ('pending', 'claimed', 'dispatched')
+              OR (e.status = 'dead' AND NOT (CASE WHEN e.topic = ANY($4) THEN e.topic = ANY($7) ELSE $8 END)))))
+    ORDER BY m.id
     LIMIT $3
-    FOR UPDATE SKIP LOCKED)
+    FOR UPDATE OF m SKIP LOCKED)
 UPDATE %[1]s AS m
 SET status = 'claimed',
     claim_token = $1,
@@ -48,12 +61,46 @@ WHERE m.id = due.id
 RETURNING m.id, m.message_id, m.topic, m.retry_times, m.max_retry_times, m.redrive_count,
           m.created_at, m.claim_token, m.lease_until`
 
-// ClaimSQL returns the claim statement for this store's table, for EXPLAIN.
+// OrderingRules are the per-topic ordering settings the claim applies. The zero value
+// orders every keyed message and lets a dead message block its key.
+type OrderingRules struct {
+	// Listed are the topics the settings below name one by one; every other topic takes
+	// the defaults.
+	Listed []string
+	// Unordered are the listed topics whose messages are never held back by their key.
+	Unordered []string
+	// DefaultUnordered applies to topics not listed.
+	DefaultUnordered bool
+	// Skipping are the listed topics whose dead messages do not block their key: later
+	// messages of the key are delivered anyway.
+	Skipping []string
+	// DefaultSkipping applies to topics not listed.
+	DefaultSkipping bool
+}
+
+func (o OrderingRules) args() []any {
+	nonNil := func(s []string) []string {
+		if s == nil {
+			return []string{}
+		}
+		return s
+	}
+	return []any{nonNil(o.Listed), nonNil(o.Unordered), o.DefaultUnordered, nonNil(o.Skipping), o.DefaultSkipping}
+}
+
+// ClaimSQL returns the claim statement for this store's table, for EXPLAIN. Its
+// parameters are the claim token, the lease in seconds, the limit and OrderingRules.args.
 func (s *Store) ClaimSQL() string { return fmt.Sprintf(claimSQL, s.messages) }
 
 // Claim takes up to limit due rows (pending rows whose next_retry_at has passed, and
-// claimed rows whose lease has expired) and leases them for lease.
+// claimed rows whose lease has expired) and leases them for lease, ordering keyed
+// messages by the default rules.
 func (s *Store) Claim(ctx context.Context, limit int, lease time.Duration) ([]Claimed, error) {
+	return s.ClaimOrdered(ctx, limit, lease, OrderingRules{})
+}
+
+// ClaimOrdered is Claim with the ordering rules of the configured topics.
+func (s *Store) ClaimOrdered(ctx context.Context, limit int, lease time.Duration, rules OrderingRules) ([]Claimed, error) {
 	if limit < 1 {
 		return nil, fmt.Errorf("claim limit must be at least 1, got %d", limit)
 	}
@@ -61,7 +108,8 @@ func (s *Store) Claim(ctx context.Context, limit int, lease time.Duration) ([]Cl
 	if err != nil {
 		return nil, fmt.Errorf("new claim token: %w", err)
 	}
-	rows, err := s.db.Query(ctx, s.ClaimSQL(), token, lease.Seconds(), limit)
+	args := append([]any{token, lease.Seconds(), limit}, rules.args()...)
+	rows, err := s.db.Query(ctx, s.ClaimSQL(), args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim messages: %w", err)
 	}
@@ -112,13 +160,14 @@ WHERE message_id = $1 AND status IN ('pending', 'claimed', 'dispatched')`, messa
 }
 
 const rowColumns = `id, message_id, topic, payload, headers, status, retry_times, max_retry_times,
-next_retry_at, last_error, redrive_count, created_at, updated_at, sent_at`
+next_retry_at, last_error, redrive_count, created_at, updated_at, sent_at, ordering_key, ordering_seq`
 
 func scanRow(r pgx.Row) (Row, error) {
 	var m Row
 	var payload, headers []byte
 	err := r.Scan(&m.ID, &m.MessageID, &m.Topic, &payload, &headers, &m.Status, &m.RetryTimes,
-		&m.MaxRetryTimes, &m.NextRetryAt, &m.LastError, &m.RedriveCount, &m.CreatedAt, &m.UpdatedAt, &m.SentAt)
+		&m.MaxRetryTimes, &m.NextRetryAt, &m.LastError, &m.RedriveCount, &m.CreatedAt, &m.UpdatedAt, &m.SentAt,
+		&m.OrderingKey, &m.OrderingSeq)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return m, ErrNotFound
 	}

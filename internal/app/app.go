@@ -155,6 +155,7 @@ func (a *App) RelayConfig() starter.Config {
 		StartConcurrency:   c.Relay.StartConcurrency,
 		NoSearchAttributes: !c.SearchAttributesEnabled(),
 		Policy:             c.Policy,
+		Ordering:           c.OrderingRules(),
 		Logger:             a.Logger,
 		Metrics:            a.Metrics(),
 	}

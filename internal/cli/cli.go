@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -202,12 +203,14 @@ func newEnqueueCmd(g *globals) *cobra.Command {
 		payload       string
 		headers       []string
 		maxRetryTimes int
+		deliverAfter  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "enqueue TOPIC",
 		Short: "Enqueue a message: JSON payload from --payload or standard input; prints its message ID",
 		Example: `  outbox enqueue order.created --payload '{"order_id": 7}'
-  echo '{"order_id": 7}' | outbox enqueue order.created --max-retry-times 2`,
+  echo '{"order_id": 7}' | outbox enqueue order.created --max-retry-times 2
+  outbox enqueue order.created --payload '{"order_id": 7}' --deliver-after 30s`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			body := []byte(payload)
@@ -223,6 +226,12 @@ func newEnqueueCmd(g *globals) *cobra.Command {
 			}
 			if cmd.Flags().Changed("max-retry-times") {
 				msg.MaxRetryTimes = &maxRetryTimes
+			}
+			if deliverAfter < 0 {
+				return fmt.Errorf("--deliver-after must not be negative, got %s", deliverAfter)
+			}
+			if deliverAfter > 0 {
+				msg.DeliverAfter = time.Now().Add(deliverAfter)
 			}
 			a, err := g.open(cmd.Context(), false)
 			if err != nil {
@@ -240,6 +249,7 @@ func newEnqueueCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&payload, "payload", "", "JSON payload (default: read from standard input)")
 	cmd.Flags().StringArrayVar(&headers, "header", nil, "message header `key=value` (repeatable)")
 	cmd.Flags().IntVar(&maxRetryTimes, "max-retry-times", 0, "retries after the first attempt, 0 to 100 (default: the topic's max_attempts)")
+	cmd.Flags().DurationVar(&deliverAfter, "deliver-after", 0, "deliver no earlier than this `duration` from now, e.g. 30s or 2h, at most 1 year (default: at once)")
 	return cmd
 }
 

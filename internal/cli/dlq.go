@@ -217,12 +217,16 @@ func newDLQShowCmd(g *globals) *cobra.Command {
 					"message_id": row.MessageID, "topic": row.Topic, "status": row.Status, "payload": row.Payload,
 					"headers": row.Headers, "retry_times": row.RetryTimes, "max_retry_times": row.MaxRetryTimes,
 					"last_error": row.LastError, "redrive_count": row.RedriveCount, "created_at": row.CreatedAt,
+					"ordering_key": row.OrderingKey, "ordering_seq": row.OrderingSeq,
 					"dead_letters": views, "audit": audit,
 				})
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "Message      %s\nTopic        %s\nStatus       %s\nCreated      %s\nRedrives     %d\n",
 				row.MessageID, row.Topic, row.Status, row.CreatedAt.Local().Format(time.DateTime), row.RedriveCount)
+			if row.OrderingKey != nil {
+				fmt.Fprintf(w, "Ordering key %s (message %d of the key)\n", *row.OrderingKey, *row.OrderingSeq)
+			}
 			if row.LastError != nil {
 				fmt.Fprintf(w, "Last error   %s\n", *row.LastError)
 			}

@@ -38,6 +38,8 @@ func newStatsCmd(g *globals) *cobra.Command {
 					"open_dead_letters":            s.OpenDeadLetters,
 					"dead_letters_last_hour":       s.DeadLettersLastHour,
 					"dead_letters_last_day":        s.DeadLettersLastDay,
+					"held_back":                    s.HeldBack,
+					"keys_blocked_by_dead":         s.KeysBlockedByDead,
 					"at":                           s.At,
 				})
 			}
@@ -72,6 +74,8 @@ func newStatsCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(w, "In flight        %d (claimed, or handed to Temporal and not finished), oldest updated %s\n", s.InFlight, age(s.OldestInFlightAge))
 			fmt.Fprintf(w, "Dead letters     %d open, %d in the last hour, %d in the last day\n",
 				s.OpenDeadLetters, s.DeadLettersLastHour, s.DeadLettersLastDay)
+			fmt.Fprintf(w, "Ordering keys    %d messages held back behind an earlier one of their key; %d keys blocked by a dead message\n",
+				s.HeldBack, s.KeysBlockedByDead)
 			return nil
 		},
 	}
