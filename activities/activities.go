@@ -96,7 +96,7 @@ func delivery(row store.Row, attempt, maxAttempts int) Delivery {
 // attempt is recorded on the row (retry_times, last_error).
 func (a *Activities) Send(ctx context.Context, in workflows.SendInput) error {
 	a.Metrics.SendAttempt(in.Topic)
-	row, h, err := a.load(ctx, in.MessageID)
+	row, h, err := a.loadWithinLimits(ctx, in.MessageID)
 	if err != nil {
 		a.recordFailure(ctx, in, err)
 		return err

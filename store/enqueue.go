@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -70,11 +70,11 @@ func validate(msg Message, maxPayload int) error {
 		return err
 	}
 	for k, v := range msg.Headers {
-		if k == "" || strings.ContainsRune(k, 0) || strings.ContainsRune(v, 0) {
-			return &ValidationError{"headers", fmt.Sprintf("must have non-empty keys and no NUL characters, got %s: %s", quoteShort(k), quoteShort(v))}
+		if k == "" || strings.ContainsRune(k, 0) || strings.ContainsRune(v, 0) || !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return &ValidationError{"headers", fmt.Sprintf("must have non-empty UTF-8 keys and values without NUL characters, got %s: %s", quoteShort(k), quoteShort(v))}
 		}
 	}
-	if k := msg.OrderingKey; len(k) > 200 || strings.ContainsRune(k, 0) || (k != "" && strings.TrimSpace(k) == "") {
+	if k := msg.OrderingKey; len(k) > 200 || strings.ContainsRune(k, 0) || !utf8.ValidString(k) || (k != "" && strings.TrimSpace(k) == "") {
 		return &ValidationError{"ordering_key", fmt.Sprintf("must be at most 200 bytes of text, not blank and without NUL, got %s", quoteShort(k))}
 	}
 	if r := msg.MaxRetryTimes; r != nil && (*r < 0 || *r > MaxRetryTimesLimit) {
@@ -90,8 +90,9 @@ func validate(msg Message, maxPayload int) error {
 	return nil
 }
 
-// ValidatePayload checks that p is one JSON value of at most maxBytes bytes with no
-// \u0000 in any string (PostgreSQL's jsonb cannot store it).
+// ValidatePayload checks that p is one JSON value of at most maxBytes bytes that
+// PostgreSQL's jsonb can store: UTF-8, no \u0000 and no lone UTF-16 surrogate escape in
+// any string, and numbers within the range of numeric.
 func ValidatePayload(p []byte, maxBytes int) error { return validatePayload(p, maxBytes) }
 
 func validatePayload(p []byte, maxBytes int) error {
@@ -101,27 +102,109 @@ func validatePayload(p []byte, maxBytes int) error {
 	if len(p) > maxBytes {
 		return &ValidationError{"payload", fmt.Sprintf("must be at most %d bytes, got %d bytes", maxBytes, len(p))}
 	}
+	if !utf8.Valid(p) {
+		return &ValidationError{"payload", "must be UTF-8 text, got invalid UTF-8"}
+	}
 	if !json.Valid(p) {
 		return &ValidationError{"payload", fmt.Sprintf("must be valid JSON, got %s", quoteShort(string(p)))}
 	}
-	// Only a \u0000 escape can put a NUL into a JSON string; look for one before the
-	// slower walk that tells an escape from an escaped backslash followed by "u0000".
-	if !bytes.Contains(p, []byte(`u0000`)) {
-		return nil
+	return checkJSONForJSONB(p)
+}
+
+// checkJSONForJSONB walks valid JSON text once for what jsonb refuses although JSON allows
+// it.
+func checkJSONForJSONB(p []byte) error {
+	bad := func(format string, args ...any) error {
+		return &ValidationError{"payload", fmt.Sprintf(format, args...)}
 	}
-	dec := json.NewDecoder(bytes.NewReader(p))
-	for {
-		tok, err := dec.Token()
-		if errors.Is(err, io.EOF) {
-			return nil
+	inString := false
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if inString {
+			switch c {
+			case '"':
+				inString = false
+			case '\\':
+				i++
+				if p[i] != 'u' {
+					continue
+				}
+				r := hex4(p[i+1 : i+5])
+				i += 4
+				switch {
+				case r == 0:
+					return bad(`must not contain \u0000 (PostgreSQL jsonb cannot store it), found at byte %d`, i-5)
+				case r >= 0xD800 && r < 0xDC00:
+					if i+6 < len(p) && p[i+1] == '\\' && p[i+2] == 'u' {
+						if low := hex4(p[i+3 : i+7]); low >= 0xDC00 && low < 0xE000 {
+							i += 6
+							continue
+						}
+					}
+					return bad(`must not contain a lone UTF-16 surrogate escape (\u%04x at byte %d): PostgreSQL jsonb refuses it`, r, i-5)
+				case r >= 0xDC00 && r < 0xE000:
+					return bad(`must not contain a lone UTF-16 surrogate escape (\u%04x at byte %d): PostgreSQL jsonb refuses it`, r, i-5)
+				}
+			}
+			continue
 		}
-		if err != nil {
-			return &ValidationError{"payload", fmt.Sprintf("must be valid JSON: %v", err)}
-		}
-		if s, ok := tok.(string); ok && strings.ContainsRune(s, 0) {
-			return &ValidationError{"payload", fmt.Sprintf(`must not contain \u0000 (PostgreSQL jsonb cannot store it), found in string %s`, quoteShort(s))}
+		switch {
+		case c == '"':
+			inString = true
+		case c == '-' || (c >= '0' && c <= '9'):
+			j := i
+			for j < len(p) && strings.IndexByte("0123456789+-.eE", p[j]) >= 0 {
+				j++
+			}
+			if !numericFits(p[i:j]) {
+				return bad("number %s is outside the range PostgreSQL's jsonb can store", quoteShort(string(p[i:j])))
+			}
+			i = j - 1
 		}
 	}
+	return nil
+}
+
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c-'a') + 10
+		case c >= 'A' && c <= 'F':
+			r |= rune(c-'A') + 10
+		}
+	}
+	return r
+}
+
+// numericFits reports whether a JSON number fits PostgreSQL's numeric: at most 131072
+// digits before the decimal point and 16383 after it.
+func numericFits(num []byte) bool {
+	s := strings.TrimPrefix(string(num), "-")
+	mant, exp, _ := strings.Cut(strings.ToLower(s), "e")
+	intPart, frac, _ := strings.Cut(mant, ".")
+	intPart = strings.TrimLeft(intPart, "0")
+	if strings.Trim(intPart+frac, "0") == "" {
+		return true // zero, whatever the exponent
+	}
+	e := 0
+	if exp != "" {
+		v, err := strconv.Atoi(exp)
+		if err != nil || v > 1_000_000 || v < -1_000_000 {
+			return false
+		}
+		e = v
+	}
+	before := len(intPart) + e
+	if intPart == "" { // 0.000123: leading zeros of the fraction do not count
+		before = e - (len(frac) - len(strings.TrimLeft(frac, "0")))
+	}
+	after := len(strings.TrimRight(frac, "0")) - e
+	return before <= 131072 && after <= 16383
 }
 
 func quoteShort(s string) string {

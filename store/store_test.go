@@ -182,7 +182,7 @@ func TestEnqueue(t *testing.T) {
 			{"NULInKey", msg("a", `{"\u0000": 1}`), "payload", `\u0000`},
 			{"NegativeRetries", store.Message{Topic: "a", Payload: json.RawMessage(`{}`), MaxRetryTimes: &neg}, "max_retry_times", "between 0 and 100, got -1"},
 			{"TooManyRetries", store.Message{Topic: "a", Payload: json.RawMessage(`{}`), MaxRetryTimes: &over}, "max_retry_times", "got 101"},
-			{"EmptyHeaderKey", store.Message{Topic: "a", Payload: json.RawMessage(`{}`), Headers: map[string]string{"": "x"}}, "headers", "non-empty keys"},
+			{"EmptyHeaderKey", store.Message{Topic: "a", Payload: json.RawMessage(`{}`), Headers: map[string]string{"": "x"}}, "headers", "non-empty UTF-8 keys"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				_, err := st.Enqueue(ctx, pool, tc.msg)

@@ -1,0 +1,40 @@
+package activities
+
+import (
+	"context"
+	"fmt"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/workflows"
+)
+
+// loadWithinLimits is load for a send: it also refuses a payload larger than the store's
+// limit. Enqueue enforces the limit, but a row inserted with plain SQL can hold a jsonb
+// payload of any size; sending it would push it to the downstream (and, for a handler
+// hosted as an activity, into the workflow history), so it is a permanent failure that
+// dead-letters the message with the size and the limit. A row already sent is returned
+// as is, so the send stays a no-op for it.
+func (a *Activities) loadWithinLimits(ctx context.Context, messageID string) (store.Row, Handler, error) {
+	row, h, err := a.load(ctx, messageID)
+	if err != nil || row.Status == store.StatusSent {
+		return row, h, err
+	}
+	if err := checkPayloadSize(row, a.Store.MaxPayloadBytes()); err != nil {
+		return row, nil, err
+	}
+	return row, h, nil
+}
+
+// checkPayloadSize returns a non-retryable ErrTypePermanent error when the row's payload
+// is larger than limit bytes.
+func checkPayloadSize(row store.Row, limit int) error {
+	if n := len(row.Payload); n > limit {
+		return temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("payload of message %s is %d bytes, over the payload size limit of %d bytes (max_payload_bytes); it was inserted without Enqueue's check",
+				row.MessageID, n, limit),
+			workflows.ErrTypePermanent, nil)
+	}
+	return nil
+}

@@ -1,0 +1,85 @@
+package activities_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/internal/testdb"
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/workflows"
+)
+
+// TestSendPayloadLimit covers rows that plain SQL inserted past Enqueue's size check: the
+// send refuses them as a permanent failure naming the size and the limit, without
+// contacting the downstream; a payload at the limit is sent.
+func TestSendPayloadLimit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const limit = 1024
+	pool, def := testdb.Schema(t)
+	st, err := store.New(pool, store.Config{Schema: def.Schema(), MaxPayloadBytes: limit})
+	require.NoError(t, err)
+	require.Equal(t, limit, st.MaxPayloadBytes())
+
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { requests.Add(1) }))
+	t.Cleanup(srv.Close)
+	reg, err := activities.RegistryFromConfig(&config.Config{Topics: map[string]config.Topic{
+		"order.created": {Sink: "http", URL: srv.URL},
+	}}, nil)
+	require.NoError(t, err)
+	a := &activities.Activities{Store: st, Handlers: reg}
+
+	// insert writes a payload of exactly n bytes (as jsonb prints it) with plain SQL.
+	insert := func(t *testing.T, n int) uuid.UUID {
+		var id uuid.UUID
+		require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+st.Schema()+`.outbox_messages (topic, payload)
+			VALUES ('order.created', jsonb_build_object('s', repeat('x', $1 - 9))) RETURNING message_id`, n).Scan(&id))
+		row, err := st.Get(ctx, id)
+		require.NoError(t, err)
+		require.Len(t, row.Payload, n)
+		return id
+	}
+	send := func(id uuid.UUID) error {
+		return a.Send(ctx, workflows.SendInput{MessageID: id.String(), Topic: "order.created", Attempt: 1, MaxAttempts: 4})
+	}
+
+	t.Run("OverLimitIsPermanent", func(t *testing.T) {
+		id := insert(t, limit+1)
+		before := requests.Load()
+		err := send(id)
+		var appErr *temporal.ApplicationError
+		require.ErrorAs(t, err, &appErr)
+		require.Equal(t, workflows.ErrTypePermanent, appErr.Type())
+		require.True(t, appErr.NonRetryable())
+		require.Contains(t, appErr.Message(), fmt.Sprintf("is %d bytes, over the payload size limit of %d bytes", limit+1, limit))
+		require.Equal(t, before, requests.Load(), "the downstream is not contacted")
+		row, err := st.Get(ctx, id)
+		require.NoError(t, err)
+		require.Contains(t, *row.LastError, "payload size limit")
+	})
+
+	t.Run("AtLimitIsSent", func(t *testing.T) {
+		id := insert(t, limit)
+		before := requests.Load()
+		require.NoError(t, send(id))
+		require.Equal(t, before+1, requests.Load())
+	})
+
+	t.Run("AlreadySentIsNotRefused", func(t *testing.T) {
+		id := insert(t, limit+1)
+		_, err := pool.Exec(ctx, `UPDATE `+st.Schema()+`.outbox_messages SET status = 'sent' WHERE message_id = $1`, id)
+		require.NoError(t, err)
+		require.NoError(t, send(id), "a sent row stays a no-op")
+	})
+}
