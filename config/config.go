@@ -61,6 +61,9 @@ type Config struct {
 	Retention Retention `yaml:"retention"`
 	Metrics   Metrics   `yaml:"metrics"`
 	Alerts    Alerts    `yaml:"alerts"`
+	// Codec encrypts workflow and activity payloads and failure messages in Temporal's
+	// history. Off unless keys are configured (or OUTBOX_CODEC_KEY is set).
+	Codec Codec `yaml:"codec"`
 
 	// UIURL is the Temporal Web UI's base URL, for links to a message's workflow.
 	// Defaults to http://127.0.0.1:8233.
@@ -83,6 +86,12 @@ type Temporal struct {
 	// TaskQueue is where the delivery workflows and activities run. Defaults to
 	// "outbox". Overridden by OUTBOX_TASK_QUEUE.
 	TaskQueue string `yaml:"task_queue"`
+	// TLS secures the connection to the frontend. Off unless set (or an API key is set).
+	TLS TLS `yaml:"tls"`
+	// APIKey authenticates to the frontend (Temporal Cloud, or a server with an
+	// authorizer); it turns TLS on unless tls.enabled is false. Overridden by
+	// TEMPORAL_API_KEY. Never logged.
+	APIKey string `yaml:"api_key"`
 }
 
 // Relay tunes the relay.
@@ -97,6 +106,12 @@ type Relay struct {
 	Lease Duration `yaml:"lease"`
 	// StartConcurrency is the number of workflow starts in flight at once. Defaults to 16.
 	StartConcurrency int `yaml:"start_concurrency"`
+	// ReconcileAfter is how long a row may stay dispatched without change before the
+	// relay checks its workflow with Temporal and repairs the row if the workflow is gone
+	// or closed without recording it. Defaults to 5m.
+	ReconcileAfter Duration `yaml:"reconcile_after"`
+	// ReconcileInterval is how often the relay looks for such rows. Defaults to 1m.
+	ReconcileInterval Duration `yaml:"reconcile_interval"`
 }
 
 // Worker tunes the worker.
@@ -265,7 +280,10 @@ func Parse(r io.Reader) (*Config, error) {
 }
 
 // ApplyEnv lets the environment override the file: DATABASE_URL, TEMPORAL_ADDRESS,
-// TEMPORAL_NAMESPACE and OUTBOX_TASK_QUEUE. lookup is os.LookupEnv in a program.
+// TEMPORAL_NAMESPACE and OUTBOX_TASK_QUEUE; TEMPORAL_TLS_CA, TEMPORAL_TLS_CERT,
+// TEMPORAL_TLS_KEY, TEMPORAL_TLS_SERVER_NAME and TEMPORAL_API_KEY (the Temporal CLI's
+// names); OUTBOX_CODEC_KEY (base64 of 32 bytes, the active codec key) with
+// OUTBOX_CODEC_KEY_ID (its ID, default "env"). lookup is os.LookupEnv in a program.
 func (c *Config) ApplyEnv(lookup func(string) (string, bool)) {
 	set := func(dst *string, name string) {
 		if v, ok := lookup(name); ok && v != "" {
@@ -276,6 +294,13 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) {
 	set(&c.Temporal.Address, "TEMPORAL_ADDRESS")
 	set(&c.Temporal.Namespace, "TEMPORAL_NAMESPACE")
 	set(&c.Temporal.TaskQueue, "OUTBOX_TASK_QUEUE")
+	set(&c.Temporal.TLS.CAFile, "TEMPORAL_TLS_CA")
+	set(&c.Temporal.TLS.CertFile, "TEMPORAL_TLS_CERT")
+	set(&c.Temporal.TLS.KeyFile, "TEMPORAL_TLS_KEY")
+	set(&c.Temporal.TLS.ServerName, "TEMPORAL_TLS_SERVER_NAME")
+	set(&c.Temporal.APIKey, "TEMPORAL_API_KEY")
+	set(&c.Codec.envKey, "OUTBOX_CODEC_KEY")
+	set(&c.Codec.envKeyID, "OUTBOX_CODEC_KEY_ID")
 }
 
 // WithDefaults returns a copy with every unset field at its default.
@@ -293,6 +318,8 @@ func (c Config) WithDefaults() Config {
 	c.Relay.PollInterval = cmp.Or(c.Relay.PollInterval, Duration(DefaultPollInterval))
 	c.Relay.Lease = cmp.Or(c.Relay.Lease, Duration(DefaultLease))
 	c.Relay.StartConcurrency = cmp.Or(c.Relay.StartConcurrency, DefaultStartConcurrency)
+	c.Relay.ReconcileAfter = cmp.Or(c.Relay.ReconcileAfter, Duration(5*time.Minute))
+	c.Relay.ReconcileInterval = cmp.Or(c.Relay.ReconcileInterval, Duration(time.Minute))
 	c.Worker.MaxConcurrentActivities = cmp.Or(c.Worker.MaxConcurrentActivities, DefaultMaxActivities)
 	c.UIURL = cmp.Or(c.UIURL, DefaultUIURL)
 	c.Retention.SentAfter = cmp.Or(c.Retention.SentAfter, Duration(DefaultSentRetention))
@@ -329,6 +356,12 @@ func (c *Config) Validate(sinks ...string) error {
 	if c.Relay.StartConcurrency < 1 || c.Relay.StartConcurrency > 1000 {
 		bad("relay.start_concurrency", "must be between 1 and 1000, got %d", c.Relay.StartConcurrency)
 	}
+	if c.Relay.ReconcileAfter < Duration(time.Second) {
+		bad("relay.reconcile_after", "must be at least 1s, got %s", time.Duration(c.Relay.ReconcileAfter))
+	}
+	if c.Relay.ReconcileInterval < Duration(100*time.Millisecond) {
+		bad("relay.reconcile_interval", "must be at least 100ms, got %s", time.Duration(c.Relay.ReconcileInterval))
+	}
 	if c.Worker.MaxConcurrentActivities < 1 {
 		bad("worker.max_concurrent_activities", "must be at least 1, got %d", c.Worker.MaxConcurrentActivities)
 	}
@@ -357,6 +390,7 @@ func (c *Config) Validate(sinks ...string) error {
 			bad("alerts.webhook_url", "%v", err)
 		}
 	}
+	errs = append(errs, c.Temporal.validateSecurity(), c.Codec.validate())
 	names := make([]string, 0, len(c.Topics))
 	for name := range c.Topics {
 		names = append(names, name)

@@ -50,7 +50,7 @@ func TestParse(t *testing.T) {
 		require.Equal(t, "outbox-orders", d.Temporal.TaskQueue)
 		require.Equal(t, 500*time.Millisecond, time.Duration(d.Relay.PollInterval))
 		require.Equal(t, 16, d.Relay.StartConcurrency)
-		require.Equal(t, workflows.Policy{MaxAttempts: 6, InitialInterval: 2 * time.Second, BackoffCoefficient: 3, MaxInterval: 30 * time.Second, SendTimeout: 5 * time.Second},
+		require.Equal(t, workflows.Policy{MaxAttempts: 6, InitialInterval: 2 * time.Second, BackoffCoefficient: 3, MaxInterval: 30 * time.Second, SendTimeout: 5 * time.Second, MarkSentTimeout: 10 * time.Minute},
 			d.Policy("order.created"))
 		require.Equal(t, workflows.Policy{}.WithDefaults(), d.Policy("order.unknown"), "the default entry sets no policy")
 		_, ok := d.TopicConfig("order.unknown")

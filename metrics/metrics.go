@@ -56,6 +56,7 @@ type Metrics struct {
 	commitToSent   *prometheus.HistogramVec
 	deadLettered   *prometheus.CounterVec
 	redriven       *prometheus.CounterVec
+	reconciled     *prometheus.CounterVec
 	errors         *prometheus.CounterVec
 }
 
@@ -110,6 +111,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "outbox_messages_redriven_total",
 			Help: "Dead letters redriven to pending, by topic.",
 		}, []string{"topic"}),
+		reconciled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_reconciled_total",
+			Help: "Dispatched rows reconciliation repaired, by outcome (recorded_sent, handed_over_again).",
+		}, []string{"outcome"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "outbox_errors_total",
 			Help: "Failed internal operations, by operation (claim, start_workflow, describe_workflow, mark_dispatched, mark_sent, dead_letter, record_failure).",
@@ -121,7 +126,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	if reg != nil {
 		for _, c := range []prometheus.Collector{
 			m.claimed, m.started, m.alreadyStarted, m.batchSize, m.batchDuration, m.sendAttempts,
-			m.sendFailures, m.sent, m.commitToSent, m.deadLettered, m.redriven, m.errors,
+			m.sendFailures, m.sent, m.commitToSent, m.deadLettered, m.redriven, m.reconciled, m.errors,
 		} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register outbox metrics: %w", err)
@@ -218,5 +223,12 @@ func (m *Metrics) Redriven(topic string) {
 func (m *Metrics) Error(op string) {
 	if m != nil {
 		m.errors.WithLabelValues(op).Inc()
+	}
+}
+
+// Reconciled counts a row reconciliation repaired.
+func (m *Metrics) Reconciled(outcome string) {
+	if m != nil {
+		m.reconciled.WithLabelValues(outcome).Inc()
 	}
 }

@@ -58,6 +58,13 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics records claims, starts and their failures. Nil records nothing.
 	Metrics *metrics.Metrics
+	// ReconcileAfter is how long a row may stay dispatched without change before the
+	// relay asks Temporal about its workflow: a missing workflow (namespace reset,
+	// retention expired, history lost) or one that closed without delivering gets the row
+	// handed over again; a completed one gets it recorded sent. Defaults to 5m.
+	ReconcileAfter time.Duration
+	// ReconcileInterval is how often the relay looks for such rows. Defaults to 1m.
+	ReconcileInterval time.Duration
 	// Ordering are the per-topic ordering settings of the claim. The zero value hands
 	// each key's messages over one at a time in commit order, and a dead message blocks
 	// its key until it is redriven or discarded.
@@ -71,6 +78,8 @@ func (c Config) withDefaults() Config {
 	c.Lease = cmp.Or(c.Lease, 30*time.Second)
 	c.StartConcurrency = cmp.Or(c.StartConcurrency, 16)
 	c.StartTimeout = cmp.Or(c.StartTimeout, 10*time.Second)
+	c.ReconcileAfter = cmp.Or(c.ReconcileAfter, 5*time.Minute)
+	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, time.Minute)
 	if c.Policy == nil {
 		c.Policy = func(string) workflows.Policy { return workflows.Policy{} }
 	}
@@ -138,6 +147,11 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	r.log.InfoContext(ctx, "Relay started", slog.String("task_queue", r.cfg.TaskQueue),
 		slog.String("channel", r.store.Channel()), slog.Duration("poll_interval", r.cfg.PollInterval))
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.reconcileLoop(ctx)
+	}()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -386,4 +400,85 @@ func resetTimer(t *time.Timer, d time.Duration) {
 		}
 	}
 	t.Reset(d)
+}
+
+func (r *Relay) reconcileLoop(ctx context.Context) {
+	t := time.NewTicker(r.cfg.ReconcileInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := r.Reconcile(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			r.log.WarnContext(ctx, "Reconciliation pass failed", slog.Any("error", err))
+		}
+	}
+}
+
+// Reconcile checks rows that have been dispatched for longer than ReconcileAfter against
+// Temporal, by DescribeWorkflowExecution (not the eventually consistent visibility list),
+// and repairs the ones whose workflow cannot finish them: completed → recorded sent;
+// missing, or closed any other way → pending, so a new run delivers the message. Every
+// repair is logged, counted and audited. It returns the number of rows repaired.
+func (r *Relay) Reconcile(ctx context.Context) (int, error) {
+	rows, err := r.store.StaleDispatched(ctx, r.cfg.ReconcileAfter, 100)
+	if err != nil {
+		return 0, err
+	}
+	repaired := 0
+	for _, d := range rows {
+		if ctx.Err() != nil {
+			return repaired, ctx.Err()
+		}
+		opCtx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
+		outcome, detail, err := r.workflowOutcome(opCtx, d)
+		cancel()
+		log := r.log.With(slog.String("message_id", d.MessageID.String()), slog.String("topic", d.Topic))
+		if err != nil {
+			r.cfg.Metrics.Error(metrics.OpDescribeWorkflow)
+			log.WarnContext(ctx, "Cannot reconcile a dispatched row", slog.Any("error", err))
+			continue
+		}
+		if outcome == store.ReconcileRunning {
+			_, _ = r.store.TouchDispatched(ctx, d)
+			continue
+		}
+		ok, err := r.store.Repair(ctx, d, outcome, detail)
+		switch {
+		case err != nil:
+			log.WarnContext(ctx, "Cannot repair a dispatched row", slog.Any("error", err))
+		case ok:
+			repaired++
+			r.cfg.Metrics.Reconciled(outcome)
+			log.WarnContext(ctx, "Reconciled a dispatched row", slog.String("outcome", outcome), slog.String("workflow", detail))
+		}
+	}
+	return repaired, nil
+}
+
+// workflowOutcome says what the message's workflow means for its dispatched row.
+func (r *Relay) workflowOutcome(ctx context.Context, d store.Dispatched) (outcome, detail string, err error) {
+	id := workflows.WorkflowID(d.MessageID.String())
+	desc, err := r.client.DescribeWorkflowExecution(ctx, id, "")
+	var notFound *serviceerror.NotFound
+	switch {
+	case errors.As(err, &notFound):
+		return store.ReconcileHandedOverAgain, "workflow " + id + " not found", nil
+	case err != nil:
+		return "", "", err
+	}
+	info := desc.GetWorkflowExecutionInfo()
+	detail = fmt.Sprintf("workflow %s run %s is %s", id, info.GetExecution().GetRunId(), info.GetStatus())
+	switch info.GetStatus() {
+	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+		return store.ReconcileRunning, detail, nil
+	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
+		return store.ReconcileRecordedSent, detail, nil
+	default:
+		// Terminated, cancelled, timed out, or failed without dead-lettering (a failed
+		// run dead-letters the row before it fails): nothing will deliver it.
+		return store.ReconcileHandedOverAgain, detail, nil
+	}
 }

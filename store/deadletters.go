@@ -99,7 +99,7 @@ LIMIT $`+fmt.Sprint(len(args)), args...)
 type AuditEntry struct {
 	MessageID    uuid.UUID
 	DeadLetterID *int64
-	Action       string // "redrive" or "discard"
+	Action       string // "redrive", "discard" or "reconcile"
 	Actor        string
 	At           time.Time
 }

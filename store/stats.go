@@ -33,6 +33,8 @@ type Stats struct {
 	// KeysBlockedByDead counts ordering keys whose earliest undelivered message is dead
 	// while later messages of the key wait (unless its topic skips dead messages).
 	KeysBlockedByDead int64 `json:"keys_blocked_by_dead"`
+	// RepairedLastDay counts rows reconciliation repaired in the last day.
+	RepairedLastDay int64 `json:"repaired_last_day"`
 	// At is the database time of the snapshot.
 	At time.Time `json:"at"`
 }
@@ -88,9 +90,10 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
        AND NOT EXISTS (SELECT 1 FROM `+s.messages+` e WHERE e.ordering_key = d.ordering_key AND e.ordering_seq < d.ordering_seq
          AND e.status IN ('pending', 'claimed', 'dispatched', 'dead'))
        AND EXISTS (SELECT 1 FROM `+s.messages+` l WHERE l.ordering_key = d.ordering_key AND l.ordering_seq > d.ordering_seq
-         AND l.status = 'pending'))`).
+         AND l.status = 'pending')),
+  (SELECT count(*) FROM `+s.audit+` WHERE action = 'reconcile' AND at >= now() - interval '1 day')`).
 		Scan(&st.At, &pendingAge, &inFlightAge, &st.OpenDeadLetters, &st.DeadLettersLastHour, &st.DeadLettersLastDay,
-			&st.HeldBack, &st.KeysBlockedByDead)
+			&st.HeldBack, &st.KeysBlockedByDead, &st.RepairedLastDay)
 	if err != nil {
 		return st, fmt.Errorf("stats: %w", err)
 	}

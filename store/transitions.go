@@ -176,11 +176,7 @@ func scanRow(r pgx.Row) (Row, error) {
 	}
 	m.Payload = payload
 	if len(headers) > 0 {
-		if err := json.Unmarshal(headers, &m.Headers); err != nil {
-			// Headers written by another program in another shape are not fatal: the
-			// message is still delivered, without them.
-			m.Headers = nil
-		}
+		m.Headers = ParseHeaders(headers) // headers of another shape are left out, not fatal
 	}
 	return m, nil
 }

@@ -71,11 +71,26 @@ func Delivery(ctx workflow.Context, in DeliveryInput) (DeliveryResult, error) {
 	checkCtx := workflow.WithActivityOptions(ctx, checkActivityOptions)
 
 	markSent := func(attempts int, alreadyProcessed bool) (DeliveryResult, error) {
-		err := workflow.ExecuteLocalActivity(dbCtx, ActivityMarkSent, MarkSentInput{MessageID: in.MessageID, Attempts: attempts}).Get(ctx, nil)
-		if err != nil {
+		// Version 1 bounds mark-sent: a database that stays unreachable past
+		// MarkSentTimeout no longer keeps a delivered message's run open. The run then
+		// completes "delivered, not recorded", and the relay's reconciliation records the
+		// row from the completed run. Runs recorded before version 1 retry forever.
+		markCtx := dbCtx
+		bounded := workflow.GetVersion(ctx, "mark-sent-bounded", workflow.DefaultVersion, 1) >= 1
+		if bounded {
+			opts := dbActivityOptions
+			opts.ScheduleToCloseTimeout = policy.MarkSentTimeout
+			markCtx = workflow.WithLocalActivityOptions(ctx, opts)
+		}
+		err := workflow.ExecuteLocalActivity(markCtx, ActivityMarkSent, MarkSentInput{MessageID: in.MessageID, Attempts: attempts}).Get(ctx, nil)
+		if err != nil && !bounded {
 			return DeliveryResult{}, fmt.Errorf("mark message sent: %w", err)
 		}
 		setStatus(SearchStatusSent)
+		if err != nil {
+			logger.Warn("Delivered, but the row could not be recorded sent; reconciliation will record it", "error", err)
+			return DeliveryResult{Attempts: attempts, AlreadyProcessed: alreadyProcessed, Unrecorded: true}, nil
+		}
 		return DeliveryResult{Attempts: attempts, AlreadyProcessed: alreadyProcessed}, nil
 	}
 

@@ -155,6 +155,16 @@ func TestDelivery(t *testing.T) {
 		requireDeadLettered(t, err)
 	})
 
+	t.Run("MarkSentBoundedCompletesUnrecorded", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, workflows.Policy{MaxAttempts: 2, MarkSentTimeout: 3 * time.Second})
+		b.onSend(t, nil)
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, mock.Anything).Return(errors.New("database unreachable"))
+		res, err := b.run()
+		require.NoError(t, err)
+		require.Equal(t, workflows.DeliveryResult{Attempts: 1, Unrecorded: true}, res)
+	})
+
 	t.Run("DeadLetterActivityRetriedUntilItSucceeds", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, workflows.Policy{MaxAttempts: 1})

@@ -81,6 +81,8 @@ type Policy struct {
 	// SendTimeout bounds one send attempt (the activity's start-to-close timeout).
 	// Defaults to 30s.
 	SendTimeout time.Duration `json:"send_timeout"`
+	// MarkSentTimeout bounds the retries of mark-sent after a delivery. Defaults to 10m.
+	MarkSentTimeout time.Duration `json:"mark_sent_timeout,omitempty"`
 }
 
 // Policy defaults.
@@ -90,6 +92,7 @@ const (
 	DefaultBackoffCoefficient = 2.0
 	DefaultMaxInterval        = time.Minute
 	DefaultSendTimeout        = 30 * time.Second
+	DefaultMarkSentTimeout    = 10 * time.Minute
 )
 
 // WithDefaults fills the zero fields of p.
@@ -99,6 +102,7 @@ func (p Policy) WithDefaults() Policy {
 	p.BackoffCoefficient = cmp.Or(p.BackoffCoefficient, DefaultBackoffCoefficient)
 	p.MaxInterval = cmp.Or(p.MaxInterval, max(DefaultMaxInterval, p.InitialInterval))
 	p.SendTimeout = cmp.Or(p.SendTimeout, DefaultSendTimeout)
+	p.MarkSentTimeout = cmp.Or(p.MarkSentTimeout, DefaultMarkSentTimeout)
 	return p
 }
 
@@ -146,6 +150,10 @@ type DeliveryResult struct {
 	// AlreadyProcessed is true when check-processed found that the downstream had the
 	// message after an ambiguous failure, so it was not sent again.
 	AlreadyProcessed bool `json:"already_processed"`
+	// Unrecorded is true when the message was delivered but mark-sent kept failing until
+	// MarkSentTimeout: the row is still dispatched, and the relay's reconciliation records
+	// it sent from this completed run.
+	Unrecorded bool `json:"unrecorded,omitempty"`
 }
 
 // SendInput is the input of the send activity.

@@ -76,7 +76,12 @@ func (a *App) DialTemporal(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c, err := temporalx.Dial(ctx, temporalx.Options{Address: a.Config.Temporal.Address, Namespace: a.Config.Temporal.Namespace, Logger: a.Logger, MetricsHandler: sdkMetrics})
+	opts, err := TemporalOptions(a.Config)
+	if err != nil {
+		return err
+	}
+	opts.Logger, opts.MetricsHandler = a.Logger, sdkMetrics
+	c, err := temporalx.Dial(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -90,6 +95,28 @@ func (a *App) DialTemporal(ctx context.Context) error {
 	}
 	a.Temporal = c
 	return nil
+}
+
+// TemporalOptions returns where Temporal is and how to reach it securely, from cfg: TLS,
+// the API key and the payload codec.
+func TemporalOptions(cfg config.Config) (temporalx.Options, error) {
+	t := cfg.Temporal
+	tlsCfg, err := t.TLSConfig()
+	if err != nil {
+		return temporalx.Options{}, fmt.Errorf("invalid config:\n%w", err)
+	}
+	cdc, err := cfg.Codec.New()
+	if err != nil {
+		return temporalx.Options{}, fmt.Errorf("invalid config:\n%w", err)
+	}
+	o := temporalx.Options{
+		Address: t.Address, Namespace: t.Namespace,
+		TLS: tlsCfg, TLSDisabled: t.TLS.Disabled(), APIKey: t.APIKey,
+	}
+	if cdc != nil {
+		o.Codec = cdc
+	}
+	return o, nil
 }
 
 // Close closes the connections.
@@ -156,6 +183,8 @@ func (a *App) RelayConfig() starter.Config {
 		NoSearchAttributes: !c.SearchAttributesEnabled(),
 		Policy:             c.Policy,
 		Ordering:           c.OrderingRules(),
+		ReconcileAfter:     time.Duration(c.Relay.ReconcileAfter),
+		ReconcileInterval:  time.Duration(c.Relay.ReconcileInterval),
 		Logger:             a.Logger,
 		Metrics:            a.Metrics(),
 	}

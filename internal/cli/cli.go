@@ -82,6 +82,7 @@ OUTBOX_TASK_QUEUE override the config file.`,
 		newDLQCmd(g),
 		newStatsCmd(g),
 		newRetentionCmd(g),
+		newCodecServerCmd(g),
 	)
 	for _, add := range extra {
 		root.AddCommand(add(g.Env()))

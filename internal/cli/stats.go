@@ -40,6 +40,7 @@ func newStatsCmd(g *globals) *cobra.Command {
 					"dead_letters_last_day":        s.DeadLettersLastDay,
 					"held_back":                    s.HeldBack,
 					"keys_blocked_by_dead":         s.KeysBlockedByDead,
+					"repaired_last_day":            s.RepairedLastDay,
 					"at":                           s.At,
 				})
 			}
@@ -76,6 +77,7 @@ func newStatsCmd(g *globals) *cobra.Command {
 				s.OpenDeadLetters, s.DeadLettersLastHour, s.DeadLettersLastDay)
 			fmt.Fprintf(w, "Ordering keys    %d messages held back behind an earlier one of their key; %d keys blocked by a dead message\n",
 				s.HeldBack, s.KeysBlockedByDead)
+			fmt.Fprintf(w, "Reconciliation   %d rows repaired in the last day\n", s.RepairedLastDay)
 			return nil
 		},
 	}

@@ -4,6 +4,7 @@ package temporalx
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,8 +16,10 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	temporalotel "go.temporal.io/sdk/contrib/opentelemetry"
+	"go.temporal.io/sdk/converter"
 	sdklog "go.temporal.io/sdk/log"
 
+	"github.com/outbox-go/outbox/codec"
 	"github.com/outbox-go/outbox/workflows"
 )
 
@@ -28,27 +31,93 @@ type Options struct {
 	// MetricsHandler receives the SDK's metrics (requests, polls, workflow and activity
 	// latencies). Nil drops them.
 	MetricsHandler client.MetricsHandler
+
+	// TLS secures the connection (CAs, client certificate for mutual TLS). Nil is
+	// plaintext, unless APIKey is set: then TLS with the system's roots, as the SDK does.
+	TLS *tls.Config
+	// TLSDisabled keeps the connection plaintext even with an API key.
+	TLSDisabled bool
+	// APIKey is sent as a bearer token on every call. It is never logged.
+	APIKey string
+	// Codec, when set, encodes every payload the client sends and decodes what it
+	// receives; failure messages and stack traces are encoded with it too.
+	Codec converter.PayloadCodec
+}
+
+// String describes o without its secrets.
+func (o Options) String() string {
+	return fmt.Sprintf("Temporal at %s (namespace %s, TLS %t, API key %t, codec %t)",
+		o.Address, o.Namespace, o.TLS != nil || (o.APIKey != "" && !o.TLSDisabled), o.APIKey != "", o.Codec != nil)
+}
+
+// ClientOptions returns the SDK client options Dial uses: the connection's security,
+// the codec's data and failure converters, the logger, the metrics handler and the
+// tracing interceptor.
+func ClientOptions(o Options) (client.Options, error) {
+	opts := client.Options{HostPort: o.Address, Namespace: o.Namespace, MetricsHandler: o.MetricsHandler}
+	if o.Logger != nil {
+		opts.Logger = sdklog.NewStructuredLogger(o.Logger)
+	}
+	if o.TLS != nil && o.TLSDisabled {
+		return opts, errors.New("temporal: TLS is both configured and disabled")
+	}
+	opts.ConnectionOptions.TLS = o.TLS
+	opts.ConnectionOptions.TLSDisabled = o.TLSDisabled
+	if o.APIKey != "" {
+		opts.Credentials = client.NewAPIKeyStaticCredentials(o.APIKey)
+	}
+	if o.Codec != nil {
+		opts.DataConverter = codec.DataConverter(o.Codec)
+		opts.FailureConverter = codec.FailureConverter(opts.DataConverter)
+	}
+	tracer, err := temporalotel.NewTracingInterceptor(temporalotel.TracerOptions{})
+	if err != nil {
+		return opts, fmt.Errorf("temporal tracing interceptor: %w", err)
+	}
+	opts.Interceptors = append(opts.Interceptors, tracer)
+	return opts, nil
 }
 
 // Dial connects to the Temporal frontend and checks that it answers. The client carries
 // the SDK's OpenTelemetry tracing interceptor with the global tracer provider: workflow
 // starts, workflows and activities get spans (no-op ones until a provider is set), and an
-// activity's context carries its span.
+// activity's context carries its span. See [ClientOptions] for the rest.
 func Dial(ctx context.Context, o Options) (client.Client, error) {
-	opts := client.Options{HostPort: o.Address, Namespace: o.Namespace, MetricsHandler: o.MetricsHandler}
-	if o.Logger != nil {
-		opts.Logger = sdklog.NewStructuredLogger(o.Logger)
-	}
-	tracer, err := temporalotel.NewTracingInterceptor(temporalotel.TracerOptions{})
+	opts, err := ClientOptions(o)
 	if err != nil {
-		return nil, fmt.Errorf("temporal tracing interceptor: %w", err)
+		return nil, err
 	}
-	opts.Interceptors = append(opts.Interceptors, tracer)
 	c, err := client.DialContext(ctx, opts)
 	if err != nil {
-		return nil, fmt.Errorf("connect to Temporal at %s (namespace %s): %w", o.Address, o.Namespace, err)
+		return nil, fmt.Errorf("connect to Temporal at %s (namespace %s): %w%s", o.Address, o.Namespace, redact(err, o.APIKey), dialHint(err, o))
 	}
 	return c, nil
+}
+
+// dialHint suggests the setting to look at when a dial failed on TLS.
+func dialHint(err error, o Options) string {
+	msg := err.Error()
+	tlsOn := o.TLS != nil || (o.APIKey != "" && !o.TLSDisabled)
+	closed := strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection reset") || strings.Contains(msg, "EOF")
+	switch {
+	case strings.Contains(msg, "x509:"):
+		return "; check temporal.tls.ca_file (TEMPORAL_TLS_CA) and temporal.tls.server_name (TEMPORAL_TLS_SERVER_NAME)"
+	case !tlsOn && (closed || strings.Contains(msg, "server preface") || strings.Contains(msg, "tls")):
+		return "; if the server requires TLS, set temporal.tls (TEMPORAL_TLS_CA, and TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY for mutual TLS)"
+	case tlsOn && (o.TLS == nil || len(o.TLS.Certificates) == 0) && (closed || strings.Contains(msg, "certificate required") || strings.Contains(msg, "bad certificate")):
+		return "; if the server requires mutual TLS, set temporal.tls.cert_file and key_file (TEMPORAL_TLS_CERT, TEMPORAL_TLS_KEY)"
+	case tlsOn && strings.Contains(msg, "tls:"):
+		return "; check the TLS settings: temporal.tls.* (TEMPORAL_TLS_*)"
+	}
+	return ""
+}
+
+// redact replaces the API key in err's message, should a server or proxy echo it.
+func redact(err error, apiKey string) error {
+	if apiKey == "" || !strings.Contains(err.Error(), apiKey) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), apiKey, "[redacted]"))
 }
 
 // CheckSearchAttributes returns an error naming the outbox's search attributes that are

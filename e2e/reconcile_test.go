@@ -1,0 +1,58 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/api/workflowservice/v1"
+
+	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/starter"
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/workflows"
+)
+
+// TestReconcileDeletedWorkflow: a message whose workflow is deleted through the Temporal
+// API while it waits to retry is handed over again by the relay and delivered anyway.
+func TestReconcileDeletedWorkflow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ts := newServer(t)
+	e := newEnv(t, ts)
+	e.cfg.Topics["order.slow"] = config.Topic{Sink: "http", URL: e.recv.srv.URL + "/events",
+		InitialInterval: config.Duration(time.Hour), Timeout: config.Duration(5 * time.Second)}
+	e.startWorker(t)
+	r, err := starter.New(e.store, e.pool, e.client, starter.Config{
+		TaskQueue: e.taskQueue, PollInterval: 200 * time.Millisecond, Lease: 5 * time.Second, Policy: e.cfg.Policy,
+		ReconcileAfter: time.Second, ReconcileInterval: 200 * time.Millisecond, Logger: logger,
+	})
+	require.NoError(t, err)
+	e.run(t, r.Run)
+
+	e.recv.setStatus("order.slow", http.StatusServiceUnavailable)
+	id := e.enqueueOrderPlain(t, "order.slow", nil)
+	require.Eventually(t, func() bool { requests, _ := e.recv.count(id); return requests == 1 }, 30*time.Second, 20*time.Millisecond)
+	e.waitStatus(t, id, store.StatusDispatched)
+	// The workflow now sleeps an hour before its next attempt. Delete it.
+	_, err = e.client.WorkflowService().DeleteWorkflowExecution(ctx, &workflowservice.DeleteWorkflowExecutionRequest{
+		Namespace:         e.namespace,
+		WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: workflows.WorkflowID(id.String())},
+	})
+	require.NoError(t, err)
+	e.recv.mu.Lock()
+	delete(e.recv.status, "order.slow")
+	e.recv.mu.Unlock()
+
+	e.waitStatus(t, id, store.StatusSent)
+	requests, effects := e.recv.count(id)
+	require.Equal(t, 2, requests)
+	require.Equal(t, 1, effects)
+	audit, err := e.store.Audit(ctx, id)
+	require.NoError(t, err)
+	require.NotEmpty(t, audit)
+	require.Equal(t, "reconcile", audit[0].Action)
+}
