@@ -102,18 +102,19 @@ type AuditEntry struct {
 	Action       string // "redrive", "discard" or "reconcile"
 	Actor        string
 	At           time.Time
+	Detail       *string // what reconciliation found
 }
 
 // Audit returns the operator actions on a message, oldest first.
 func (s *Store) Audit(ctx context.Context, messageID uuid.UUID) ([]AuditEntry, error) {
-	rows, err := s.db.Query(ctx, `SELECT message_id, dead_letter_id, action, actor, at FROM `+s.audit+`
+	rows, err := s.db.Query(ctx, `SELECT message_id, dead_letter_id, action, actor, at, detail FROM `+s.audit+`
 WHERE message_id = $1 ORDER BY at, id`, messageID)
 	if err != nil {
 		return nil, fmt.Errorf("read audit of %s: %w", messageID, err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
 		var a AuditEntry
-		return a, r.Scan(&a.MessageID, &a.DeadLetterID, &a.Action, &a.Actor, &a.At)
+		return a, r.Scan(&a.MessageID, &a.DeadLetterID, &a.Action, &a.Actor, &a.At, &a.Detail)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read audit of %s: %w", messageID, err)

@@ -1,0 +1,141 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/internal/testdb"
+	"github.com/outbox-go/outbox/starter"
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/worker"
+	"github.com/outbox-go/outbox/workflows"
+)
+
+// pgProxy forwards TCP connections to PostgreSQL until cut, after which it closes every
+// connection and refuses new ones: the database becomes unreachable for whoever uses it.
+type pgProxy struct {
+	l      net.Listener
+	target string
+	mu     sync.Mutex
+	conns  []net.Conn
+	cut    bool
+}
+
+func newPGProxy(t *testing.T, target string) *pgProxy {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &pgProxy{l: l, target: target}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			if p.cut {
+				p.mu.Unlock()
+				c.Close()
+				up.Close()
+				continue
+			}
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			go func() { _, _ = io.Copy(c, up); c.Close() }()
+		}
+	}()
+	t.Cleanup(p.Cut)
+	return p
+}
+
+// Cut makes the database unreachable through the proxy.
+func (p *pgProxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cut {
+		return
+	}
+	p.cut = true
+	p.l.Close()
+	for _, c := range p.conns {
+		c.Close()
+	}
+}
+
+// TestDeliveredNotRecorded: the worker loses its database right after the downstream got
+// the message, so mark-sent fails past its bound; the run completes "delivered, not
+// recorded", and the relay's reconciliation records the row from it, with no second send.
+func TestDeliveredNotRecorded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ts := newServer(t)
+	e := newEnv(t, ts)
+
+	// The worker reaches PostgreSQL through the proxy; the relay directly.
+	cfg, err := pgxpool.ParseConfig(testdb.URL())
+	require.NoError(t, err)
+	proxy := newPGProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	proxyURL := strings.Replace(testdb.URL(), "127.0.0.1:5432", proxy.l.Addr().String(), 1)
+	workerPool, err := pgxpool.New(ctx, proxyURL)
+	require.NoError(t, err)
+	t.Cleanup(workerPool.Close)
+	workerStore, err := store.New(workerPool, store.Config{Schema: e.store.Schema()})
+	require.NoError(t, err)
+
+	var mu sync.Mutex
+	requests := 0
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		requests++
+		mu.Unlock()
+		proxy.Cut() // the downstream has the message; now the worker's database is gone
+	}))
+	t.Cleanup(recv.Close)
+	reg, err := activities.RegistryFromConfig(&config.Config{Topics: map[string]config.Topic{"order.created": {URL: recv.URL}}}, nil)
+	require.NoError(t, err)
+	e.run(t, func(ctx context.Context) error {
+		return worker.Run(ctx, worker.Config{Client: e.client, TaskQueue: e.taskQueue, Deps: worker.Deps{Store: workerStore, Handlers: reg, Logger: logger}})
+	})
+	r, err := starter.New(e.store, e.pool, e.client, starter.Config{
+		TaskQueue: e.taskQueue, PollInterval: 200 * time.Millisecond, Lease: 5 * time.Second, Logger: logger,
+		Policy:         func(string) workflows.Policy { return workflows.Policy{MarkSentTimeout: 2 * time.Second} },
+		ReconcileAfter: time.Second, ReconcileInterval: 200 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	e.run(t, r.Run)
+
+	id := e.enqueueOrderPlain(t, "order.created", nil)
+	require.Eventually(t, func() bool { return e.status(t, id) == store.StatusDispatched || e.status(t, id) == store.StatusSent }, 30*time.Second, 20*time.Millisecond)
+	var res workflows.DeliveryResult
+	waitCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	require.NoError(t, e.client.GetWorkflow(waitCtx, workflows.WorkflowID(id.String()), "").Get(waitCtx, &res))
+	require.True(t, res.Unrecorded, "the run completed delivered, not recorded")
+
+	e.waitStatus(t, id, store.StatusSent)
+	audit, err := e.store.Audit(ctx, id)
+	require.NoError(t, err)
+	require.Len(t, audit, 1)
+	require.Contains(t, *audit[0].Detail, "recorded_sent")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, 1, requests, "reconciliation records the row; it does not send again")
+}
