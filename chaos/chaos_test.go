@@ -1,0 +1,361 @@
+//go:build linux
+
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-go/outbox/store"
+)
+
+// loader commits n business transactions (a chaos_orders row and its outbox message),
+// concurrently, retrying a transaction that fails (the database restarting). A transaction
+// counts as committed only when its commit returned no error; one that failed is
+// "uncertain" (its commit may have reached the database before the connection broke) and
+// the checker settles it from the table.
+type loader struct {
+	mu        sync.Mutex
+	committed map[uuid.UUID]bool
+	uncertain map[uuid.UUID]bool
+	done      atomic.Int64 // committed so far
+	retries   atomic.Int64 // failed business transactions (retried with a new message)
+	errs      []string     // a few of the errors, for the log
+}
+
+func newLoader() *loader {
+	return &loader{committed: map[uuid.UUID]bool{}, uncertain: map[uuid.UUID]bool{}}
+}
+
+// run commits n messages with conc goroutines over about spread, and returns when all are
+// committed or ctx ends.
+func (l *loader) run(ctx context.Context, e *chaosEnv, n, conc int, spread time.Duration) error {
+	var next atomic.Int64
+	perTx := spread * time.Duration(conc) / time.Duration(n)
+	var wg sync.WaitGroup
+	errc := make(chan error, conc)
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				seq := next.Add(1)
+				if seq > int64(n) {
+					return
+				}
+				if err := l.commitOne(ctx, e, int(seq)); err != nil {
+					errc <- err
+					return
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(perTx):
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	return <-errc
+}
+
+func (l *loader) commitOne(ctx context.Context, e *chaosEnv, seq int) error {
+	payload, _ := json.Marshal(map[string]any{"seq": seq, "note": "chaos"})
+	for {
+		if ctx.Err() != nil {
+			return fmt.Errorf("business transaction %d not committed: %w", seq, ctx.Err())
+		}
+		id := uuid.Must(uuid.NewV7())
+		l.mu.Lock()
+		l.uncertain[id] = true // until the commit returns
+		l.mu.Unlock()
+		txCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := pgx.BeginFunc(txCtx, e.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(txCtx, `INSERT INTO chaos_orders (seq, message_id) VALUES ($1, $2)`, seq, id); err != nil {
+				return err
+			}
+			_, err := e.store.Enqueue(txCtx, tx, store.Message{Topic: topic, Payload: payload, MessageID: id})
+			return err
+		})
+		cancel()
+		if err == nil {
+			l.mu.Lock()
+			delete(l.uncertain, id)
+			l.committed[id] = true
+			l.mu.Unlock()
+			l.done.Add(1)
+			return nil
+		}
+		l.retries.Add(1)
+		l.mu.Lock()
+		if len(l.errs) < 5 {
+			l.errs = append(l.errs, err.Error())
+		}
+		l.mu.Unlock()
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// waitFor polls cond every 20ms until it holds or within passes.
+func waitFor(within time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return cond()
+}
+
+type row struct {
+	status, lastError string
+	retryTimes        int
+}
+
+// result is what the checker found for one fault.
+type result struct {
+	messages, sent, dead, lost, dups, uncertain int
+	notCommitted                                []string
+	duplicated                                  []string
+}
+
+// check waits until every committed message is sent or dead, then compares the table with
+// what the receiver got.
+func check(t *testing.T, e *chaosEnv, l *loader, within time.Duration) result {
+	t.Helper()
+	ctx := context.Background()
+	var rows map[uuid.UUID]row
+	deadline := time.Now().Add(within)
+	var lastErr error
+	var pending []string
+	for {
+		rows, lastErr = readRows(ctx, e)
+		if lastErr == nil {
+			pending = pending[:0]
+			for id := range l.committed {
+				r, ok := rows[id]
+				if !ok || (r.status != store.StatusSent && r.status != store.StatusDead) {
+					pending = append(pending, fmt.Sprintf("%s (%s)", id, r.status))
+				}
+			}
+			if len(pending) == 0 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	require.NoError(t, lastErr, "reading outbox_messages")
+
+	// Transactions whose commit failed count as committed if their row is there.
+	committed := map[uuid.UUID]bool{}
+	for id := range l.committed {
+		committed[id] = true
+	}
+	res := result{}
+	for id := range l.uncertain {
+		if _, ok := rows[id]; ok {
+			committed[id] = true
+			res.uncertain++
+		}
+	}
+	for id := range rows {
+		require.True(t, committed[id], "row %s is in outbox_messages but its transaction was never started by the loader", id)
+	}
+	snap := e.rcv.snapshot()
+	res.messages = len(committed)
+	var lost []string
+	for id := range committed {
+		r, ok := rows[id]
+		key := id.String()
+		switch {
+		case !ok:
+			lost = append(lost, key+" (row missing)")
+		case r.status == store.StatusSent:
+			res.sent++
+			if !snap.effects[key] {
+				lost = append(lost, key+" (sent, never reached the receiver)")
+			}
+		case r.status == store.StatusDead:
+			res.dead++
+			if strings.TrimSpace(r.lastError) == "" {
+				t.Errorf("message %s is dead without a last_error", key)
+			}
+		default:
+			lost = append(lost, fmt.Sprintf("%s (still %s after %s, retry_times %d, last_error %q)", key, r.status, within, r.retryTimes, r.lastError))
+		}
+	}
+	res.lost = len(lost)
+	sort.Strings(lost)
+	for key, n := range snap.requests {
+		id, err := uuid.Parse(key)
+		if err != nil || !committed[id] {
+			res.notCommitted = append(res.notCommitted, key)
+		}
+		if n > 1 {
+			res.dups += n - 1
+			res.duplicated = append(res.duplicated, fmt.Sprintf("%s x%d attempts %v", key, n, snap.attempts[key]))
+		}
+	}
+	sort.Strings(res.duplicated)
+	if len(lost) > 0 {
+		t.Errorf("%d committed messages were lost or left undelivered, e.g.:\n  %s", len(lost), strings.Join(first(lost, 10), "\n  "))
+	}
+	if len(res.notCommitted) > 0 {
+		t.Errorf("the receiver got %d messages that were never committed, e.g. %v", len(res.notCommitted), first(res.notCommitted, 10))
+	}
+	if len(snap.bad) > 0 {
+		t.Errorf("the receiver got %d requests without Idempotency-Key/X-Outbox-Attempt, e.g. %v", len(snap.bad), first(snap.bad, 5))
+	}
+	if len(res.duplicated) > 0 {
+		t.Logf("duplicates (%d extra requests on %d messages), e.g.:\n  %s", res.dups, len(res.duplicated), strings.Join(first(res.duplicated, 10), "\n  "))
+	}
+	t.Logf("receiver: %d POSTs, %d check_url GETs, %d effects", snap.total, snap.checks, len(snap.effects))
+	return res
+}
+
+func first(s []string, n int) []string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+func readRows(ctx context.Context, e *chaosEnv) (map[uuid.UUID]row, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rs, err := e.pool.Query(ctx, `SELECT message_id, status, coalesce(last_error, ''), retry_times FROM outbox_messages WHERE topic = $1`, topic)
+	if err != nil {
+		return nil, err
+	}
+	out := map[uuid.UUID]row{}
+	for rs.Next() {
+		var id uuid.UUID
+		var r row
+		if err := rs.Scan(&id, &r.status, &r.lastError, &r.retryTimes); err != nil {
+			rs.Close()
+			return nil, err
+		}
+		out[id] = r
+	}
+	return out, rs.Err()
+}
+
+// runFault loads n messages while fault runs, checks the outcome and records a summary
+// row. fault gets the loader to time itself on its progress.
+func runFault(t *testing.T, e *chaosEnv, name string, n int, zeroDuplicates bool, fault func(l *loader)) {
+	t.Helper()
+	start := time.Now()
+	l := newLoader()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	spread := max(5*time.Second, time.Duration(n)*20*time.Millisecond) // 50 messages/s
+	loadErr := make(chan error, 1)
+	go func() { loadErr <- l.run(ctx, e, n, 8, spread) }()
+	faultDone := make(chan struct{})
+	go func() { defer close(faultDone); fault(l) }()
+	require.NoError(t, <-loadErr)
+	<-faultDone
+	t.Logf("loaded %d messages in %s (%d business transactions failed and were retried: %v)",
+		l.done.Load(), time.Since(start).Round(time.Millisecond), l.retries.Load(), l.errs)
+
+	res := check(t, e, l, 5*time.Minute)
+	e.checkAlive()
+	wall := time.Since(start)
+	sr := summaryRow{fault: name, messages: res.messages, sent: res.sent, dead: res.dead, lost: res.lost,
+		dups: res.dups, uncertain: res.uncertain, retried: int(l.retries.Load()),
+		receiverReqs: e.rcv.totalRequests(), wall: wall}
+	summaryMu.Lock()
+	summary = append(summary, sr)
+	summaryMu.Unlock()
+	t.Logf("SUMMARY fault=%s messages=%d sent=%d dead=%d lost=%d duplicates=%d wall=%s",
+		name, sr.messages, sr.sent, sr.dead, sr.lost, sr.dups, wall.Round(100*time.Millisecond))
+	if zeroDuplicates {
+		require.Zero(t, res.dups, "fault %s must not duplicate deliveries", name)
+	}
+}
+
+// TestWorkerKilledMidSend SIGKILLs the worker three times while sends are in flight (the
+// receiver takes 50ms per request), starting a new one each time. Duplicates are allowed
+// (a send whose outcome was lost with the worker is ambiguous) and counted.
+func TestWorkerKilledMidSend(t *testing.T) {
+	e := newEnv(t)
+	n := messagesPerFault(t)
+	e.rcv.setDelay(50 * time.Millisecond)
+	runFault(t, e, "worker-kill", n, false, func(l *loader) {
+		for k := 1; k <= 3; k++ {
+			target := k * n / 4
+			if !waitFor(2*time.Minute, func() bool { return e.rcv.totalRequests() >= target }) {
+				t.Errorf("the receiver never reached %d requests before kill %d", target, k)
+				return
+			}
+			if err := e.killOutbox("worker", 200*time.Millisecond); err != nil {
+				t.Errorf("restart the worker: %v", err)
+				return
+			}
+			t.Logf("worker killed (%d) at %d receiver requests", k, e.rcv.totalRequests())
+		}
+	})
+}
+
+// TestRelayKilledWhileStarting SIGKILLs the relay three times while it claims rows and
+// starts workflows, starting a new one each time. A row claimed by the dead relay waits out
+// its lease; one whose workflow was started but not recorded is taken over by "already
+// started". No message may be delivered twice.
+func TestRelayKilledWhileStarting(t *testing.T) {
+	e := newEnv(t)
+	n := messagesPerFault(t)
+	runFault(t, e, "relay-kill", n, true, func(l *loader) {
+		for k := 1; k <= 3; k++ {
+			target := int64(k * n / 4)
+			if !waitFor(2*time.Minute, func() bool { return l.done.Load() >= target }) {
+				t.Errorf("the loader never reached %d commits before kill %d", target, k)
+				return
+			}
+			if err := e.killOutbox("relay", 200*time.Millisecond); err != nil {
+				t.Errorf("restart the relay: %v", err)
+				return
+			}
+			t.Logf("relay killed (%d) at %d commits", k, l.done.Load())
+		}
+	})
+}
+
+// TestPostgresRestart stops PostgreSQL (fast shutdown) halfway through the load and starts
+// it again on the same port and data folder. The loader retries its failed transactions;
+// worker and relay must ride it out; no message may be delivered twice.
+func TestPostgresRestart(t *testing.T) {
+	e := newEnv(t)
+	n := messagesPerFault(t)
+	runFault(t, e, "postgres-restart", n, true, func(l *loader) {
+		target := int64(n / 2)
+		if !waitFor(2*time.Minute, func() bool { return l.done.Load() >= target }) {
+			t.Errorf("the loader never reached %d commits", target)
+			return
+		}
+		down, err := e.restartPG(time.Second)
+		if err != nil {
+			t.Errorf("restart PostgreSQL: %v", err)
+			return
+		}
+		t.Logf("PostgreSQL restarted at %d commits; down for %s", l.done.Load(), down.Round(time.Millisecond))
+	})
+}

@@ -1,0 +1,129 @@
+//go:build linux
+
+package chaos
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// receiver is the downstream: it de-duplicates by Idempotency-Key, records each request's
+// X-Outbox-Attempt, counts requests per message and effects (the first successful request
+// per key), and can be told to misbehave.
+type receiver struct {
+	srv *httptest.Server
+	url string
+
+	delay    atomic.Int64 // nanoseconds each POST takes before it is processed
+	failRate atomic.Int64 // per mille of POSTs answered 503 before any effect
+
+	mu       sync.Mutex
+	requests map[string]int   // POSTs per message ID
+	attempts map[string][]int // X-Outbox-Attempt of each POST
+	effects  map[string]time.Time
+	total    int
+	checks   int
+	bad      []string // requests that broke the contract (no key, bad attempt header)
+}
+
+func newReceiver() *receiver {
+	r := &receiver{requests: map[string]int{}, attempts: map[string][]int{}, effects: map[string]time.Time{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /events", r.post)
+	mux.HandleFunc("GET /events/{id}", r.get)
+	r.srv = httptest.NewServer(mux)
+	r.url = r.srv.URL
+	return r
+}
+
+func (r *receiver) close() { r.srv.Close() }
+
+func (r *receiver) setDelay(d time.Duration) { r.delay.Store(int64(d)) }
+
+// setFailRate answers that share of POSTs (0 to 1) with 503.
+func (r *receiver) setFailRate(rate float64) { r.failRate.Store(int64(rate * 1000)) }
+
+func (r *receiver) post(w http.ResponseWriter, req *http.Request) {
+	_, _ = io.Copy(io.Discard, req.Body)
+	key := req.Header.Get("Idempotency-Key")
+	attempt, aerr := strconv.Atoi(req.Header.Get("X-Outbox-Attempt"))
+	r.mu.Lock()
+	r.total++
+	n := r.total
+	if key == "" || aerr != nil || attempt < 1 || !strings.HasPrefix(req.Header.Get("Content-Type"), "application/json") {
+		r.bad = append(r.bad, req.Header.Get("Idempotency-Key")+" attempt="+req.Header.Get("X-Outbox-Attempt"))
+		r.mu.Unlock()
+		http.Error(w, "missing Idempotency-Key or X-Outbox-Attempt", http.StatusBadRequest)
+		return
+	}
+	r.requests[key]++
+	r.attempts[key] = append(r.attempts[key], attempt)
+	r.mu.Unlock()
+
+	if fr := r.failRate.Load(); fr > 0 && int64(n*7919%1000) < fr {
+		http.Error(w, "flapping", http.StatusServiceUnavailable)
+		return
+	}
+	// The downstream does its work whether or not the caller is still there.
+	if d := time.Duration(r.delay.Load()); d > 0 {
+		time.Sleep(d)
+	}
+	r.mu.Lock()
+	if _, ok := r.effects[key]; !ok {
+		r.effects[key] = time.Now()
+	}
+	r.mu.Unlock()
+	w.WriteHeader(http.StatusOK)
+}
+
+// get answers check_url: 200 when the message was processed, else 404.
+func (r *receiver) get(w http.ResponseWriter, req *http.Request) {
+	id := req.PathValue("id")
+	r.mu.Lock()
+	r.checks++
+	_, ok := r.effects[id]
+	r.mu.Unlock()
+	if ok {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	http.NotFound(w, req)
+}
+
+func (r *receiver) totalRequests() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.total
+}
+
+type receiverSnapshot struct {
+	requests map[string]int
+	attempts map[string][]int
+	effects  map[string]bool
+	total    int
+	checks   int
+	bad      []string
+}
+
+func (r *receiver) snapshot() receiverSnapshot {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := receiverSnapshot{requests: map[string]int{}, attempts: map[string][]int{}, effects: map[string]bool{},
+		total: r.total, checks: r.checks, bad: append([]string(nil), r.bad...)}
+	for k, v := range r.requests {
+		s.requests[k] = v
+	}
+	for k, v := range r.attempts {
+		s.attempts[k] = append([]int(nil), v...)
+	}
+	for k := range r.effects {
+		s.effects[k] = true
+	}
+	return s
+}
