@@ -20,8 +20,7 @@ type receiver struct {
 	srv *httptest.Server
 	url string
 
-	delay    atomic.Int64 // nanoseconds each POST takes before it is processed
-	failRate atomic.Int64 // per mille of POSTs answered 503 before any effect
+	delay atomic.Int64 // nanoseconds each POST takes before it is processed
 
 	mu       sync.Mutex
 	requests map[string]int   // POSTs per message ID
@@ -46,16 +45,12 @@ func (r *receiver) close() { r.srv.Close() }
 
 func (r *receiver) setDelay(d time.Duration) { r.delay.Store(int64(d)) }
 
-// setFailRate answers that share of POSTs (0 to 1) with 503.
-func (r *receiver) setFailRate(rate float64) { r.failRate.Store(int64(rate * 1000)) }
-
 func (r *receiver) post(w http.ResponseWriter, req *http.Request) {
 	_, _ = io.Copy(io.Discard, req.Body)
 	key := req.Header.Get("Idempotency-Key")
 	attempt, aerr := strconv.Atoi(req.Header.Get("X-Outbox-Attempt"))
 	r.mu.Lock()
 	r.total++
-	n := r.total
 	if key == "" || aerr != nil || attempt < 1 || !strings.HasPrefix(req.Header.Get("Content-Type"), "application/json") {
 		r.bad = append(r.bad, req.Header.Get("Idempotency-Key")+" attempt="+req.Header.Get("X-Outbox-Attempt"))
 		r.mu.Unlock()
@@ -66,10 +61,6 @@ func (r *receiver) post(w http.ResponseWriter, req *http.Request) {
 	r.attempts[key] = append(r.attempts[key], attempt)
 	r.mu.Unlock()
 
-	if fr := r.failRate.Load(); fr > 0 && int64(n*7919%1000) < fr {
-		http.Error(w, "flapping", http.StatusServiceUnavailable)
-		return
-	}
 	// The downstream does its work whether or not the caller is still there.
 	if d := time.Duration(r.delay.Load()); d > 0 {
 		time.Sleep(d)
