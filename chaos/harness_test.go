@@ -472,13 +472,41 @@ func (e *chaosEnv) restartPG(pause time.Duration) (time.Duration, error) {
 
 func (e *chaosEnv) startTemporal() {
 	e.t.Helper()
+	require.NoError(e.t, e.launchTemporal())
+}
+
+// launchTemporal starts the Temporal process on its ports and folder. It may run on a
+// fault's goroutine, so it returns its error.
+func (e *chaosEnv) launchTemporal() error {
+	e.mu.Lock()
+	e.starts["temporal"]++
+	n := e.starts["temporal"]
+	e.mu.Unlock()
 	p, err := startProc(procSpec{
 		name: "temporal", path: outboxBin, args: e.tempArgs, env: e.outboxEnvWithout(),
-		dir: e.base, logPath: filepath.Join(e.base, "temporal-dev.log"),
+		dir: e.base, logPath: filepath.Join(e.base, fmt.Sprintf("temporal-dev-%d.log", n)),
 		ready: "is ready", within: 120 * time.Second,
 	})
-	require.NoError(e.t, err)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
 	e.temporal = p
+	e.mu.Unlock()
+	return nil
+}
+
+// restartTemporal stops the Temporal process (SIGINT), waits pause and starts it again on
+// the same ports and folder; its state survives.
+func (e *chaosEnv) restartTemporal(pause time.Duration) (time.Duration, error) {
+	start := time.Now()
+	e.mu.Lock()
+	p := e.temporal
+	e.mu.Unlock()
+	p.stop(syscall.SIGINT, 30*time.Second)
+	time.Sleep(pause)
+	err := e.launchTemporal()
+	return time.Since(start), err
 }
 
 // outboxEnvWithout is the environment for `outbox dev`: none of the outbox variables.

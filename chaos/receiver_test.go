@@ -4,6 +4,7 @@ package chaos
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -21,18 +22,22 @@ type receiver struct {
 	url string
 
 	delay atomic.Int64 // nanoseconds each POST takes before it is processed
+	flap  atomic.Bool  // while set, POSTs fail in turn: 503, a reset, a reply too late
+	flaps atomic.Int64
 
 	mu       sync.Mutex
 	requests map[string]int   // POSTs per message ID
 	attempts map[string][]int // X-Outbox-Attempt of each POST
 	effects  map[string]time.Time
-	total    int
-	checks   int
-	bad      []string // requests that broke the contract (no key, bad attempt header)
+	// redelivered counts POSTs per message that arrived after it was processed.
+	redelivered map[string]int
+	total       int
+	checks      int
+	bad         []string // requests that broke the contract (no key, bad attempt header)
 }
 
 func newReceiver() *receiver {
-	r := &receiver{requests: map[string]int{}, attempts: map[string][]int{}, effects: map[string]time.Time{}}
+	r := &receiver{requests: map[string]int{}, attempts: map[string][]int{}, effects: map[string]time.Time{}, redelivered: map[string]int{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /events", r.post)
 	mux.HandleFunc("GET /events/{id}", r.get)
@@ -44,6 +49,9 @@ func newReceiver() *receiver {
 func (r *receiver) close() { r.srv.Close() }
 
 func (r *receiver) setDelay(d time.Duration) { r.delay.Store(int64(d)) }
+
+// setFlapping makes the receiver misbehave (or stop misbehaving).
+func (r *receiver) setFlapping(on bool) { r.flap.Store(on) }
 
 func (r *receiver) post(w http.ResponseWriter, req *http.Request) {
 	_, _ = io.Copy(io.Discard, req.Body)
@@ -59,8 +67,32 @@ func (r *receiver) post(w http.ResponseWriter, req *http.Request) {
 	}
 	r.requests[key]++
 	r.attempts[key] = append(r.attempts[key], attempt)
+	if _, done := r.effects[key]; done {
+		r.redelivered[key]++
+	}
 	r.mu.Unlock()
 
+	if r.flap.Load() {
+		switch r.flaps.Add(1) % 4 {
+		case 0:
+			http.Error(w, "flapping", http.StatusServiceUnavailable)
+			return
+		case 1:
+			// A connection reset before anything was processed.
+			if hj, ok := w.(http.Hijacker); ok {
+				if conn, _, err := hj.Hijack(); err == nil {
+					if tcp, ok := conn.(*net.TCPConn); ok {
+						_ = tcp.SetLinger(0)
+					}
+					conn.Close()
+					return
+				}
+			}
+		case 2:
+			// Processed, but the answer comes after the sender's 2s timeout.
+			time.Sleep(2500 * time.Millisecond)
+		}
+	}
 	// The downstream does its work whether or not the caller is still there.
 	if d := time.Duration(r.delay.Load()); d > 0 {
 		time.Sleep(d)
@@ -94,18 +126,19 @@ func (r *receiver) totalRequests() int {
 }
 
 type receiverSnapshot struct {
-	requests map[string]int
-	attempts map[string][]int
-	effects  map[string]bool
-	total    int
-	checks   int
-	bad      []string
+	requests    map[string]int
+	attempts    map[string][]int
+	effects     map[string]bool
+	redelivered map[string]int
+	total       int
+	checks      int
+	bad         []string
 }
 
 func (r *receiver) snapshot() receiverSnapshot {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := receiverSnapshot{requests: map[string]int{}, attempts: map[string][]int{}, effects: map[string]bool{},
+	s := receiverSnapshot{requests: map[string]int{}, attempts: map[string][]int{}, effects: map[string]bool{}, redelivered: map[string]int{},
 		total: r.total, checks: r.checks, bad: append([]string(nil), r.bad...)}
 	for k, v := range r.requests {
 		s.requests[k] = v
@@ -115,6 +148,9 @@ func (r *receiver) snapshot() receiverSnapshot {
 	}
 	for k := range r.effects {
 		s.effects[k] = true
+	}
+	for k, v := range r.redelivered {
+		s.redelivered[k] = v
 	}
 	return s
 }
