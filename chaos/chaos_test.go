@@ -394,3 +394,78 @@ func TestDownstreamFlapping(t *testing.T) {
 		t.Logf("the receiver flapped until %d commits and 3s more", l.done.Load())
 	})
 }
+
+// commitToSent returns the median and 95th percentile of sent_at - created_at of the
+// healthy topic's messages.
+func commitToSent(t *testing.T, e *chaosEnv) (p50, p95 time.Duration) {
+	t.Helper()
+	var a, b float64
+	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT
+  percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM sent_at - created_at)),
+  percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM sent_at - created_at))
+FROM outbox_messages WHERE topic = $1 AND status = 'sent'`, topic).Scan(&a, &b))
+	return time.Duration(a * float64(time.Second)), time.Duration(b * float64(time.Second))
+}
+
+// TestPoisonAndHangingTopics runs the healthy topic beside a topic whose downstream always
+// answers 422 and one whose downstream never answers, with few activity slots so hanging
+// sends fill them. The healthy messages must all be sent; their latency is reported next to
+// a run without the bad topics, not asserted.
+func TestPoisonAndHangingTopics(t *testing.T) {
+	n := messagesPerFault(t)
+	base := newEnvWith(t, "worker:\n  max_concurrent_activities: 8\n")
+	runFault(t, base, "no-fault-baseline", n, true, func(*loader) {})
+	baseP50, baseP95 := commitToSent(t, base)
+
+	e := newEnvWith(t, `  chaos.poison:
+    url: RECEIVER/poison
+    max_attempts: 3
+    initial_interval: 100ms
+  chaos.hang:
+    url: RECEIVER/hang
+    max_attempts: 3
+    initial_interval: 100ms
+    timeout: 2s
+worker:
+  max_concurrent_activities: 8
+`)
+	var bad []uuid.UUID
+	var badMu sync.Mutex
+	runFault(t, e, "poison-and-hanging", n, true, func(l *loader) {
+		// One poison and one hanging message for every ten healthy ones, while they load.
+		ctx := context.Background()
+		for i := 0; i < n/5; i++ {
+			topic := "chaos.poison"
+			if i%2 == 1 {
+				topic = "chaos.hang"
+			}
+			id, err := e.store.Enqueue(ctx, e.pool, store.Message{Topic: topic, Payload: json.RawMessage(`{}`)})
+			if err != nil {
+				t.Errorf("enqueue %s: %v", topic, err)
+				return
+			}
+			badMu.Lock()
+			bad = append(bad, id)
+			badMu.Unlock()
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	p50, p95 := commitToSent(t, e)
+	t.Logf("healthy topic commit-to-sent: p50 %s, p95 %s beside poison and hanging topics; p50 %s, p95 %s without them",
+		p50.Round(time.Millisecond), p95.Round(time.Millisecond), baseP50.Round(time.Millisecond), baseP95.Round(time.Millisecond))
+	latencyNotes = append(latencyNotes, fmt.Sprintf("healthy-topic commit-to-sent beside poison and hanging topics: p50 %s p95 %s (no-fault run: p50 %s p95 %s)",
+		p50.Round(time.Millisecond), p95.Round(time.Millisecond), baseP50.Round(time.Millisecond), baseP95.Round(time.Millisecond)))
+
+	// The bad topics end dead, each with its reason.
+	require.True(t, waitFor(3*time.Minute, func() bool {
+		var open int
+		require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_messages WHERE message_id = ANY($1) AND status <> 'dead'`, bad).Scan(&open))
+		return open == 0
+	}), "poison and hanging messages are dead-lettered")
+	var withoutReason int
+	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_messages WHERE message_id = ANY($1) AND coalesce(last_error, '') = ''`, bad).Scan(&withoutReason))
+	require.Zero(t, withoutReason)
+}
+
+// latencyNotes are printed under the summary table.
+var latencyNotes []string

@@ -7,12 +7,11 @@
 //
 // Faults covered: the worker SIGKILLed mid-send, the relay SIGKILLed while it starts
 // workflows, PostgreSQL restarted (fast shutdown) mid-run, the Temporal server stopped and
-// started again on the same folder, and the downstream flapping (503s, connection resets,
-// answers after the send timeout) for a window.
-//
-// Still to add: a topic answering 4xx (poison messages dead-lettered quickly) and a topic
-// that hangs past its timeout while filling the worker's activity slots, beside healthy
-// topics whose latency is reported next to a no-fault run.
+// started again on the same folder, the downstream flapping (503s, connection resets,
+// answers after the send timeout) for a window, and a topic answering 422 plus a topic that
+// never answers (its sends filling the worker's eight activity slots until they time out)
+// beside the healthy topic, whose commit-to-sent latency is reported next to a run without
+// them.
 //
 // Run at full size with `make chaos` (OUTBOX_CHAOS_MESSAGES=1000); `go test ./chaos/`
 // runs OUTBOX_CHAOS_MESSAGES (default 100) messages per fault.

@@ -312,7 +312,11 @@ type chaosEnv struct {
 	starts map[string]int
 }
 
-func newEnv(t *testing.T) *chaosEnv {
+func newEnv(t *testing.T) *chaosEnv { return newEnvWith(t, "") }
+
+// newEnvWith is newEnv with extra YAML appended to the config: more topics (indented
+// under topics:) followed by other top-level sections.
+func newEnvWith(t *testing.T, extraConfig string) *chaosEnv {
 	t.Helper()
 	if setupErr != nil {
 		t.Skipf("chaos suite cannot run here: %v", setupErr)
@@ -384,7 +388,7 @@ topics:
     backoff: 2
     max_interval: 1s
     timeout: 2s
-`, topic, e.rcv.url, e.rcv.url)), 0o644))
+%s`, topic, e.rcv.url, e.rcv.url, strings.ReplaceAll(extraConfig, "RECEIVER", e.rcv.url))), 0o644))
 
 	// Migrate, the business table, worker and relay.
 	mig := exec.Command(outboxBin, "migrate", "--config", e.config)
@@ -583,12 +587,15 @@ func printSummary() {
 		return
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nchaos summary\n%-16s %8s %8s %6s %6s %10s %10s %10s %9s %9s\n",
+	fmt.Fprintf(&b, "\nchaos summary\n%-20s %8s %8s %6s %6s %10s %10s %10s %9s %9s\n",
 		"FAULT", "MESSAGES", "SENT", "DEAD", "LOST", "DUPLICATES", "REQUESTS", "UNCERTAIN", "TX-RETRY", "WALL")
 	for _, r := range summary {
-		fmt.Fprintf(&b, "%-16s %8d %8d %6d %6d %10d %10d %10d %9d %9s\n",
+		fmt.Fprintf(&b, "%-20s %8d %8d %6d %6d %10d %10d %10d %9d %9s\n",
 			r.fault, r.messages, r.sent, r.dead, r.lost, r.dups, r.receiverReqs, r.uncertain, r.retried,
 			r.wall.Round(100*time.Millisecond))
+	}
+	for _, note := range latencyNotes {
+		fmt.Fprintf(&b, "%s\n", note)
 	}
 	_, _ = os.Stdout.WriteString(b.String())
 }

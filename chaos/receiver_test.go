@@ -41,6 +41,16 @@ func newReceiver() *receiver {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /events", r.post)
 	mux.HandleFunc("GET /events/{id}", r.get)
+	// A downstream that always refuses, and one that never answers in time.
+	mux.HandleFunc("POST /poison", func(w http.ResponseWriter, req *http.Request) {
+		http.Error(w, "this message can never be processed", http.StatusUnprocessableEntity)
+	})
+	mux.HandleFunc("POST /hang", func(w http.ResponseWriter, req *http.Request) {
+		select {
+		case <-req.Context().Done():
+		case <-time.After(time.Minute):
+		}
+	})
 	r.srv = httptest.NewServer(mux)
 	r.url = r.srv.URL
 	return r
