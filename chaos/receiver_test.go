@@ -18,8 +18,9 @@ import (
 // X-Outbox-Attempt, counts requests per message and effects (the first successful request
 // per key), and can be told to misbehave.
 type receiver struct {
-	srv *httptest.Server
-	url string
+	srv     *httptest.Server
+	url     string
+	closing chan struct{}
 
 	delay atomic.Int64 // nanoseconds each POST takes before it is processed
 	flap  atomic.Bool  // while set, POSTs fail in turn: 503, a reset, a reply too late
@@ -37,7 +38,7 @@ type receiver struct {
 }
 
 func newReceiver() *receiver {
-	r := &receiver{requests: map[string]int{}, attempts: map[string][]int{}, effects: map[string]time.Time{}, redelivered: map[string]int{}}
+	r := &receiver{closing: make(chan struct{}), requests: map[string]int{}, attempts: map[string][]int{}, effects: map[string]time.Time{}, redelivered: map[string]int{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /events", r.post)
 	mux.HandleFunc("GET /events/{id}", r.get)
@@ -48,6 +49,7 @@ func newReceiver() *receiver {
 	mux.HandleFunc("POST /hang", func(w http.ResponseWriter, req *http.Request) {
 		select {
 		case <-req.Context().Done():
+		case <-r.closing:
 		case <-time.After(time.Minute):
 		}
 	})
@@ -56,7 +58,11 @@ func newReceiver() *receiver {
 	return r
 }
 
-func (r *receiver) close() { r.srv.Close() }
+// close stops the receiver, releasing the requests it holds.
+func (r *receiver) close() {
+	close(r.closing)
+	r.srv.Close()
+}
 
 func (r *receiver) setDelay(d time.Duration) { r.delay.Store(int64(d)) }
 
