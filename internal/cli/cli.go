@@ -140,29 +140,36 @@ func (g *globals) open(ctx context.Context, withTemporal bool) (*app.App, error)
 	return a, nil
 }
 
+// withApp opens the App for a command, runs fn with it and closes it.
+func (g *globals) withApp(ctx context.Context, withTemporal bool, fn func(*app.App) error) error {
+	a, err := g.open(ctx, withTemporal)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	return fn(a)
+}
+
 func newMigrateCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "migrate",
 		Short: "Create or upgrade the outbox tables (running it again is a no-op)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := g.open(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			applied, err := a.Store.Migrate(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if len(applied) == 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), "schema %s is up to date\n", a.Store.Schema())
+			return g.withApp(cmd.Context(), false, func(a *app.App) error {
+				applied, err := a.Store.Migrate(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if len(applied) == 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), "schema %s is up to date\n", a.Store.Schema())
+					return nil
+				}
+				for _, v := range applied {
+					fmt.Fprintf(cmd.OutOrStdout(), "applied migration %04d to schema %s\n", v, a.Store.Schema())
+				}
 				return nil
-			}
-			for _, v := range applied {
-				fmt.Fprintf(cmd.OutOrStdout(), "applied migration %04d to schema %s\n", v, a.Store.Schema())
-			}
-			return nil
+			})
 		},
 	}
 }
@@ -173,12 +180,9 @@ func newWorkerCmd(g *globals) *cobra.Command {
 		Short: "Run the Temporal worker: the delivery workflow and its activities",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := g.open(cmd.Context(), true)
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			return a.RunWorker(cmd.Context(), nil)
+			return g.withApp(cmd.Context(), true, func(a *app.App) error {
+				return a.RunWorker(cmd.Context(), nil)
+			})
 		},
 	}
 }
@@ -189,12 +193,9 @@ func newRelayCmd(g *globals) *cobra.Command {
 		Short: "Run the relay: start one delivery workflow per committed outbox row",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := g.open(cmd.Context(), true)
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			return a.RunRelay(cmd.Context())
+			return g.withApp(cmd.Context(), true, func(a *app.App) error {
+				return a.RunRelay(cmd.Context())
+			})
 		},
 	}
 }
@@ -234,17 +235,14 @@ func newEnqueueCmd(g *globals) *cobra.Command {
 			if deliverAfter > 0 {
 				msg.DeliverAfter = time.Now().Add(deliverAfter)
 			}
-			a, err := g.open(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			id, err := a.Store.Enqueue(cmd.Context(), a.Pool, msg)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), id)
-			return nil
+			return g.withApp(cmd.Context(), false, func(a *app.App) error {
+				id, err := a.Store.Enqueue(cmd.Context(), a.Pool, msg)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), id)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&payload, "payload", "", "JSON payload (default: read from standard input)")
@@ -302,24 +300,21 @@ func newDemoCmd(g *globals) *cobra.Command {
 An order with "sku": "POISON" is rejected with 422, so its message is dead-lettered.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := g.open(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			cfg.Pool, cfg.Store, cfg.Logger = a.Pool, a.Store, a.Logger
-			s, err := demo.Start(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			fmt.Fprintf(cmd.OutOrStdout(), "demo order service on %s/orders, inventory service on %s/events\n", s.OrdersURL, s.InventoryURL)
-			select {
-			case <-cmd.Context().Done():
-				return nil
-			case err := <-s.Err():
-				return err
-			}
+			return g.withApp(cmd.Context(), false, func(a *app.App) error {
+				cfg.Pool, cfg.Store, cfg.Logger = a.Pool, a.Store, a.Logger
+				s, err := demo.Start(cmd.Context(), cfg)
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				fmt.Fprintf(cmd.OutOrStdout(), "demo order service on %s/orders, inventory service on %s/events\n", s.OrdersURL, s.InventoryURL)
+				select {
+				case <-cmd.Context().Done():
+					return nil
+				case err := <-s.Err():
+					return err
+				}
+			})
 		},
 	}
 	cmd.Flags().StringVar(&cfg.OrdersAddr, "orders-addr", "127.0.0.1:8080", "listen address of the order service")

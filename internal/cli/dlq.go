@@ -76,29 +76,26 @@ func newDLQListCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			a, err := g.open(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			dls, err := a.Store.ListDeadLetters(cmd.Context(), filter)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), deadLettersJSON(dls))
-			}
-			if len(dls) == 0 {
-				fmt.Fprintln(cmd.OutOrStdout(), "no dead letters")
-				return nil
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "MESSAGE ID\tTOPIC\tATTEMPTS\tDEAD-LETTERED\tSTATE\tLAST ERROR")
-			for _, d := range dls {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", d.MessageID, d.Topic, d.Attempts,
-					d.DeadLetteredAt.Local().Format(time.DateTime), state(d), truncate(d.LastError, 80))
-			}
-			return tw.Flush()
+			return g.withApp(cmd.Context(), false, func(a *app.App) error {
+				dls, err := a.Store.ListDeadLetters(cmd.Context(), filter)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(cmd.OutOrStdout(), deadLettersJSON(dls))
+				}
+				if len(dls) == 0 {
+					fmt.Fprintln(cmd.OutOrStdout(), "no dead letters")
+					return nil
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "MESSAGE ID\tTOPIC\tATTEMPTS\tDEAD-LETTERED\tSTATE\tLAST ERROR")
+				for _, d := range dls {
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", d.MessageID, d.Topic, d.Attempts,
+						d.DeadLetteredAt.Local().Format(time.DateTime), state(d), truncate(d.LastError, 80))
+				}
+				return tw.Flush()
+			})
 		},
 	}
 	f.add(cmd, 50)
@@ -190,66 +187,63 @@ func newDLQShowCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			a, err := g.open(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			ctx := cmd.Context()
-			row, err := a.Store.Get(ctx, ids[0])
-			if err != nil {
-				return err
-			}
-			dls, err := a.Store.DeadLetters(ctx, ids[0])
-			if err != nil {
-				return err
-			}
-			audit, err := a.Store.Audit(ctx, ids[0])
-			if err != nil {
-				return err
-			}
-			views := deadLettersJSON(dls)
-			for i := range views {
-				views[i].URL = workflowURL(a, views[i].WorkflowID, views[i].RunID)
-			}
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), map[string]any{
-					"message_id": row.MessageID, "topic": row.Topic, "status": row.Status, "payload": row.Payload,
-					"headers": row.Headers, "retry_times": row.RetryTimes, "max_retry_times": row.MaxRetryTimes,
-					"last_error": row.LastError, "redrive_count": row.RedriveCount, "created_at": row.CreatedAt,
-					"ordering_key": row.OrderingKey, "ordering_seq": row.OrderingSeq,
-					"dead_letters": views, "audit": audit,
-				})
-			}
-			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "Message      %s\nTopic        %s\nStatus       %s\nCreated      %s\nRedrives     %d\n",
-				row.MessageID, row.Topic, row.Status, row.CreatedAt.Local().Format(time.DateTime), row.RedriveCount)
-			if row.OrderingKey != nil {
-				fmt.Fprintf(w, "Ordering key %s (message %d of the key)\n", *row.OrderingKey, *row.OrderingSeq)
-			}
-			if row.LastError != nil {
-				fmt.Fprintf(w, "Last error   %s\n", *row.LastError)
-			}
-			var pretty bytes.Buffer
-			if err := json.Indent(&pretty, row.Payload, "  ", "  "); err != nil {
-				pretty.Reset()
-				pretty.Write(row.Payload)
-			}
-			fmt.Fprintf(w, "Payload\n  %s\n", pretty.String())
-			if len(views) == 0 {
-				fmt.Fprintln(w, "\nNo dead letters.")
-			}
-			for i, d := range views {
-				fmt.Fprintf(w, "\nDead letter %d of %d (%s)\n  Dead-lettered  %s after %d attempts\n  Last error     %s\n  Workflow       %s\n",
-					i+1, len(views), state(dls[i]), d.DeadLetteredAt.Local().Format(time.DateTime), d.Attempts, d.LastError, d.URL)
-			}
-			if len(audit) > 0 {
-				fmt.Fprintln(w, "\nAudit")
-				for _, e := range audit {
-					fmt.Fprintf(w, "  %s  %-8s by %s\n", e.At.Local().Format(time.DateTime), e.Action, e.Actor)
+			return g.withApp(cmd.Context(), false, func(a *app.App) error {
+				ctx := cmd.Context()
+				row, err := a.Store.Get(ctx, ids[0])
+				if err != nil {
+					return err
 				}
-			}
-			return nil
+				dls, err := a.Store.DeadLetters(ctx, ids[0])
+				if err != nil {
+					return err
+				}
+				audit, err := a.Store.Audit(ctx, ids[0])
+				if err != nil {
+					return err
+				}
+				views := deadLettersJSON(dls)
+				for i := range views {
+					views[i].URL = workflowURL(a, views[i].WorkflowID, views[i].RunID)
+				}
+				if asJSON {
+					return writeJSON(cmd.OutOrStdout(), map[string]any{
+						"message_id": row.MessageID, "topic": row.Topic, "status": row.Status, "payload": row.Payload,
+						"headers": row.Headers, "retry_times": row.RetryTimes, "max_retry_times": row.MaxRetryTimes,
+						"last_error": row.LastError, "redrive_count": row.RedriveCount, "created_at": row.CreatedAt,
+						"ordering_key": row.OrderingKey, "ordering_seq": row.OrderingSeq,
+						"dead_letters": views, "audit": audit,
+					})
+				}
+				w := cmd.OutOrStdout()
+				fmt.Fprintf(w, "Message      %s\nTopic        %s\nStatus       %s\nCreated      %s\nRedrives     %d\n",
+					row.MessageID, row.Topic, row.Status, row.CreatedAt.Local().Format(time.DateTime), row.RedriveCount)
+				if row.OrderingKey != nil {
+					fmt.Fprintf(w, "Ordering key %s (message %d of the key)\n", *row.OrderingKey, *row.OrderingSeq)
+				}
+				if row.LastError != nil {
+					fmt.Fprintf(w, "Last error   %s\n", *row.LastError)
+				}
+				var pretty bytes.Buffer
+				if err := json.Indent(&pretty, row.Payload, "  ", "  "); err != nil {
+					pretty.Reset()
+					pretty.Write(row.Payload)
+				}
+				fmt.Fprintf(w, "Payload\n  %s\n", pretty.String())
+				if len(views) == 0 {
+					fmt.Fprintln(w, "\nNo dead letters.")
+				}
+				for i, d := range views {
+					fmt.Fprintf(w, "\nDead letter %d of %d (%s)\n  Dead-lettered  %s after %d attempts\n  Last error     %s\n  Workflow       %s\n",
+						i+1, len(views), state(dls[i]), d.DeadLetteredAt.Local().Format(time.DateTime), d.Attempts, d.LastError, d.URL)
+				}
+				if len(audit) > 0 {
+					fmt.Fprintln(w, "\nAudit")
+					for _, e := range audit {
+						fmt.Fprintf(w, "  %s  %-8s by %s\n", e.At.Local().Format(time.DateTime), e.Action, e.Actor)
+					}
+				}
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -304,33 +298,30 @@ func newDLQRedriveCmd(g *globals) *cobra.Command {
 		Example: `  outbox dlq redrive 01a22bd4-e1d1-7a2a-9e3e-c3f8ce034627
   outbox dlq redrive --all-matching --topic order.created --since 2h`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			a, err := g.open(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			ids, err := selectMessages(cmd.Context(), a, args, f, allMatching, "redrive")
-			if err != nil {
-				return err
-			}
-			actor := cmp.Or(by, currentUser(g.lookupEnv))
-			var failed []error
-			for _, id := range ids {
-				r, err := a.Store.Redrive(cmd.Context(), id, actor)
+			return g.withApp(cmd.Context(), false, func(a *app.App) error {
+				ids, err := selectMessages(cmd.Context(), a, args, f, allMatching, "redrive")
 				if err != nil {
-					failed = append(failed, err)
-					fmt.Fprintf(cmd.ErrOrStderr(), "not redriven: %v\n", err)
-					continue
+					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "redriven %s (%s, redrive %d)\n", r.MessageID, r.Topic, r.RedriveCount)
-			}
-			if len(ids) == 0 {
-				fmt.Fprintln(cmd.OutOrStdout(), "no dead letters match")
-			}
-			if len(failed) > 0 {
-				return fmt.Errorf("%d of %d messages not redriven", len(failed), len(ids))
-			}
-			return nil
+				actor := cmp.Or(by, currentUser(g.lookupEnv))
+				var failed []error
+				for _, id := range ids {
+					r, err := a.Store.Redrive(cmd.Context(), id, actor)
+					if err != nil {
+						failed = append(failed, err)
+						fmt.Fprintf(cmd.ErrOrStderr(), "not redriven: %v\n", err)
+						continue
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "redriven %s (%s, redrive %d)\n", r.MessageID, r.Topic, r.RedriveCount)
+				}
+				if len(ids) == 0 {
+					fmt.Fprintln(cmd.OutOrStdout(), "no dead letters match")
+				}
+				if len(failed) > 0 {
+					return fmt.Errorf("%d of %d messages not redriven", len(failed), len(ids))
+				}
+				return nil
+			})
 		},
 	}
 	f.add(cmd, 1000)
@@ -350,40 +341,37 @@ func newDLQDiscardCmd(g *globals) *cobra.Command {
 		Use:   "discard [MESSAGE_ID...]",
 		Short: "Give up on dead-lettered messages (asks first unless --yes)",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			a, err := g.open(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			ids, err := selectMessages(cmd.Context(), a, args, f, allMatching, "discard")
-			if err != nil {
-				return err
-			}
-			if len(ids) == 0 {
-				fmt.Fprintln(cmd.OutOrStdout(), "no dead letters match")
+			return g.withApp(cmd.Context(), false, func(a *app.App) error {
+				ids, err := selectMessages(cmd.Context(), a, args, f, allMatching, "discard")
+				if err != nil {
+					return err
+				}
+				if len(ids) == 0 {
+					fmt.Fprintln(cmd.OutOrStdout(), "no dead letters match")
+					return nil
+				}
+				if !yes {
+					fmt.Fprintf(cmd.OutOrStdout(), "Discard %d dead-lettered message(s)? They will not be delivered. [y/N] ", len(ids))
+					answer, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+					if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+						return errors.New("not discarded: not confirmed (answer y, or pass --yes)")
+					}
+				}
+				actor := cmp.Or(by, currentUser(g.lookupEnv))
+				var failed int
+				for _, id := range ids {
+					if err := a.Store.Discard(cmd.Context(), id, actor); err != nil {
+						failed++
+						fmt.Fprintf(cmd.ErrOrStderr(), "not discarded: %v\n", err)
+						continue
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "discarded %s\n", id)
+				}
+				if failed > 0 {
+					return fmt.Errorf("%d of %d messages not discarded", failed, len(ids))
+				}
 				return nil
-			}
-			if !yes {
-				fmt.Fprintf(cmd.OutOrStdout(), "Discard %d dead-lettered message(s)? They will not be delivered. [y/N] ", len(ids))
-				answer, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
-				if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
-					return errors.New("not discarded: not confirmed (answer y, or pass --yes)")
-				}
-			}
-			actor := cmp.Or(by, currentUser(g.lookupEnv))
-			var failed int
-			for _, id := range ids {
-				if err := a.Store.Discard(cmd.Context(), id, actor); err != nil {
-					failed++
-					fmt.Fprintf(cmd.ErrOrStderr(), "not discarded: %v\n", err)
-					continue
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "discarded %s\n", id)
-			}
-			if failed > 0 {
-				return fmt.Errorf("%d of %d messages not discarded", failed, len(ids))
-			}
-			return nil
+			})
 		},
 	}
 	f.add(cmd, 1000)

@@ -34,20 +34,17 @@ func newRetentionRunCmd(g *globals) *cobra.Command {
 		Short: "Remove old rows now, batch by batch, with the config's retention settings",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := g.open(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			r := a.Config.Retention
-			total, err := a.Store.Purge(cmd.Context(), app.PurgeOptions(r))
-			if total.Batches > 0 || err == nil {
-				// What was removed before an error or an interrupt is gone all the same.
-				if werr := printPurge(cmd, total, r.Archive, asJSON); werr != nil && err == nil {
-					err = werr
+			return g.withApp(cmd.Context(), false, func(a *app.App) error {
+				r := a.Config.Retention
+				total, err := a.Store.Purge(cmd.Context(), app.PurgeOptions(r))
+				if total.Batches > 0 || err == nil {
+					// What was removed before an error or an interrupt is gone all the same.
+					if werr := printPurge(cmd, total, r.Archive, asJSON); werr != nil && err == nil {
+						err = werr
+					}
 				}
-			}
-			return err
+				return err
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

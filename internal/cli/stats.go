@@ -8,6 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/outbox-go/outbox/internal/app"
+
 	"github.com/outbox-go/outbox/store"
 )
 
@@ -20,65 +22,62 @@ func newStatsCmd(g *globals) *cobra.Command {
 		Short: "Counts by status and topic, the oldest pending message's age, messages in flight and recent dead letters",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := g.open(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			s, err := a.Store.Stats(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), map[string]any{
-					"by_status": s.ByStatus, "by_topic": s.ByTopic,
-					"oldest_pending_age_seconds":   s.OldestPendingAge.Seconds(),
-					"in_flight":                    s.InFlight,
-					"oldest_in_flight_age_seconds": s.OldestInFlightAge.Seconds(),
-					"open_dead_letters":            s.OpenDeadLetters,
-					"dead_letters_last_hour":       s.DeadLettersLastHour,
-					"dead_letters_last_day":        s.DeadLettersLastDay,
-					"held_back":                    s.HeldBack,
-					"keys_blocked_by_dead":         s.KeysBlockedByDead,
-					"repaired_last_day":            s.RepairedLastDay,
-					"at":                           s.At,
-				})
-			}
-			w := cmd.OutOrStdout()
-			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-			fmt.Fprint(tw, "TOPIC\t")
-			for _, st := range statusOrder {
-				fmt.Fprintf(tw, "%s\t", st)
-			}
-			fmt.Fprintln(tw)
-			topics := make([]string, 0, len(s.ByTopic))
-			for t := range s.ByTopic {
-				topics = append(topics, t)
-			}
-			sort.Strings(topics)
-			for _, t := range topics {
-				fmt.Fprintf(tw, "%s\t", t)
+			return g.withApp(cmd.Context(), false, func(a *app.App) error {
+				s, err := a.Store.Stats(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(cmd.OutOrStdout(), map[string]any{
+						"by_status": s.ByStatus, "by_topic": s.ByTopic,
+						"oldest_pending_age_seconds":   s.OldestPendingAge.Seconds(),
+						"in_flight":                    s.InFlight,
+						"oldest_in_flight_age_seconds": s.OldestInFlightAge.Seconds(),
+						"open_dead_letters":            s.OpenDeadLetters,
+						"dead_letters_last_hour":       s.DeadLettersLastHour,
+						"dead_letters_last_day":        s.DeadLettersLastDay,
+						"held_back":                    s.HeldBack,
+						"keys_blocked_by_dead":         s.KeysBlockedByDead,
+						"repaired_last_day":            s.RepairedLastDay,
+						"at":                           s.At,
+					})
+				}
+				w := cmd.OutOrStdout()
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+				fmt.Fprint(tw, "TOPIC\t")
 				for _, st := range statusOrder {
-					fmt.Fprintf(tw, "%d\t", s.ByTopic[t][st])
+					fmt.Fprintf(tw, "%s\t", st)
 				}
 				fmt.Fprintln(tw)
-			}
-			fmt.Fprint(tw, "all\t")
-			for _, st := range statusOrder {
-				fmt.Fprintf(tw, "%d\t", s.ByStatus[st])
-			}
-			fmt.Fprintln(tw)
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			fmt.Fprintf(w, "\nOldest pending   %s\n", age(s.OldestPendingAge))
-			fmt.Fprintf(w, "In flight        %d (claimed, or handed to Temporal and not finished), oldest updated %s\n", s.InFlight, age(s.OldestInFlightAge))
-			fmt.Fprintf(w, "Dead letters     %d open, %d in the last hour, %d in the last day\n",
-				s.OpenDeadLetters, s.DeadLettersLastHour, s.DeadLettersLastDay)
-			fmt.Fprintf(w, "Ordering keys    %d messages held back behind an earlier one of their key; %d keys blocked by a dead message\n",
-				s.HeldBack, s.KeysBlockedByDead)
-			fmt.Fprintf(w, "Reconciliation   %d rows repaired in the last day\n", s.RepairedLastDay)
-			return nil
+				topics := make([]string, 0, len(s.ByTopic))
+				for t := range s.ByTopic {
+					topics = append(topics, t)
+				}
+				sort.Strings(topics)
+				for _, t := range topics {
+					fmt.Fprintf(tw, "%s\t", t)
+					for _, st := range statusOrder {
+						fmt.Fprintf(tw, "%d\t", s.ByTopic[t][st])
+					}
+					fmt.Fprintln(tw)
+				}
+				fmt.Fprint(tw, "all\t")
+				for _, st := range statusOrder {
+					fmt.Fprintf(tw, "%d\t", s.ByStatus[st])
+				}
+				fmt.Fprintln(tw)
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				fmt.Fprintf(w, "\nOldest pending   %s\n", age(s.OldestPendingAge))
+				fmt.Fprintf(w, "In flight        %d (claimed, or handed to Temporal and not finished), oldest updated %s\n", s.InFlight, age(s.OldestInFlightAge))
+				fmt.Fprintf(w, "Dead letters     %d open, %d in the last hour, %d in the last day\n",
+					s.OpenDeadLetters, s.DeadLettersLastHour, s.DeadLettersLastDay)
+				fmt.Fprintf(w, "Ordering keys    %d messages held back behind an earlier one of their key; %d keys blocked by a dead message\n",
+					s.HeldBack, s.KeysBlockedByDead)
+				fmt.Fprintf(w, "Reconciliation   %d rows repaired in the last day\n", s.RepairedLastDay)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
