@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -26,6 +27,7 @@ import (
 	"github.com/outbox-go/outbox/internal/app"
 	"github.com/outbox-go/outbox/internal/cli"
 	"github.com/outbox-go/outbox/internal/demo"
+	"github.com/outbox-go/outbox/internal/pgcluster"
 )
 
 // markerFile marks a folder as a dev folder, so --reset never wipes anything else.
@@ -116,86 +118,168 @@ func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) (err error
 	if err != nil {
 		return err
 	}
+	// Resolve the folder once: every child process and file below uses this path, whatever
+	// its working directory.
+	if o.Dir, err = filepath.Abs(o.Dir); err != nil {
+		return fmt.Errorf("--dir: %w", err)
+	}
 	if err := prepareDir(o.Dir, o.Reset); err != nil {
 		return err
 	}
-	var stops []func()
-	defer func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
-		}
-	}()
-	lines := []string{}
-	show := func(name, format string, args ...any) {
-		lines = append(lines, fmt.Sprintf("  %-15s %s", name, fmt.Sprintf(format, args...)))
-	}
+	s := &session{o: o, cfg: cfg, logger: logger}
+	defer s.stop()
 
-	// PostgreSQL.
-	var pgExited <-chan struct{}
 	if o.Only == "" {
-		if cfg.DatabaseURL == "" {
-			binDir, err := findPGBinDir(o.PGBinDir, exec.LookPath)
-			if err != nil {
-				return err
-			}
-			pg, err := startPG(ctx, binDir, filepath.Join(o.Dir, "postgres"), o.PGPort, filepath.Join(o.Dir, "postgres.log"))
-			if err != nil {
-				return err
-			}
-			stops = append(stops, pg.Stop)
-			pgExited = pg.Exited()
-			cfg.DatabaseURL = pg.URL()
-			show("PostgreSQL", "%s  (pid %d, data in %s, log %s)", pg.URL(), pg.PID(), filepath.Join(o.Dir, "postgres"), filepath.Join(o.Dir, "postgres.log"))
-		} else {
-			show("PostgreSQL", "DATABASE_URL (%s)", redact(cfg.DatabaseURL))
-		}
-	}
-
-	// Temporal.
-	if cfg.Temporal.Address == "" || o.Only == "temporal" {
-		t := o.Temporal
-		t.LogFile = filepath.Join(o.Dir, "temporal.log")
-		if !o.Ephemeral {
-			t.DatabaseFile = filepath.Join(o.Dir, "temporal.db")
-		}
-		if cfg.Temporal.Namespace != "" {
-			t.Namespace = cfg.Temporal.Namespace
-		}
-		ts, err := startTemporal(t)
-		if err != nil {
+		if err := s.startPostgres(ctx); err != nil {
 			return err
 		}
-		stops = append(stops, ts.Stop)
-		cfg.Temporal.Address = ts.address
-		cfg.Temporal.Namespace = cmp.Or(t.Namespace, "default")
-		state := "in memory"
-		if t.DatabaseFile != "" {
-			state = "in " + t.DatabaseFile
-		}
-		show("Temporal", "%s  namespace %s  (state %s, log %s)", ts.address, cfg.Temporal.Namespace, state, t.LogFile)
-		if ts.uiURL != "" {
-			show("Temporal UI", "%s/namespaces/%s/workflows", ts.uiURL, cfg.Temporal.Namespace)
-		}
-	} else {
-		show("Temporal", "TEMPORAL_ADDRESS %s  namespace %s", cfg.Temporal.Address, cmp.Or(cfg.Temporal.Namespace, "default"))
 	}
-
+	if err := s.startTemporal(); err != nil {
+		return err
+	}
 	if o.Only == "temporal" {
-		fmt.Fprintf(out, "outbox dev (temporal only) is ready; Ctrl-C stops it\n%s\n", strings.Join(lines, "\n"))
+		fmt.Fprintf(out, "outbox dev (temporal only) is ready; Ctrl-C stops it\n%s\n", strings.Join(s.lines, "\n"))
 		<-ctx.Done()
 		return nil
 	}
-
-	// The outbox itself.
-	inventoryURL := "http://" + loopback(o.InventoryAddr)
-	if env.ConfigPath() == "" && !o.NoDemo {
-		cfg.Topics = demo.Topics(inventoryURL)
+	if err := s.openOutbox(ctx, env.ConfigPath() == ""); err != nil {
+		return err
 	}
-	a, err := app.Open(ctx, cfg, logger)
+	if !o.NoDemo {
+		if err := s.startDemo(ctx); err != nil {
+			return err
+		}
+	}
+	errs := s.runWorkerAndRelay(ctx)
+	if err := s.writeEnvFile(); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(out, "outbox dev is ready; Ctrl-C stops everything\n%s\n", strings.Join(s.lines, "\n"))
+	if !o.NoDemo {
+		fmt.Fprintf(out, "\nTry:\n  curl -s -X POST http://%s/orders -d '{\"sku\": \"SKU-1\", \"qty\": 2}'\n", loopback(o.OrdersAddr))
+	}
+
+	select {
+	case <-ctx.Done():
+		logger.Info("Shutting down")
+		return nil
+	case err := <-errs:
+		return err
+	case <-s.pgExited:
+		return errors.New("PostgreSQL exited; see its log in " + s.path("postgres.log"))
+	}
+}
+
+// session is one run of outbox dev: what it started, in order, and the summary it prints.
+type session struct {
+	o      Options
+	cfg    *config.Config
+	logger *slog.Logger
+
+	app      *app.App
+	pgExited <-chan struct{}
+	stops    []func()
+	lines    []string
+}
+
+// stop stops what the session started, last first.
+func (s *session) stop() {
+	for i := len(s.stops) - 1; i >= 0; i-- {
+		s.stops[i]()
+	}
+}
+
+// show adds a line to the summary.
+func (s *session) show(name, format string, args ...any) {
+	s.lines = append(s.lines, fmt.Sprintf("  %-15s %s", name, fmt.Sprintf(format, args...)))
+}
+
+// path returns a file of the dev folder as the user should read it: relative to the
+// working directory when it is below it, else absolute.
+func (s *session) path(name string) string {
+	p := filepath.Join(s.o.Dir, name)
+	if wd, err := os.Getwd(); err == nil {
+		if rel, err := filepath.Rel(wd, p); err == nil && !strings.HasPrefix(rel, "..") {
+			return rel
+		}
+	}
+	return p
+}
+
+// startPostgres starts the private cluster, unless DATABASE_URL names a database.
+func (s *session) startPostgres(ctx context.Context) error {
+	if s.cfg.DatabaseURL != "" {
+		s.show("PostgreSQL", "DATABASE_URL (%s)", redact(s.cfg.DatabaseURL))
+		return nil
+	}
+	binDir, err := pgcluster.FindBinDir(s.o.PGBinDir, exec.LookPath)
 	if err != nil {
 		return err
 	}
-	stops = append(stops, a.Close)
+	pg, err := pgcluster.Start(ctx, pgcluster.Options{BinDir: binDir, Dir: s.o.Dir, Port: s.o.PGPort, LogPath: filepath.Join(s.o.Dir, "postgres.log"), Logger: s.logger})
+	if err != nil {
+		return err
+	}
+	s.stops = append(s.stops, pg.Stop)
+	s.pgExited = pg.Exited()
+	s.cfg.DatabaseURL = pg.URL()
+	dataDir, moved := pg.DataDir()
+	if moved == "" {
+		dataDir = s.path("postgres")
+	}
+	s.show("PostgreSQL", "%s  (pid %d, data in %s, log %s)", pg.URL(), pg.PID(), dataDir, s.path("postgres.log"))
+	if moved != "" {
+		s.show("", "(data kept outside %s: %s)", s.path(""), moved)
+	}
+	return nil
+}
+
+// startTemporal starts the Temporal server and its UI in this process, unless
+// TEMPORAL_ADDRESS names a server (--only temporal starts it regardless).
+func (s *session) startTemporal() error {
+	if s.cfg.Temporal.Address != "" && s.o.Only != "temporal" {
+		s.show("Temporal", "TEMPORAL_ADDRESS %s  namespace %s", s.cfg.Temporal.Address, cmp.Or(s.cfg.Temporal.Namespace, "default"))
+		return nil
+	}
+	t := s.o.Temporal
+	t.LogFile = filepath.Join(s.o.Dir, "temporal.log")
+	if !s.o.Ephemeral {
+		t.DatabaseFile = filepath.Join(s.o.Dir, "temporal.db")
+	}
+	if s.cfg.Temporal.Namespace != "" {
+		t.Namespace = s.cfg.Temporal.Namespace
+	}
+	ts, err := startTemporal(t)
+	if err != nil {
+		return err
+	}
+	s.stops = append(s.stops, ts.Stop)
+	s.cfg.Temporal.Address = ts.address
+	s.cfg.Temporal.Namespace = cmp.Or(t.Namespace, "default")
+	state := "in memory"
+	if t.DatabaseFile != "" {
+		state = "in " + s.path("temporal.db")
+	}
+	s.show("Temporal", "%s  namespace %s  (state %s, log %s)", ts.address, s.cfg.Temporal.Namespace, state, s.path("temporal.log"))
+	if ts.uiURL != "" {
+		s.show("Temporal UI", "%s/namespaces/%s/workflows", ts.uiURL, s.cfg.Temporal.Namespace)
+	}
+	return nil
+}
+
+// openOutbox connects the outbox to PostgreSQL and Temporal, migrates the schema and
+// serves the metrics. demoTopics routes the demo's topic when no config file was given.
+func (s *session) openOutbox(ctx context.Context, demoTopics bool) error {
+	if demoTopics && !s.o.NoDemo {
+		s.cfg.Topics = demo.Topics("http://" + loopback(s.o.InventoryAddr))
+	}
+	a, err := app.Open(ctx, s.cfg, s.logger)
+	if err != nil {
+		return err
+	}
+	s.app = a
+	s.stops = append(s.stops, a.Close)
 	a.StartTracing(ctx)
 	if _, err := a.Store.Migrate(ctx); err != nil {
 		return err
@@ -209,19 +293,27 @@ func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) (err error
 		return err
 	}
 	if metricsAddr != nil {
-		show("Metrics", "http://%s/metrics  (/healthz, /readyz)", metricsAddr)
+		s.show("Metrics", "http://%s/metrics  (/healthz, /readyz)", metricsAddr)
 	}
+	return nil
+}
 
-	if !o.NoDemo {
-		s, err := demo.Start(ctx, demo.Config{Pool: a.Pool, Store: a.Store, OrdersAddr: o.OrdersAddr, InventoryAddr: o.InventoryAddr, FailRate: o.FailRate, Logger: logger})
-		if err != nil {
-			return err
-		}
-		stops = append(stops, s.Close)
-		show("Demo orders", "POST %s/orders", s.OrdersURL)
-		show("Demo inventory", "POST %s/events  (fail some: curl -X POST '%s/fail?rate=0.5')", s.InventoryURL, s.InventoryURL)
+// startDemo starts the demo's order and inventory services.
+func (s *session) startDemo(ctx context.Context) error {
+	d, err := demo.Start(ctx, demo.Config{Pool: s.app.Pool, Store: s.app.Store, OrdersAddr: s.o.OrdersAddr, InventoryAddr: s.o.InventoryAddr, FailRate: s.o.FailRate, Logger: s.logger})
+	if err != nil {
+		return err
 	}
+	s.stops = append(s.stops, d.Close)
+	s.show("Demo orders", "POST %s/orders", d.OrdersURL)
+	s.show("Demo inventory", "POST %s/events  (fail some: curl -X POST '%s/fail?rate=0.5')", d.InventoryURL, d.InventoryURL)
+	return nil
+}
 
+// runWorkerAndRelay runs the worker and the relay until the session stops; the channel
+// reports the first of them that fails.
+func (s *session) runWorkerAndRelay(ctx context.Context) <-chan error {
+	// The parts stop when the session does, after ctx is cancelled: in order.
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
@@ -229,8 +321,8 @@ func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) (err error
 		name string
 		run  func(context.Context) error
 	}{
-		{"worker", func(ctx context.Context) error { return a.RunWorker(ctx, nil) }},
-		{"relay", a.RunRelay},
+		{"worker", func(ctx context.Context) error { return s.app.RunWorker(ctx, nil) }},
+		{"relay", s.app.RunRelay},
 	} {
 		wg.Add(1)
 		go func() {
@@ -240,23 +332,24 @@ func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) (err error
 			}
 		}()
 	}
-	stops = append(stops, func() { cancel(); wg.Wait() })
-	show("Worker, relay", "task queue %s, topics %s", a.Config.Temporal.TaskQueue, topicList(a.Config))
+	s.stops = append(s.stops, func() { cancel(); wg.Wait() })
+	s.show("Worker, relay", "task queue %s, topics %s", s.app.Config.Temporal.TaskQueue, topicList(s.app.Config))
+	return errs
+}
 
-	fmt.Fprintf(out, "outbox dev is ready; Ctrl-C stops everything\n%s\n", strings.Join(lines, "\n"))
-	if !o.NoDemo {
-		fmt.Fprintf(out, "\nTry:\n  curl -s -X POST http://%s/orders -d '{\"sku\": \"SKU-1\", \"qty\": 2}'\n", loopback(o.OrdersAddr))
-	}
+// envFile is the file of the dev folder that other commands source to reach this run.
+const envFile = "env"
 
-	select {
-	case <-ctx.Done():
-		logger.Info("Shutting down")
-		return nil
-	case err := <-errs:
-		return err
-	case <-pgExited:
-		return errors.New("PostgreSQL exited; see its log in " + filepath.Join(o.Dir, "postgres.log"))
+// writeEnvFile writes the environment other commands (outbox enqueue, outbox stats, the
+// examples) need to use this run's database and Temporal server.
+func (s *session) writeEnvFile() error {
+	body := fmt.Sprintf("# The environment of the running outbox dev; source it: . %s\nexport DATABASE_URL='%s'\nexport TEMPORAL_ADDRESS='%s'\nexport TEMPORAL_NAMESPACE='%s'\n",
+		s.path(envFile), s.cfg.DatabaseURL, s.cfg.Temporal.Address, s.cfg.Temporal.Namespace)
+	if err := os.WriteFile(filepath.Join(s.o.Dir, envFile), []byte(body), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", s.path(envFile), err)
 	}
+	s.show("Environment", ". %s  (DATABASE_URL and TEMPORAL_ADDRESS for other commands)", s.path(envFile))
+	return nil
 }
 
 // prepareDir creates the dev folder, wiping it first when reset is set. A folder that has
@@ -266,6 +359,9 @@ func prepareDir(dir string, reset bool) error {
 	if reset {
 		if _, err := os.Stat(marker); err == nil {
 			if err := os.RemoveAll(dir); err != nil {
+				return fmt.Errorf("--reset: %w", err)
+			}
+			if err := pgcluster.RemoveRelocated(dir); err != nil {
 				return fmt.Errorf("--reset: %w", err)
 			}
 		} else if entries, _ := os.ReadDir(dir); len(entries) > 0 {

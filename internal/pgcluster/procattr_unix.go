@@ -1,6 +1,6 @@
 //go:build unix && !linux
 
-package dev
+package pgcluster
 
 import "syscall"
 

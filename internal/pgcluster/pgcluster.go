@@ -1,9 +1,19 @@
-package dev
+// Package pgcluster runs a private PostgreSQL cluster for outbox dev: made with the local
+// server programs in a folder of its own, started as a child process, stopped with it.
+//
+// A cluster is kept in Dir/postgres. When this process is root, PostgreSQL runs as the
+// postgres system user (it refuses root); if that user cannot enter Dir, the data goes to
+// /var/tmp/outbox-dev-<hash of Dir>/postgres instead, and [Cluster.DataDir] says so. A new
+// cluster is made in a sibling folder and renamed into place once initdb has finished, so
+// a half-made cluster is never started; one left by an older start is replaced, and a
+// folder that holds something else is refused.
+package pgcluster
 
 import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,12 +22,29 @@ import (
 	"strings"
 )
 
+// Options say where and how to run the cluster.
+type Options struct {
+	// BinDir holds initdb and postgres.
+	BinDir string
+	// Dir is the absolute folder the cluster belongs to; its data goes to Dir/postgres
+	// unless PostgreSQL's user cannot enter Dir.
+	Dir string
+	// Port is the cluster's port; 0 takes the last run's port when it is free, else any
+	// free port.
+	Port int
+	// LogPath receives PostgreSQL's log.
+	LogPath string
+	// Logger receives what was done to the cluster beyond starting it (an unfinished
+	// one replaced).
+	Logger *slog.Logger
+}
+
 // pgBinaries are the programs a private cluster needs.
 var pgBinaries = []string{"initdb", "postgres"}
 
-// findPGBinDir returns the folder holding initdb and postgres: dir if given, else the one
+// FindBinDir returns the folder holding initdb and postgres: dir if given, else the one
 // on PATH, else the newest of the usual install folders.
-func findPGBinDir(dir string, lookPath func(string) (string, error)) (string, error) {
+func FindBinDir(dir string, lookPath func(string) (string, error)) (string, error) {
 	has := func(d string) bool {
 		for _, b := range pgBinaries {
 			if fi, err := os.Stat(filepath.Join(d, b)); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
