@@ -24,13 +24,18 @@ import (
 // replay test's histories.
 const recordEnv = "OUTBOX_RECORD_HISTORIES"
 
+// recordGeneration names the folder of workflows/testdata that TestRecordHistories
+// writes. The replay test replays every generation, so when a change to OutboxDelivery adds
+// a path or changes its input, bump this and record: the older generations stay, guarded.
+const recordGeneration = "v2"
+
 // historiesDir is where workflows/replay_test.go reads the recorded histories from.
-var historiesDir = filepath.Join("..", "workflows", "testdata")
+var historiesDir = filepath.Join("..", "workflows", "testdata", recordGeneration)
 
 // TestRecordHistories runs OutboxDelivery through its main paths against the in-process
 // Temporal server and writes each run's history as JSON (the format the Temporal CLI
-// exports and worker.WorkflowReplayer reads) to workflows/testdata, where the replay test
-// checks that the current workflow code still replays them.
+// exports and worker.WorkflowReplayer reads) to workflows/testdata/<recordGeneration>,
+// where the replay test checks that the current workflow code still replays them.
 func TestRecordHistories(t *testing.T) {
 	if os.Getenv(recordEnv) != "1" {
 		t.Skipf("set %s=1 to record the workflow histories: %s=1 go test -count=1 -run TestRecordHistories ./e2e/", recordEnv, recordEnv)

@@ -5,6 +5,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -15,16 +18,23 @@ import (
 )
 
 // TestReplayRecordedHistories replays the OutboxDelivery histories recorded from real runs
-// (testdata/*.json) against the current workflow code. A change to Delivery that would
+// (testdata/<generation>/*.json) against the current workflow code. Each generation was
+// recorded by the code of its day; all of them must still replay. A change to Delivery that would
 // make an in-flight delivery fail with a nondeterminism error after a deploy fails here.
 // Record new histories with:
 //
 //	OUTBOX_RECORD_HISTORIES=1 go test -count=1 -run TestRecordHistories ./e2e/
 func TestReplayRecordedHistories(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "*.json"))
+	files, err := filepath.Glob(filepath.Join("testdata", "*", "*.json"))
 	require.NoError(t, err)
+	generations, err := filepath.Glob(filepath.Join("testdata", "v*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, generations)
+	sort.Slice(generations, func(i, j int) bool { return generationOf(generations[i]) < generationOf(generations[j]) })
+	latest := generations[len(generations)-1]
 
-	// The paths the recorder writes; a missing one means a path went unguarded.
+	// The paths the recorder writes; a missing one in the latest generation means a path
+	// went unguarded.
 	want := []string{
 		"delivery_success.json",
 		"delivery_retries_then_success.json",
@@ -32,12 +42,13 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"delivery_check_processed_skip.json",
 	}
 	for _, name := range want {
-		require.FileExists(t, filepath.Join("testdata", name))
+		require.FileExists(t, filepath.Join(latest, name))
 	}
 
 	logger := log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	for _, file := range files {
-		t.Run(filepath.Base(file), func(t *testing.T) {
+		name, _ := filepath.Rel("testdata", file)
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			info, err := os.Stat(file)
 			require.NoError(t, err)
@@ -49,4 +60,10 @@ func TestReplayRecordedHistories(t *testing.T) {
 				"OutboxDelivery no longer replays %s: guard the change with workflow.GetVersion", file)
 		})
 	}
+}
+
+// generationOf returns the number of a generation folder such as testdata/v2.
+func generationOf(dir string) int {
+	n, _ := strconv.Atoi(strings.TrimPrefix(filepath.Base(dir), "v"))
+	return n
 }

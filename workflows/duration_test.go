@@ -1,0 +1,62 @@
+package workflows_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-go/outbox/workflows"
+)
+
+func TestInputDurationsAsText(t *testing.T) {
+	t.Parallel()
+
+	t.Run("PolicyWritesText", func(t *testing.T) {
+		t.Parallel()
+		p := workflows.Policy{MaxAttempts: 4, InitialInterval: time.Second, BackoffCoefficient: 2, MaxInterval: 90 * time.Second, SendTimeout: 30 * time.Second}
+		b, err := json.Marshal(workflows.DeliveryInput{MessageID: "m", Topic: "t", Policy: p})
+		require.NoError(t, err)
+		require.JSONEq(t, `{"message_id":"m","topic":"t","search_attributes":false,"policy":{"max_attempts":4,"initial_interval":"1s","backoff_coefficient":2,"max_interval":"1m30s","send_timeout":"30s"}}`, string(b))
+
+		var back workflows.DeliveryInput
+		require.NoError(t, json.Unmarshal(b, &back))
+		require.Equal(t, p, back.Policy)
+
+		p.MarkSentTimeout = 10 * time.Minute
+		b, err = json.Marshal(p)
+		require.NoError(t, err)
+		require.Contains(t, string(b), `"mark_sent_timeout":"10m0s"`)
+	})
+
+	t.Run("PolicyReadsNanoseconds", func(t *testing.T) {
+		t.Parallel()
+		// The form histories recorded before durations were written as text hold.
+		var p workflows.Policy
+		require.NoError(t, json.Unmarshal([]byte(`{"max_attempts":4,"initial_interval":50000000,"backoff_coefficient":2,"max_interval":200000000,"send_timeout":5000000000}`), &p))
+		require.Equal(t, workflows.Policy{MaxAttempts: 4, InitialInterval: 50 * time.Millisecond, BackoffCoefficient: 2, MaxInterval: 200 * time.Millisecond, SendTimeout: 5 * time.Second}, p)
+	})
+
+	t.Run("BadDuration", func(t *testing.T) {
+		t.Parallel()
+		var p workflows.Policy
+		err := json.Unmarshal([]byte(`{"initial_interval":"soon"}`), &p)
+		require.ErrorContains(t, err, `duration must be text such as "1s" or "1m30s", got "soon"`)
+		err = json.Unmarshal([]byte(`{"initial_interval":true}`), &p)
+		require.ErrorContains(t, err, "got true")
+	})
+
+	t.Run("RetentionInput", func(t *testing.T) {
+		t.Parallel()
+		in := workflows.RetentionInput{SentAfter: 168 * time.Hour, DiscardedAfter: 720 * time.Hour, BatchSize: 500}
+		b, err := json.Marshal(in)
+		require.NoError(t, err)
+		require.JSONEq(t, `{"sent_after":"168h0m0s","discarded_after":"720h0m0s","archive":false,"batch_size":500}`, string(b))
+		var back workflows.RetentionInput
+		require.NoError(t, json.Unmarshal(b, &back))
+		require.Equal(t, in, back)
+		require.NoError(t, json.Unmarshal([]byte(`{"sent_after":604800000000000,"discarded_after":2592000000000000,"archive":true,"batch_size":500}`), &back))
+		require.Equal(t, workflows.RetentionInput{SentAfter: 168 * time.Hour, DiscardedAfter: 720 * time.Hour, Archive: true, BatchSize: 500}, back)
+	})
+}
