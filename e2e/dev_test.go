@@ -71,9 +71,16 @@ type devProcess struct {
 
 func startDev(t *testing.T, bin string, env []string, args ...string) *devProcess {
 	t.Helper()
-	p := &devProcess{stdout: &syncBuffer{}, stderr: &syncBuffer{}, ready: make(chan struct{}), exited: make(chan struct{})}
-	p.cmd = exec.Command(bin, append([]string{"dev"}, args...)...)
-	p.cmd.Env = env
+	cmd := exec.Command(bin, append([]string{"dev"}, args...)...)
+	cmd.Env = env
+	return startDevCmd(t, cmd)
+}
+
+// startDevCmd starts cmd, an `outbox dev` however it is run, and watches its output for
+// the ready banner. The test's cleanup kills what is still running.
+func startDevCmd(t *testing.T, cmd *exec.Cmd) *devProcess {
+	t.Helper()
+	p := &devProcess{cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, ready: make(chan struct{}), exited: make(chan struct{})}
 	p.cmd.Stderr = p.stderr
 	out, err := p.cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -95,6 +102,9 @@ func startDev(t *testing.T, bin string, env []string, args ...string) *devProces
 		select {
 		case <-p.exited:
 		default:
+			if p.cmd.SysProcAttr != nil && p.cmd.SysProcAttr.Setpgid {
+				_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			}
 			_ = p.cmd.Process.Kill()
 			<-p.exited
 		}
@@ -104,14 +114,19 @@ func startDev(t *testing.T, bin string, env []string, args ...string) *devProces
 
 func (p *devProcess) waitReady(t *testing.T) {
 	t.Helper()
+	p.waitReadyWithin(t, 120*time.Second)
+}
+
+func (p *devProcess) waitReadyWithin(t *testing.T, within time.Duration) {
+	t.Helper()
 	select {
 	case <-p.ready:
 		// Give the printer goroutine the rest of the summary.
 		time.Sleep(100 * time.Millisecond)
 	case <-p.exited:
 		t.Fatalf("outbox dev exited before it was ready: %v\nstdout:\n%s\nstderr:\n%s", p.err, p.stdout, p.stderr)
-	case <-time.After(120 * time.Second):
-		t.Fatalf("outbox dev not ready after 120s\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
+	case <-time.After(within):
+		t.Fatalf("outbox dev not ready after %s\nstdout:\n%s\nstderr:\n%s", within, p.stdout, p.stderr)
 	}
 }
 
