@@ -72,8 +72,9 @@ func (a *Activities) load(ctx context.Context, messageID string) (store.Row, Han
 			fmt.Sprintf("message %s is not in the outbox table", id), workflows.ErrTypePermanent, nil)
 	}
 	if err != nil {
-		// The database is unreachable: nothing was sent, so this is no ambiguity.
-		return row, nil, temporal.NewApplicationError(err.Error(), workflows.ErrTypeRetryable)
+		// The outbox's own database is unavailable: nothing was sent, and it is not the
+		// downstream's failure, so the workflow tries the same attempt again later.
+		return row, nil, temporal.NewApplicationError(err.Error(), workflows.ErrTypeStoreUnavailable)
 	}
 	h, ok := a.Handlers.Lookup(row.Topic)
 	if !ok {
@@ -82,6 +83,11 @@ func (a *Activities) load(ctx context.Context, messageID string) (store.Row, Han
 			workflows.ErrTypeUnknownTopic, nil)
 	}
 	return row, h, nil
+}
+
+func isStoreUnavailable(err error) bool {
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &appErr) && appErr.Type() == workflows.ErrTypeStoreUnavailable
 }
 
 func delivery(row store.Row, attempt, maxAttempts int) Delivery {
@@ -97,6 +103,12 @@ func delivery(row store.Row, attempt, maxAttempts int) Delivery {
 func (a *Activities) Send(ctx context.Context, in workflows.SendInput) error {
 	a.Metrics.SendAttempt(in.Topic)
 	row, h, err := a.loadWithinLimits(ctx, in.MessageID)
+	if isStoreUnavailable(err) {
+		a.Metrics.SendFailed(in.Topic, workflows.ErrTypeStoreUnavailable)
+		a.logger().WarnContext(ctx, "Cannot load the message: the outbox database is unavailable",
+			slog.String("message_id", in.MessageID), slog.String("topic", in.Topic), slog.Int("attempt", in.Attempt), slog.Any("error", err))
+		return err
+	}
 	if err != nil {
 		a.recordFailure(ctx, in, err)
 		return err

@@ -11,7 +11,7 @@
 //	    sink: http
 //	    url: http://inventory:8080/events
 //	    check_url: http://inventory:8080/events/{message_id}
-//	    max_attempts: 4
+//	    max_attempts: 12
 //	    initial_interval: 1s
 //	    backoff: 2
 //	    max_interval: 1m
@@ -436,7 +436,7 @@ func (t Topic) validate(field string, sinks []string) error {
 		}
 	}
 	if t.MaxAttempts < 0 || t.MaxAttempts > 101 {
-		bad("max_attempts", "must be between 1 and 101 (unset: 4), got %d", t.MaxAttempts)
+		bad("max_attempts", "must be between 1 and 101 (unset: 12), got %d", t.MaxAttempts)
 	}
 	if t.Backoff != 0 && t.Backoff < 1 {
 		bad("backoff", "must be at least 1, got %g", t.Backoff)

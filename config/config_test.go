@@ -94,7 +94,7 @@ func TestParse(t *testing.T) {
 			{"topics: {a: {url: 'not a url'}}\n", `topics["a"].url: must be an absolute http or https URL, got "not a url"`},
 			{"topics: {a: {url: 'http://x', check_url: 'http://x/check'}}\n", `topics["a"].check_url: must contain {message_id}, got "http://x/check"`},
 			{"topics: {a: {sink: kafka}}\n", `topics["a"].sink: must be one of http, got "kafka"`},
-			{"topics: {a: {url: 'http://x', max_attempts: 500}}\n", `topics["a"].max_attempts: must be between 1 and 101 (unset: 4), got 500`},
+			{"topics: {a: {url: 'http://x', max_attempts: 500}}\n", `topics["a"].max_attempts: must be between 1 and 101 (unset: 12), got 500`},
 			{"topics: {a: {url: 'http://x', backoff: 0.5}}\n", `topics["a"].backoff: must be at least 1, got 0.5`},
 			{"topics: {a: {url: 'http://x', initial_interval: 1m, max_interval: 1s}}\n", `topics["a"].max_interval must be at least initial_interval (1m0s), got 1s`},
 			{"topics: {'Bad Topic': {url: 'http://x'}}\n", `topics["Bad Topic"]: topic name must match`},

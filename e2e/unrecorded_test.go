@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -24,62 +23,6 @@ import (
 	"github.com/outbox-go/outbox/workflows"
 )
 
-// pgProxy forwards TCP connections to PostgreSQL until cut, after which it closes every
-// connection and refuses new ones: the database becomes unreachable for whoever uses it.
-type pgProxy struct {
-	l      net.Listener
-	target string
-	mu     sync.Mutex
-	conns  []net.Conn
-	cut    bool
-}
-
-func newPGProxy(t *testing.T, target string) *pgProxy {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &pgProxy{l: l, target: target}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			if p.cut {
-				p.mu.Unlock()
-				c.Close()
-				up.Close()
-				continue
-			}
-			p.conns = append(p.conns, c, up)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); up.Close() }()
-			go func() { _, _ = io.Copy(c, up); c.Close() }()
-		}
-	}()
-	t.Cleanup(p.Cut)
-	return p
-}
-
-// Cut makes the database unreachable through the proxy.
-func (p *pgProxy) Cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cut {
-		return
-	}
-	p.cut = true
-	p.l.Close()
-	for _, c := range p.conns {
-		c.Close()
-	}
-}
-
 // TestDeliveredNotRecorded: the worker loses its database right after the downstream got
 // the message, so mark-sent fails past its bound; the run completes "delivered, not
 // recorded", and the relay's reconciliation records the row from it, with no second send.
@@ -93,7 +36,7 @@ func TestDeliveredNotRecorded(t *testing.T) {
 	cfg, err := pgxpool.ParseConfig(testdb.URL())
 	require.NoError(t, err)
 	proxy := newPGProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
-	proxyURL := strings.Replace(testdb.URL(), "127.0.0.1:5432", proxy.l.Addr().String(), 1)
+	proxyURL := strings.Replace(testdb.URL(), "127.0.0.1:5432", proxy.addr, 1)
 	workerPool, err := pgxpool.New(ctx, proxyURL)
 	require.NoError(t, err)
 	t.Cleanup(workerPool.Close)
@@ -106,7 +49,7 @@ func TestDeliveredNotRecorded(t *testing.T) {
 		mu.Lock()
 		requests++
 		mu.Unlock()
-		proxy.Cut() // the downstream has the message; now the worker's database is gone
+		proxy.down() // the downstream has the message; now the worker's database is gone
 	}))
 	t.Cleanup(recv.Close)
 	reg, err := activities.RegistryFromConfig(&config.Config{Topics: map[string]config.Topic{"order.created": {URL: recv.URL}}}, nil)

@@ -188,6 +188,8 @@ func FailureKind(errType string) string {
 		return "retryable"
 	case workflows.ErrTypeAmbiguous:
 		return "ambiguous"
+	case workflows.ErrTypeStoreUnavailable:
+		return "store_unavailable"
 	default:
 		return "other"
 	}

@@ -255,6 +255,7 @@ func (r *Relay) handOver(ctx context.Context, row store.Claimed) {
 		Topic:            row.Topic,
 		Policy:           workflows.ResolvePolicy(r.cfg.Policy(row.Topic), row.MaxRetryTimes),
 		SearchAttributes: !r.cfg.NoSearchAttributes,
+		CheckFirst:       row.MayHaveBeenSent(),
 	}
 	startCtx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
 	defer cancel()

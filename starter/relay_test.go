@@ -220,4 +220,30 @@ func TestRelay(t *testing.T) {
 		require.Zero(t, rec.starts[0].TypedSearchAttributes.Size())
 		require.False(t, rec.inputs[0].SearchAttributes)
 	})
+
+	t.Run("CheckFirstWhenAnEarlierSendMayHaveHappened", func(t *testing.T) {
+		t.Parallel()
+		rec := newRecorder()
+		r, st := setup(t, rec, starter.Config{})
+		fresh := enqueue(t, st, "t", nil)
+		failedBefore := enqueue(t, st, "t", nil)
+		_, err := st.RecordFailure(ctx, failedBefore, 1, "HTTP 503")
+		require.NoError(t, err)
+		// A row reconciliation handed back after its run went missing.
+		handedBack := enqueue(t, st, "t", nil)
+		_, err = st.DB().Exec(ctx, `UPDATE `+st.Schema()+`.outbox_messages SET dispatched_at = now() - interval '1 hour' WHERE message_id = $1`, handedBack)
+		require.NoError(t, err)
+		redriven := enqueue(t, st, "t", nil)
+		_, err = st.DB().Exec(ctx, `UPDATE `+st.Schema()+`.outbox_messages SET redrive_count = 1 WHERE message_id = $1`, redriven)
+		require.NoError(t, err)
+
+		_, err = r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Len(t, rec.inputs, 4)
+		checkFirst := map[string]bool{}
+		for _, in := range rec.inputs {
+			checkFirst[in.MessageID] = in.CheckFirst
+		}
+		require.Equal(t, map[string]bool{fresh.String(): false, failedBefore.String(): true, handedBack.String(): true, redriven.String(): true}, checkFirst)
+	})
 }

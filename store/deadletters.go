@@ -174,6 +174,7 @@ func (s *Store) operate(ctx context.Context, messageID uuid.UUID, actor, action,
 	if strings.TrimSpace(actor) == "" {
 		return errors.New("actor must name who acts (a user or a tool), got an empty string")
 	}
+	actor = StorableText(actor)
 	return s.inTx(ctx, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, messageSQL, messageID).Scan(dest...)
 		if errors.Is(err, pgx.ErrNoRows) {

@@ -242,7 +242,9 @@ func TestStats(t *testing.T) {
 	_, err = st.MarkSent(ctx, sent)
 	require.NoError(t, err)
 	dispatched := enqueue("a")
-	_, err = pool.Exec(ctx, `UPDATE `+st.Schema()+`.outbox_messages SET status = 'dispatched' WHERE message_id = $1`, dispatched)
+	// Handed over an hour ago; reconciliation checked it just now (updated_at), which must
+	// not make the stuck delivery look young.
+	_, err = pool.Exec(ctx, `UPDATE `+st.Schema()+`.outbox_messages SET status = 'dispatched', dispatched_at = now() - interval '1 hour', updated_at = now() WHERE message_id = $1`, dispatched)
 	require.NoError(t, err)
 	deadLettered(t, st, "b", "r")
 	gone := deadLettered(t, st, "b", "r")
@@ -260,6 +262,7 @@ func TestStats(t *testing.T) {
 	}, s.ByTopic)
 	require.Equal(t, int64(1), s.InFlight)
 	require.InDelta(t, 90, s.OldestPendingAge.Seconds(), 30)
+	require.InDelta(t, 3600, s.OldestInFlightAge.Seconds(), 60)
 	require.Equal(t, int64(2), s.OpenDeadLetters)
 	require.Equal(t, int64(2), s.DeadLettersLastHour)
 	require.Equal(t, int64(3), s.DeadLettersLastDay)

@@ -66,7 +66,8 @@ func (s *Store) Repair(ctx context.Context, d Dispatched, outcome, detail string
 	case ReconcileRecordedSent:
 		set = `status = 'sent', sent_at = now()`
 	case ReconcileHandedOverAgain:
-		set = `status = 'pending', dispatched_at = NULL, next_retry_at = NULL`
+		// dispatched_at stays: the next run knows an earlier one may have sent it.
+		set = `status = 'pending', next_retry_at = NULL`
 	default:
 		return false, fmt.Errorf("repair outcome must be %s or %s, got %q", ReconcileRecordedSent, ReconcileHandedOverAgain, outcome)
 	}
@@ -83,7 +84,7 @@ WHERE id = $1 AND status = 'dispatched' AND updated_at = $2`, d.ID, d.UpdatedAt)
 			}
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO `+s.audit+` (message_id, action, actor, detail) VALUES ($1, 'reconcile', 'relay', $2)`,
-			d.MessageID, outcome+": "+detail)
+			d.MessageID, StorableText(outcome+": "+detail))
 		return err
 	})
 	if err != nil {

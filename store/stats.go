@@ -20,7 +20,9 @@ type Stats struct {
 	// InFlight counts messages handed to Temporal (or being handed) but not finished:
 	// claimed and dispatched.
 	InFlight int64 `json:"in_flight"`
-	// OldestInFlightAge is the time since the oldest in-flight message was last updated.
+	// OldestInFlightAge is the time since the oldest in-flight message was handed over
+	// (dispatched_at; for a claimed one, since it was claimed). Reconciliation's checks
+	// do not reset it, so a run that never finishes keeps growing older here.
 	OldestInFlightAge time.Duration `json:"oldest_in_flight_age_ns"`
 	// OpenDeadLetters counts dead letters neither redriven nor discarded.
 	OpenDeadLetters int64 `json:"open_dead_letters"`
@@ -77,7 +79,9 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	err = tx.QueryRow(ctx, `SELECT now(),
   (SELECT now() - min(created_at) FROM `+s.messages+`
      WHERE status = 'pending' AND (next_retry_at IS NULL OR next_retry_at <= now())),
-  (SELECT now() - min(updated_at) FROM `+s.messages+` WHERE status IN ('claimed', 'dispatched')),
+  now() - LEAST(
+    (SELECT min(coalesce(dispatched_at, updated_at)) FROM `+s.messages+` WHERE status = 'dispatched'),
+    (SELECT min(updated_at) FROM `+s.messages+` WHERE status = 'claimed')),
   (SELECT count(*) FROM `+s.dead+` WHERE redriven_at IS NULL AND discarded_at IS NULL),
   (SELECT count(*) FROM `+s.dead+` WHERE dead_lettered_at >= now() - interval '1 hour'),
   (SELECT count(*) FROM `+s.dead+` WHERE dead_lettered_at >= now() - interval '1 day'),

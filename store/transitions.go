@@ -21,8 +21,18 @@ type Claimed struct {
 	MaxRetryTimes *int
 	RedriveCount  int
 	CreatedAt     time.Time
-	ClaimToken    uuid.UUID
-	LeaseUntil    time.Time
+	// DispatchedAt is when a workflow last took the message over; nil for a message
+	// handed over for the first time.
+	DispatchedAt *time.Time
+	ClaimToken   uuid.UUID
+	LeaseUntil   time.Time
+}
+
+// MayHaveBeenSent reports whether an earlier delivery of the message may have reached the
+// downstream: it was handed over to a workflow before, failed an attempt before, or was
+// redriven. Its next run then asks check-processed before it sends.
+func (c Claimed) MayHaveBeenSent() bool {
+	return c.DispatchedAt != nil || c.RetryTimes > 0 || c.RedriveCount > 0
 }
 
 // The claim: one short statement. The CTE's first condition repeats the claim index's
@@ -59,7 +69,7 @@ SET status = 'claimed',
 FROM due
 WHERE m.id = due.id
 RETURNING m.id, m.message_id, m.topic, m.retry_times, m.max_retry_times, m.redrive_count,
-          m.created_at, m.claim_token, m.lease_until`
+          m.created_at, m.dispatched_at, m.claim_token, m.lease_until`
 
 // OrderingRules are the per-topic ordering settings the claim applies. The zero value
 // orders every keyed message and lets a dead message block its key.
@@ -116,7 +126,7 @@ func (s *Store) ClaimOrdered(ctx context.Context, limit int, lease time.Duration
 	claimed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
 		var c Claimed
 		err := r.Scan(&c.ID, &c.MessageID, &c.Topic, &c.RetryTimes, &c.MaxRetryTimes, &c.RedriveCount,
-			&c.CreatedAt, &c.ClaimToken, &c.LeaseUntil)
+			&c.CreatedAt, &c.DispatchedAt, &c.ClaimToken, &c.LeaseUntil)
 		return c, err
 	})
 	if err != nil {
@@ -156,7 +166,7 @@ WHERE message_id = $1 AND status IN ('pending', 'claimed', 'dispatched')`, messa
 func (s *Store) RecordFailure(ctx context.Context, messageID uuid.UUID, failedAttempts int, lastError string) (ok bool, err error) {
 	return s.exec(ctx, "record delivery failure", `UPDATE `+s.messages+`
 SET retry_times = GREATEST(retry_times, $2), last_error = $3, updated_at = now()
-WHERE message_id = $1 AND status IN ('pending', 'claimed', 'dispatched')`, messageID, failedAttempts, lastError)
+WHERE message_id = $1 AND status IN ('pending', 'claimed', 'dispatched')`, messageID, failedAttempts, StorableText(lastError))
 }
 
 const rowColumns = `id, message_id, topic, payload, headers, status, retry_times, max_retry_times,
@@ -205,6 +215,7 @@ type DeadLetter struct {
 // ID), so a retried call writes nothing twice. A row that is already sent is left alone
 // and gets no dead letter; ok reports whether the row moved to dead.
 func (s *Store) DeadLetter(ctx context.Context, d DeadLetter) (ok bool, err error) {
+	d.LastError = StorableText(d.LastError)
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		var status string
 		var createdAt *time.Time

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 )
@@ -25,10 +26,30 @@ func StartSearchAttributes(in DeliveryInput) temporal.SearchAttributes {
 	)
 }
 
+// Changes to OutboxDelivery that would not replay the histories recorded before them,
+// for workflow.GetVersion. Runs recorded before a change keep its old path.
+const (
+	// changeMarkSentBounded (version 1): mark-sent retries until MarkSentTimeout, then the
+	// run completes "delivered, not recorded". Before it, mark-sent retried forever.
+	changeMarkSentBounded = "mark-sent-bounded"
+	// changeUnknownOutcome (version 1): an unknown topic is retried through the attempts
+	// (a rolling deploy may have a worker without the topic's handler), and a last attempt
+	// that failed ambiguously is checked before the message is dead-lettered. Before it,
+	// an unknown topic was dead-lettered at once and the last attempt was not checked.
+	changeUnknownOutcome = "unknown-outcome-checked"
+)
+
+// dbRetryForever bounds the database steps that must succeed in the end (dead-letter, and
+// mark-sent on runs recorded before changeMarkSentBounded): no practical bound. Without an
+// explicit ScheduleToClose the SDK would use StartToClose as the bound and give up after a
+// few tries, leaving the outcome unrecorded.
+const dbRetryForever = 10 * 365 * 24 * time.Hour
+
 // dbActivityOptions run the activities that only write to the outbox tables. They retry
 // until they succeed: a delivered message must be recorded, a given-up one dead-lettered.
 var dbActivityOptions = workflow.LocalActivityOptions{
-	StartToCloseTimeout: 15 * time.Second,
+	StartToCloseTimeout:    15 * time.Second,
+	ScheduleToCloseTimeout: dbRetryForever,
 	RetryPolicy: &temporal.RetryPolicy{
 		InitialInterval:    time.Second,
 		BackoffCoefficient: 2,
@@ -47,135 +68,219 @@ var checkActivityOptions = workflow.ActivityOptions{
 	},
 }
 
+// Waits while the outbox's own database is unavailable to the send activity: they grow
+// from storeWaitInitial to storeWaitMax, and use up no attempt.
+const (
+	storeWaitInitial = time.Second
+	storeWaitMax     = 30 * time.Second
+)
+
 // Delivery is the OutboxDelivery workflow: it sends the message until the topic's
 // handler accepts it, then marks the row sent; when the attempts run out or the failure is
 // permanent it dead-letters the message and fails with an ErrTypeDeadLettered error.
+//
+// Before a send whose predecessor's outcome is unknown (an ambiguous failure, or a
+// previous run of the message, DeliveryInput.CheckFirst) it asks check-processed, and
+// records the message sent without sending when the downstream has it. A send that could
+// not load the message because the outbox's database was unavailable uses up no attempt.
 func Delivery(ctx workflow.Context, in DeliveryInput) (DeliveryResult, error) {
-	logger := workflow.GetLogger(ctx)
-	policy := in.Policy.WithDefaults()
-	maxAttempts := max(policy.MaxAttempts, 1) // never 0: that would mean "unlimited"
-
-	setStatus := func(status string) {
-		if !in.SearchAttributes {
-			return
-		}
-		if err := workflow.UpsertTypedSearchAttributes(ctx, statusKey.ValueSet(status)); err != nil {
-			logger.Warn("Cannot update search attribute", SearchAttrStatus, status, "error", err)
-		}
-	}
-	dbCtx := workflow.WithLocalActivityOptions(ctx, dbActivityOptions)
-	sendCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: policy.SendTimeout,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
-	})
-	checkCtx := workflow.WithActivityOptions(ctx, checkActivityOptions)
-
-	markSent := func(attempts int, alreadyProcessed bool) (DeliveryResult, error) {
-		// Version 1 bounds mark-sent: a database that stays unreachable past
-		// MarkSentTimeout no longer keeps a delivered message's run open. The run then
-		// completes "delivered, not recorded", and the relay's reconciliation records the
-		// row from the completed run. Runs recorded before version 1 retry forever.
-		markCtx := dbCtx
-		bounded := workflow.GetVersion(ctx, "mark-sent-bounded", workflow.DefaultVersion, 1) >= 1
-		if bounded {
-			opts := dbActivityOptions
-			opts.ScheduleToCloseTimeout = policy.MarkSentTimeout
-			markCtx = workflow.WithLocalActivityOptions(ctx, opts)
-		}
-		err := workflow.ExecuteLocalActivity(markCtx, ActivityMarkSent, MarkSentInput{MessageID: in.MessageID, Attempts: attempts}).Get(ctx, nil)
-		if err != nil && !bounded {
-			return DeliveryResult{}, fmt.Errorf("mark message sent: %w", err)
-		}
-		setStatus(SearchStatusSent)
-		if err != nil {
-			logger.Warn("Delivered, but the row could not be recorded sent; reconciliation will record it", "error", err)
-			return DeliveryResult{Attempts: attempts, AlreadyProcessed: alreadyProcessed, Unrecorded: true}, nil
-		}
-		return DeliveryResult{Attempts: attempts, AlreadyProcessed: alreadyProcessed}, nil
-	}
-
+	d := newDelivery(ctx, in)
 	var (
-		lastErr       string
-		ambiguous     bool
-		checkable     = true
-		attempt       int
-		permanentFail bool
+		last     failure
+		unknown  = in.CheckFirst // a send may have happened before this run
+		attempt  = 1
+		storeOut int // consecutive sends that found the database unavailable
 	)
-	for attempt = 1; attempt <= maxAttempts; attempt++ {
-		if ambiguous && checkable {
-			var res CheckProcessedResult
-			err := workflow.ExecuteActivity(checkCtx, ActivityCheckProcessed, CheckProcessedInput{MessageID: in.MessageID, Topic: in.Topic}).Get(ctx, &res)
-			switch {
-			case err != nil:
-				logger.Warn("Check-processed failed; sending again", "error", err)
-			case !res.Supported:
-				checkable = false
-			case res.Processed:
-				return markSent(attempt-1, true)
+	for {
+		if unknown {
+			if d.checkProcessed() {
+				return d.markSent(attempt-1, true)
 			}
 		}
-
-		err := workflow.ExecuteActivity(sendCtx, ActivitySend, SendInput{
-			MessageID: in.MessageID, Topic: in.Topic, Attempt: attempt, MaxAttempts: maxAttempts,
-		}).Get(ctx, nil)
+		err := d.send(attempt)
 		if err == nil {
-			return markSent(attempt, false)
+			return d.markSent(attempt, false)
 		}
-
-		f := classify(err)
-		lastErr, ambiguous = f.message, f.ambiguous
-		if f.permanent {
-			permanentFail = true
+		f := d.classify(err)
+		if f.storeUnavailable {
+			// Nothing was sent: wait for the database and try the same attempt again.
+			storeOut++
+			wait := min(storeWaitInitial<<min(storeOut-1, 10), storeWaitMax)
+			d.logger.Warn("The outbox database is unavailable; the attempt is not used up", "attempt", attempt, "wait", wait, "error", f.message)
+			if err := workflow.Sleep(ctx, wait); err != nil {
+				return DeliveryResult{}, err
+			}
+			continue
+		}
+		storeOut = 0
+		last, unknown = f, f.ambiguous
+		if f.permanent || attempt == d.maxAttempts {
 			break
 		}
-		if attempt == maxAttempts {
-			break
-		}
-		wait := policy.Backoff(attempt)
-		if f.retryAfter > 0 {
-			wait = min(f.retryAfter, policy.MaxInterval)
-		}
-		logger.Info("Send attempt failed; retrying", "attempt", attempt, "max_attempts", maxAttempts, "wait", wait, "error", lastErr)
-		setStatus(SearchStatusRetrying)
-		if err := workflow.Sleep(ctx, wait); err != nil {
+		if err := d.backoff(attempt, f); err != nil {
 			return DeliveryResult{}, err
 		}
+		attempt++
 	}
-	attempts := min(attempt, maxAttempts)
+	if last.ambiguous && d.checkable && d.changed(changeUnknownOutcome) {
+		if d.checkProcessed() {
+			return d.markSent(attempt, true)
+		}
+	}
+	return d.deadLetter(attempt, last)
+}
 
-	reason := lastErr
-	if permanentFail {
-		reason = "permanent failure: " + lastErr
-	} else {
-		reason = fmt.Sprintf("gave up after %d attempts: %s", attempts, lastErr)
+// delivery is one run of Delivery: its input, resolved policy and activity contexts.
+type delivery struct {
+	ctx         workflow.Context
+	in          DeliveryInput
+	policy      Policy
+	maxAttempts int
+	logger      log.Logger
+	dbCtx       workflow.Context
+	sendCtx     workflow.Context
+	checkCtx    workflow.Context
+	// checkable is false once check-processed said the topic's handler cannot tell.
+	checkable bool
+	versions  map[string]bool
+}
+
+func newDelivery(ctx workflow.Context, in DeliveryInput) *delivery {
+	policy := in.Policy.WithDefaults()
+	return &delivery{
+		ctx:         ctx,
+		in:          in,
+		policy:      policy,
+		maxAttempts: max(policy.MaxAttempts, 1), // never 0: that would mean "unlimited"
+		logger:      workflow.GetLogger(ctx),
+		dbCtx:       workflow.WithLocalActivityOptions(ctx, dbActivityOptions),
+		sendCtx: workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			StartToCloseTimeout: policy.SendTimeout,
+			RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+		}),
+		checkCtx:  workflow.WithActivityOptions(ctx, checkActivityOptions),
+		checkable: true,
+		versions:  map[string]bool{},
 	}
-	info := workflow.GetInfo(ctx)
-	err := workflow.ExecuteLocalActivity(dbCtx, ActivityDeadLetter, DeadLetterInput{
-		MessageID:  in.MessageID,
-		Topic:      in.Topic,
+}
+
+// changed reports whether this run takes the new path of change; it asks
+// workflow.GetVersion once per change, the first time the change matters.
+func (d *delivery) changed(change string) bool {
+	v, ok := d.versions[change]
+	if !ok {
+		v = workflow.GetVersion(d.ctx, change, workflow.DefaultVersion, 1) >= 1
+		d.versions[change] = v
+	}
+	return v
+}
+
+// setStatus keeps the OutboxStatus search attribute up to date, when it is on.
+func (d *delivery) setStatus(status string) {
+	if !d.in.SearchAttributes {
+		return
+	}
+	if err := workflow.UpsertTypedSearchAttributes(d.ctx, statusKey.ValueSet(status)); err != nil {
+		d.logger.Warn("Cannot update search attribute", SearchAttrStatus, status, "error", err)
+	}
+}
+
+// send runs one send attempt.
+func (d *delivery) send(attempt int) error {
+	return workflow.ExecuteActivity(d.sendCtx, ActivitySend, SendInput{
+		MessageID: d.in.MessageID, Topic: d.in.Topic, Attempt: attempt, MaxAttempts: d.maxAttempts,
+	}).Get(d.ctx, nil)
+}
+
+// checkProcessed asks whether the downstream already has the message. It answers false
+// when it cannot tell: then the message is sent (again), at least once.
+func (d *delivery) checkProcessed() bool {
+	if !d.checkable {
+		return false
+	}
+	var res CheckProcessedResult
+	err := workflow.ExecuteActivity(d.checkCtx, ActivityCheckProcessed, CheckProcessedInput{MessageID: d.in.MessageID, Topic: d.in.Topic}).Get(d.ctx, &res)
+	switch {
+	case err != nil:
+		d.logger.Warn("Check-processed failed; sending again", "error", err)
+	case !res.Supported:
+		d.checkable = false
+	}
+	return err == nil && res.Supported && res.Processed
+}
+
+// backoff waits after failed attempt n: the policy's backoff, or the downstream's
+// Retry-After capped by MaxInterval.
+func (d *delivery) backoff(n int, f failure) error {
+	wait := d.policy.Backoff(n)
+	if f.retryAfter > 0 {
+		wait = min(f.retryAfter, d.policy.MaxInterval)
+	}
+	d.logger.Info("Send attempt failed; retrying", "attempt", n, "max_attempts", d.maxAttempts, "wait", wait, "error", f.message)
+	d.setStatus(SearchStatusRetrying)
+	return workflow.Sleep(d.ctx, wait)
+}
+
+// markSent records the delivered message. Version 1 of changeMarkSentBounded bounds it: a
+// database that stays unreachable past MarkSentTimeout no longer keeps a delivered
+// message's run open. The run then completes "delivered, not recorded", and the relay's
+// reconciliation records the row from the completed run. Runs recorded before version 1
+// retry until they succeed.
+func (d *delivery) markSent(attempts int, alreadyProcessed bool) (DeliveryResult, error) {
+	markCtx := d.dbCtx
+	bounded := d.changed(changeMarkSentBounded)
+	if bounded {
+		opts := dbActivityOptions
+		opts.ScheduleToCloseTimeout = d.policy.MarkSentTimeout
+		markCtx = workflow.WithLocalActivityOptions(d.ctx, opts)
+	}
+	err := workflow.ExecuteLocalActivity(markCtx, ActivityMarkSent, MarkSentInput{MessageID: d.in.MessageID, Attempts: attempts}).Get(d.ctx, nil)
+	if err != nil && !bounded {
+		return DeliveryResult{}, fmt.Errorf("mark message sent: %w", err)
+	}
+	d.setStatus(SearchStatusSent)
+	if err != nil {
+		d.logger.Warn("Delivered, but the row could not be recorded sent; reconciliation will record it", "error", err)
+		return DeliveryResult{Attempts: attempts, AlreadyProcessed: alreadyProcessed, Unrecorded: true}, nil
+	}
+	return DeliveryResult{Attempts: attempts, AlreadyProcessed: alreadyProcessed}, nil
+}
+
+// deadLetter moves the message to the dead letters (retrying until that succeeds) and
+// returns the non-retryable error the run fails with.
+func (d *delivery) deadLetter(attempts int, last failure) (DeliveryResult, error) {
+	reason := fmt.Sprintf("gave up after %d attempts: %s", attempts, last.message)
+	if last.permanent {
+		reason = "permanent failure: " + last.message
+	}
+	info := workflow.GetInfo(d.ctx)
+	err := workflow.ExecuteLocalActivity(d.dbCtx, ActivityDeadLetter, DeadLetterInput{
+		MessageID:  d.in.MessageID,
+		Topic:      d.in.Topic,
 		WorkflowID: info.WorkflowExecution.ID,
 		RunID:      info.WorkflowExecution.RunID,
 		Attempts:   attempts,
 		LastError:  reason,
-	}).Get(ctx, nil)
+	}).Get(d.ctx, nil)
 	if err != nil {
 		return DeliveryResult{}, fmt.Errorf("dead-letter message: %w", err)
 	}
-	setStatus(SearchStatusDead)
+	d.setStatus(SearchStatusDead)
 	return DeliveryResult{}, temporal.NewNonRetryableApplicationError(
 		"message dead-lettered: "+reason, ErrTypeDeadLettered, nil, attempts)
 }
 
 type failure struct {
-	message    string
-	permanent  bool
-	ambiguous  bool
-	retryAfter time.Duration
+	message          string
+	permanent        bool
+	ambiguous        bool
+	storeUnavailable bool
+	retryAfter       time.Duration
 }
 
 // classify reads a send activity's error. A timeout, a crash of the worker or any error
 // the handler did not classify is ambiguous: the downstream may have the message.
-func classify(err error) failure {
+func (d *delivery) classify(err error) failure {
 	var (
 		appErr     *temporal.ApplicationError
 		timeoutErr *temporal.TimeoutError
@@ -185,6 +290,10 @@ func classify(err error) failure {
 	case errors.As(err, &appErr):
 		f := failure{message: appErr.Message(), retryAfter: appErr.NextRetryDelay()}
 		switch {
+		case appErr.Type() == ErrTypeStoreUnavailable:
+			f.storeUnavailable = true
+		case appErr.Type() == ErrTypeUnknownTopic && d.changed(changeUnknownOutcome):
+			// Nothing was sent; another worker (or this one after a deploy) may know it.
 		case appErr.NonRetryable() || appErr.Type() == ErrTypePermanent || appErr.Type() == ErrTypeUnknownTopic:
 			f.permanent = true
 		case appErr.Type() == ErrTypeRetryable:

@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/outbox-go/outbox/workflows"
 )
@@ -229,7 +230,7 @@ func TestDelivery(t *testing.T) {
 	})
 }
 
-// TestMaxRetryTimes checks that max_retry_times NULL / 0 / 2 give 4 / 1 / 3 attempts, as
+// TestMaxRetryTimes checks that max_retry_times NULL / 0 / 2 give 12 / 1 / 3 attempts, as
 // the relay resolves them into the policy.
 func TestMaxRetryTimes(t *testing.T) {
 	t.Parallel()
@@ -239,7 +240,7 @@ func TestMaxRetryTimes(t *testing.T) {
 		maxRetryTimes *int
 		attempts      int
 	}{
-		{"Null", nil, 4},
+		{"Null", nil, workflows.DefaultMaxAttempts},
 		{"Zero", &zero, 1},
 		{"Two", &two, 3},
 	} {
@@ -268,4 +269,192 @@ func TestPolicyBackoff(t *testing.T) {
 	p := workflows.Policy{InitialInterval: time.Second, BackoffCoefficient: 2, MaxInterval: 5 * time.Second}
 	require.Equal(t, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second},
 		[]time.Duration{p.Backoff(1), p.Backoff(2), p.Backoff(3), p.Backoff(4), p.Backoff(50)})
+}
+
+func storeUnavailable() error {
+	return temporal.NewApplicationError("load message: dial tcp 127.0.0.1:5432: connect: connection refused", workflows.ErrTypeStoreUnavailable)
+}
+
+func ambiguous(msg string) error {
+	return temporal.NewApplicationError(msg, workflows.ErrTypeAmbiguous)
+}
+
+// TestDeliveryUnknownOutcomes covers the paths where the workflow cannot know whether a
+// send reached the downstream, and the failures that are not the downstream's.
+func TestDeliveryUnknownOutcomes(t *testing.T) {
+	t.Parallel()
+	policy := workflows.Policy{MaxAttempts: 3, InitialInterval: time.Second, BackoffCoefficient: 2, MaxInterval: time.Minute}
+
+	t.Run("StoreOutageUsesNoAttempt", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, policy)
+		// Attempt 1 fails at the downstream; attempt 2 finds the outbox database down for
+		// ten tries (several minutes of test time); then attempts 2 and 3 reach the
+		// downstream, and 3 succeeds. With 3 attempts, nothing is dead-lettered.
+		var attempts []int
+		calls := 0
+		b.env.OnActivity(workflows.ActivitySend, mock.Anything, mock.Anything).Return(func(_ context.Context, in workflows.SendInput) error {
+			calls++
+			attempts = append(attempts, in.Attempt)
+			switch {
+			case calls == 1:
+				return retryable("HTTP 503")
+			case calls <= 11:
+				return storeUnavailable()
+			case calls == 12:
+				return retryable("HTTP 503")
+			}
+			return nil
+		}).Times(13)
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 3}).Return(nil).Once()
+		start := b.env.Now()
+		res, err := b.run()
+		require.NoError(t, err)
+		require.Equal(t, 3, res.Attempts)
+		require.Equal(t, []int{1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3}, attempts)
+		require.Greater(t, b.env.Now().Sub(start), 3*time.Minute, "the outage lasted minutes of test time")
+	})
+
+	t.Run("CheckFirstSkipsTheSendWhenProcessed", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, policy)
+		b.input.CheckFirst = true
+		b.env.OnActivity(workflows.ActivityCheckProcessed, mock.Anything, mock.Anything).
+			Return(workflows.CheckProcessedResult{Supported: true, Processed: true}, nil).Once()
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 0}).Return(nil).Once()
+		res, err := b.run()
+		require.NoError(t, err)
+		require.Equal(t, workflows.DeliveryResult{Attempts: 0, AlreadyProcessed: true}, res)
+		require.Empty(t, b.sends)
+	})
+
+	t.Run("CheckFirstThenSendWhenNotProcessed", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, policy)
+		b.input.CheckFirst = true
+		b.env.OnActivity(workflows.ActivityCheckProcessed, mock.Anything, mock.Anything).
+			Return(workflows.CheckProcessedResult{Supported: true, Processed: false}, nil).Once()
+		b.onSend(t, nil)
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, mock.Anything).Return(nil).Once()
+		res, err := b.run()
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Attempts)
+	})
+
+	t.Run("LastAmbiguousAttemptIsCheckedBeforeDeadLetter", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, workflows.Policy{MaxAttempts: 2})
+		b.onSend(t, ambiguous("read: connection reset by peer"), ambiguous("send timed out"))
+		answers := []bool{false, true} // before attempt 2: not processed; after it: processed
+		n := 0
+		b.env.OnActivity(workflows.ActivityCheckProcessed, mock.Anything, mock.Anything).Return(func(context.Context, workflows.CheckProcessedInput) (workflows.CheckProcessedResult, error) {
+			n++
+			return workflows.CheckProcessedResult{Supported: true, Processed: answers[n-1]}, nil
+		}).Twice()
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 2}).Return(nil).Once()
+		res, err := b.run()
+		require.NoError(t, err)
+		require.Equal(t, workflows.DeliveryResult{Attempts: 2, AlreadyProcessed: true}, res)
+	})
+
+	t.Run("LastAmbiguousAttemptNotProcessedIsDeadLettered", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, workflows.Policy{MaxAttempts: 1})
+		b.onSend(t, ambiguous("send timed out"))
+		b.env.OnActivity(workflows.ActivityCheckProcessed, mock.Anything, mock.Anything).
+			Return(workflows.CheckProcessedResult{Supported: true, Processed: false}, nil).Once()
+		b.env.OnActivity(workflows.ActivityDeadLetter, mock.Anything, mock.Anything).Return(nil).Once()
+		_, err := b.run()
+		requireDeadLettered(t, err)
+	})
+
+	t.Run("UnknownTopicIsRetriedThroughTheAttempts", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, policy)
+		unknown := temporal.NewNonRetryableApplicationError(`no handler for topic "order.created"`, workflows.ErrTypeUnknownTopic, nil)
+		b.onSend(t, unknown, unknown, nil) // a worker that knows the topic takes attempt 3
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 3}).Return(nil).Once()
+		res, err := b.run()
+		require.NoError(t, err)
+		require.Equal(t, 3, res.Attempts)
+	})
+
+	t.Run("UnknownTopicEverywhereIsDeadLettered", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, policy)
+		unknown := temporal.NewNonRetryableApplicationError(`no handler for topic "order.created"`, workflows.ErrTypeUnknownTopic, nil)
+		b.onSend(t, unknown, unknown, unknown)
+		b.env.OnActivity(workflows.ActivityDeadLetter, mock.Anything, mock.MatchedBy(func(in workflows.DeadLetterInput) bool {
+			return in.Attempts == 3 && in.LastError == `gave up after 3 attempts: no handler for topic "order.created"`
+		})).Return(nil).Once()
+		_, err := b.run()
+		requireDeadLettered(t, err)
+	})
+
+	t.Run("RunsBeforeTheChangeKeepTheirPath", func(t *testing.T) {
+		t.Parallel()
+		// A run recorded before "unknown-outcome-checked" dead-letters an unknown topic at
+		// once and does not check its last ambiguous attempt.
+		b := setup(t, policy)
+		b.env.OnGetVersion("unknown-outcome-checked", workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+		b.onSend(t, temporal.NewNonRetryableApplicationError(`no handler for topic "x"`, workflows.ErrTypeUnknownTopic, nil))
+		b.env.OnActivity(workflows.ActivityDeadLetter, mock.Anything, mock.MatchedBy(func(in workflows.DeadLetterInput) bool {
+			return in.Attempts == 1 && in.LastError == `permanent failure: no handler for topic "x"`
+		})).Return(nil).Once()
+		_, err := b.run()
+		requireDeadLettered(t, err)
+	})
+}
+
+// TestDatabaseStepsOutlastLongOutages checks that the steps that must succeed in the end
+// keep retrying through a database outage far longer than one try's timeout.
+func TestDatabaseStepsOutlastLongOutages(t *testing.T) {
+	t.Parallel()
+
+	t.Run("DeadLetter", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, workflows.Policy{MaxAttempts: 1})
+		b.onSend(t, retryable("HTTP 500"))
+		b.env.OnActivity(workflows.ActivityDeadLetter, mock.Anything, mock.Anything).Return(errors.New("database down")).Times(12)
+		b.env.OnActivity(workflows.ActivityDeadLetter, mock.Anything, mock.Anything).Return(nil).Once()
+		start := b.env.Now()
+		_, err := b.run()
+		requireDeadLettered(t, err)
+		require.Greater(t, b.env.Now().Sub(start), 5*time.Minute, "twelve failed tries span minutes")
+	})
+
+	t.Run("MarkSentOfRunsBeforeTheBound", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, workflows.Policy{MaxAttempts: 1})
+		b.env.OnGetVersion("mark-sent-bounded", workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+		b.onSend(t, nil)
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, mock.Anything).Return(errors.New("database down")).Times(12)
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, mock.Anything).Return(nil).Once()
+		res, err := b.run()
+		require.NoError(t, err)
+		require.Equal(t, workflows.DeliveryResult{Attempts: 1}, res)
+	})
+}
+
+// TestDefaultPolicyRidesOutTenMinuteOutage runs a delivery under the default policy while
+// the downstream is down for ten minutes: the message is delivered, nothing dead-lettered.
+func TestDefaultPolicyRidesOutTenMinuteOutage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, workflows.ResolvePolicy(workflows.Policy{}, nil))
+	var start time.Time
+	b.env.OnActivity(workflows.ActivitySend, mock.Anything, mock.Anything).Return(func(_ context.Context, in workflows.SendInput) error {
+		if start.IsZero() {
+			start = b.env.Now()
+		}
+		b.sends = append(b.sends, b.env.Now())
+		if b.env.Now().Sub(start) < 10*time.Minute {
+			return retryable("dial tcp: connect: connection refused")
+		}
+		return nil
+	})
+	b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, mock.Anything).Return(nil).Once()
+	res, err := b.run()
+	require.NoError(t, err, "the default policy gave up during a 10-minute outage")
+	require.Less(t, res.Attempts, workflows.DefaultMaxAttempts, "attempts to spare")
+	t.Logf("delivered at attempt %d of %d, %s after the first", res.Attempts, workflows.DefaultMaxAttempts, b.sends[len(b.sends)-1].Sub(start))
 }

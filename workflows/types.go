@@ -35,7 +35,9 @@ const (
 	// ErrTypePermanent marks a send failure that no retry can fix (a 4xx, an unknown
 	// topic, a payload the handler rejects).
 	ErrTypePermanent = "OutboxPermanent"
-	// ErrTypeUnknownTopic is a permanent failure: no handler is configured for the topic.
+	// ErrTypeUnknownTopic marks a send whose worker has no handler for the topic. It is
+	// retried through the attempts (another worker, or this one after a deploy, may have
+	// it), then dead-lettered.
 	ErrTypeUnknownTopic = "OutboxUnknownTopic"
 	// ErrTypeRetryable marks a send failure the downstream reported (5xx, 429): it did not
 	// process the message, so the next attempt needs no check first.
@@ -43,6 +45,9 @@ const (
 	// ErrTypeAmbiguous marks a send failure after which the downstream may or may not have
 	// the message (timeout, connection reset after the request was written).
 	ErrTypeAmbiguous = "OutboxAmbiguous"
+	// ErrTypeStoreUnavailable marks a send that could not load the message because the
+	// outbox's own database was unavailable: nothing was sent, and no attempt is used up.
+	ErrTypeStoreUnavailable = "OutboxStoreUnavailable"
 )
 
 // Values of the OutboxStatus search attribute.
@@ -70,12 +75,13 @@ func WorkflowID(messageID string) string { return WorkflowIDPrefix + messageID }
 // config and the row's max_retry_times, and recorded in the workflow's input.
 type Policy struct {
 	// MaxAttempts is the number of sends before the message is dead-lettered; at least 1.
+	// Defaults to 12.
 	MaxAttempts int `json:"max_attempts"`
 	// InitialInterval is the wait after the first failed attempt. Defaults to 1s.
 	InitialInterval time.Duration `json:"initial_interval"`
 	// BackoffCoefficient multiplies the wait after each further failure. Defaults to 2.
 	BackoffCoefficient float64 `json:"backoff_coefficient"`
-	// MaxInterval caps the wait between attempts, Retry-After included. Defaults to 1m,
+	// MaxInterval caps the wait between attempts, Retry-After included. Defaults to 5m,
 	// or InitialInterval when that is longer.
 	MaxInterval time.Duration `json:"max_interval"`
 	// SendTimeout bounds one send attempt (the activity's start-to-close timeout).
@@ -87,10 +93,12 @@ type Policy struct {
 
 // Policy defaults.
 const (
-	DefaultMaxAttempts        = 4
+	// The defaults ride out a downstream outage of 10 minutes and more: waits of 1s, 2s,
+	// 4s, ... capped at 5m, so the 12th attempt comes about 18 minutes after the first.
+	DefaultMaxAttempts        = 12
 	DefaultInitialInterval    = time.Second
 	DefaultBackoffCoefficient = 2.0
-	DefaultMaxInterval        = time.Minute
+	DefaultMaxInterval        = 5 * time.Minute
 	DefaultSendTimeout        = 30 * time.Second
 	DefaultMarkSentTimeout    = 10 * time.Minute
 )
@@ -141,6 +149,10 @@ type DeliveryInput struct {
 	Policy    Policy `json:"policy"`
 	// SearchAttributes says whether the workflow keeps OutboxStatus up to date.
 	SearchAttributes bool `json:"search_attributes"`
+	// CheckFirst says that a send may have happened before this run (the message was
+	// handed over before, failed an attempt before, or was redriven): the run asks
+	// check-processed before its first send.
+	CheckFirst bool `json:"check_first,omitempty"`
 }
 
 // DeliveryResult is the result of a delivery that completed.

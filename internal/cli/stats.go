@@ -70,7 +70,7 @@ func newStatsCmd(g *globals) *cobra.Command {
 					return err
 				}
 				fmt.Fprintf(w, "\nOldest pending   %s\n", age(s.OldestPendingAge))
-				fmt.Fprintf(w, "In flight        %d (claimed, or handed to Temporal and not finished), oldest updated %s\n", s.InFlight, age(s.OldestInFlightAge))
+				fmt.Fprintf(w, "In flight        %d (claimed, or handed to Temporal and not finished), oldest handed over %s\n", s.InFlight, age(s.OldestInFlightAge))
 				fmt.Fprintf(w, "Dead letters     %d open, %d in the last hour, %d in the last day\n",
 					s.OpenDeadLetters, s.DeadLettersLastHour, s.DeadLettersLastDay)
 				fmt.Fprintf(w, "Ordering keys    %d messages held back behind an earlier one of their key; %d keys blocked by a dead message\n",
