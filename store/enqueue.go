@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -12,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-go/outbox/internal/tracing"
 )
@@ -222,8 +225,9 @@ RETURNING ordering_seq`
 // Enqueued is what EnqueueMessage wrote.
 type Enqueued struct {
 	MessageID uuid.UUID
-	// OrderingSeq is the message's place among the messages of its ordering key (1, 2,
-	// ...), in commit order; 0 without a key.
+	// OrderingSeq is the message's place among the messages of its ordering key: greater
+	// than the number of every message of the key that committed before it (numbers come
+	// from one sequence, so they have gaps); 0 without a key.
 	OrderingSeq int64
 }
 
@@ -244,43 +248,164 @@ func (s *Store) Enqueue(ctx context.Context, db DB, msg Message) (uuid.UUID, err
 	return res.MessageID, err
 }
 
-// EnqueueMessage is Enqueue that also returns the message's ordering sequence number. A
-// writer of a key waits here while another open transaction holds the key's previous
-// number, so keep transactions that enqueue ordered messages short.
+// EnqueueMessage is Enqueue that also returns the message's ordering sequence number.
+//
+// A message with an ordering key takes the key's lock until the transaction ends, so a
+// second writer of the key waits here until the first commits or rolls back: keep
+// transactions that enqueue ordered messages short. The lock is not a row, so the caller's
+// transaction may run at any isolation level. Two transactions that enqueue the same keys
+// in opposite orders (A then B, B then A) deadlock; PostgreSQL aborts one of them, and the
+// error says so (see [ErrOrderingDeadlock]). [Store.EnqueueBatch] takes a batch's keys in
+// one fixed order, which avoids that.
 func (s *Store) EnqueueMessage(ctx context.Context, db DB, msg Message) (Enqueued, error) {
-	if err := s.Validate(msg); err != nil {
+	r, err := s.prepare(ctx, msg)
+	if err != nil {
 		return Enqueued{}, err
 	}
-	id := msg.MessageID
-	if id == uuid.Nil {
-		var err error
-		if id, err = uuid.NewV7(); err != nil {
-			return Enqueued{}, fmt.Errorf("new message id: %w", err)
-		}
-	}
-	var headers []byte
-	if h := tracing.Headers(ctx, s.cfg.Propagator, msg.Headers); len(h) > 0 {
-		headers, _ = json.Marshal(h) // a map[string]string always marshals
-	}
-	var deliverAfter *time.Time // NULL: due at once
-	if !msg.DeliverAfter.IsZero() {
-		deliverAfter = &msg.DeliverAfter
-	}
-	var orderingKey *string
-	if msg.OrderingKey != "" {
-		orderingKey = &msg.OrderingKey
-	}
 	var seq *int64
-	if err := db.QueryRow(ctx, s.enqueue,
-		id, msg.Topic, string(msg.Payload), headers, msg.MaxRetryTimes, deliverAfter, orderingKey).Scan(&seq); err != nil {
-		return Enqueued{}, fmt.Errorf("enqueue %s message: %w", msg.Topic, err)
+	if err := db.QueryRow(ctx, s.enqueue, r.id, r.topic, r.payload, r.headers, r.maxRetryTimes, r.deliverAfter, r.orderingKey).Scan(&seq); err != nil {
+		return Enqueued{}, enqueueError(msg.Topic, msg.OrderingKey, err)
 	}
-	res := Enqueued{MessageID: id}
+	res := Enqueued{MessageID: r.id}
 	if seq != nil {
 		res.OrderingSeq = *seq
 	}
 	return res, nil
 }
+
+// insertRow is one validated message as its row's column values.
+type insertRow struct {
+	id            uuid.UUID
+	topic         string
+	payload       string
+	headers       []byte
+	maxRetryTimes *int
+	deliverAfter  *time.Time // NULL: due at once
+	orderingKey   *string
+}
+
+// prepare validates msg and turns it into the values of its row.
+func (s *Store) prepare(ctx context.Context, msg Message) (insertRow, error) {
+	if err := s.Validate(msg); err != nil {
+		return insertRow{}, err
+	}
+	r := insertRow{id: msg.MessageID, topic: msg.Topic, payload: string(msg.Payload), maxRetryTimes: msg.MaxRetryTimes}
+	if r.id == uuid.Nil {
+		var err error
+		if r.id, err = uuid.NewV7(); err != nil {
+			return insertRow{}, fmt.Errorf("new message id: %w", err)
+		}
+	}
+	if h := tracing.Headers(ctx, s.cfg.Propagator, msg.Headers); len(h) > 0 {
+		r.headers, _ = json.Marshal(h) // a map[string]string always marshals
+	}
+	if !msg.DeliverAfter.IsZero() {
+		r.deliverAfter = &msg.DeliverAfter
+	}
+	if msg.OrderingKey != "" {
+		r.orderingKey = &msg.OrderingKey
+	}
+	return r, nil
+}
+
+// ErrOrderingDeadlock is what an Enqueue error wraps when PostgreSQL aborted the
+// transaction because it and another one enqueued the same ordering keys in opposite
+// orders. Retry the transaction; enqueue a transaction's keyed messages with one
+// EnqueueBatch call, or always in the same key order, to avoid it.
+var ErrOrderingDeadlock = errors.New("two transactions enqueued the same ordering keys in opposite orders and deadlocked; PostgreSQL aborted this one: retry the transaction, and enqueue a transaction's keyed messages with one EnqueueBatch call (it takes their keys in a fixed order) or always in the same key order")
+
+// enqueueError wraps an INSERT's error with what the caller needs to act on it. The
+// *pgconn.PgError stays reachable with errors.As.
+func enqueueError(topic, orderingKey string, err error) error {
+	var pgErr *pgconn.PgError
+	if orderingKey != "" && errors.As(err, &pgErr) && pgErr.Code == "40P01" {
+		return fmt.Errorf("enqueue %s message with ordering key %q: %w (%w)", topic, orderingKey, ErrOrderingDeadlock, err)
+	}
+	return fmt.Errorf("enqueue %s message: %w", topic, err)
+}
+
+// EnqueueBatch validates every message and inserts them with one statement on db, in
+// their order: a key's messages are numbered in the order given. It first takes the locks
+// of the batch's ordering keys in one fixed order (by the keys' hashes), so two
+// transactions that enqueue the same keys with EnqueueBatch never deadlock, whatever order
+// their messages come in. An invalid message returns a *ValidationError naming its index,
+// and nothing is written. The results are in the order of msgs.
+func (s *Store) EnqueueBatch(ctx context.Context, db DB, msgs []Message) ([]Enqueued, error) {
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	var (
+		ids      = make([]uuid.UUID, len(msgs))
+		topics   = make([]string, len(msgs))
+		payloads = make([]string, len(msgs))
+		headers  = make([]*string, len(msgs))
+		retries  = make([]*int, len(msgs))
+		after    = make([]*time.Time, len(msgs))
+		keys     = make([]*string, len(msgs))
+		byID     = make(map[uuid.UUID]int, len(msgs))
+		distinct []string
+	)
+	seen := map[string]bool{}
+	for i, msg := range msgs {
+		r, err := s.prepare(ctx, msg)
+		if err != nil {
+			var verr *ValidationError
+			if errors.As(err, &verr) {
+				return nil, &ValidationError{Field: fmt.Sprintf("messages[%d].%s", i, verr.Field), Reason: verr.Reason}
+			}
+			return nil, err
+		}
+		if _, dup := byID[r.id]; dup {
+			return nil, &ValidationError{Field: fmt.Sprintf("messages[%d].message_id", i), Reason: fmt.Sprintf("repeats %s, which an earlier message of the batch has", r.id)}
+		}
+		byID[r.id] = i
+		ids[i], topics[i], payloads[i], retries[i], after[i], keys[i] = r.id, r.topic, r.payload, r.maxRetryTimes, r.deliverAfter, r.orderingKey
+		if r.headers != nil {
+			h := string(r.headers)
+			headers[i] = &h
+		}
+		if r.orderingKey != nil && !seen[*r.orderingKey] {
+			seen[*r.orderingKey] = true
+			distinct = append(distinct, *r.orderingKey)
+		}
+	}
+	if len(distinct) > 0 {
+		if _, err := db.Exec(ctx, lockKeysSQL, s.cfg.Schema+".outbox_messages", distinct); err != nil {
+			return nil, enqueueError(topics[0], distinct[0], err)
+		}
+	}
+	rows, err := db.Query(ctx, s.enqueueBatch, ids, topics, payloads, headers, retries, after, keys)
+	if err != nil {
+		return nil, fmt.Errorf("enqueue %d messages: %w", len(msgs), err)
+	}
+	out := make([]Enqueued, len(msgs))
+	var id uuid.UUID
+	var seq *int64
+	_, err = pgx.ForEachRow(rows, []any{&id, &seq}, func() error {
+		i := byID[id]
+		out[i] = Enqueued{MessageID: id}
+		if seq != nil {
+			out[i].OrderingSeq = *seq
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("enqueue %d messages: %w", len(msgs), err)
+	}
+	return out, nil
+}
+
+// lockKeysSQL takes the ordering locks of a batch's keys in the order of their hashes, the
+// locks the insert trigger takes per row (it takes them again, which a transaction may).
+const lockKeysSQL = `SELECT count(pg_advisory_xact_lock(hashtext($1), h))
+FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS k ORDER BY 1) AS keys`
+
+const enqueueBatchSQL = `INSERT INTO %s (message_id, topic, payload, headers, max_retry_times, next_retry_at, ordering_key)
+SELECT id, topic, payload, headers, max_retry_times, next_retry_at, ordering_key
+FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::jsonb[], $5::int[], $6::timestamptz[], $7::text[])
+     WITH ORDINALITY AS m(id, topic, payload, headers, max_retry_times, next_retry_at, ordering_key, n)
+ORDER BY n
+RETURNING message_id, ordering_seq`
 
 // Enqueue validates msg and inserts it into public.outbox_messages with the default payload
 // limit; see [Store.Enqueue]. Use a Store for another schema or limit.

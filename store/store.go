@@ -103,6 +103,8 @@ type Store struct {
 	audit    string
 	enqueue  string // the INSERT of Enqueue
 
+	enqueueBatch string // the INSERT of EnqueueBatch
+
 	messagesArchive, deadArchive string // where retention moves rows when archiving
 }
 
@@ -122,6 +124,8 @@ func New(db TxDB, cfg Config) (*Store, error) {
 		dead:     pgx.Identifier{cfg.Schema, "outbox_dead_letters"}.Sanitize(),
 		audit:    pgx.Identifier{cfg.Schema, "outbox_audit"}.Sanitize(),
 		enqueue:  fmt.Sprintf(enqueueSQL, messages),
+
+		enqueueBatch: fmt.Sprintf(enqueueBatchSQL, messages),
 
 		messagesArchive: pgx.Identifier{cfg.Schema, "outbox_messages_archive"}.Sanitize(),
 		deadArchive:     pgx.Identifier{cfg.Schema, "outbox_dead_letters_archive"}.Sanitize(),
