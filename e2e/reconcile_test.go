@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -55,4 +56,44 @@ func TestReconcileDeletedWorkflow(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, audit)
 	require.Equal(t, "reconcile", audit[0].Action)
+}
+
+// TestReconcileMassFailure: 2,000 dispatched rows whose workflows are gone (after a
+// namespace reset, say) are repaired by two relays' reconcilers sharing the work: each row
+// once, within minutes.
+func TestReconcileMassFailure(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ts := newServer(t)
+	e := newEnv(t, ts)
+	const rows = 2000
+	_, err := e.pool.Exec(ctx, `INSERT INTO `+e.store.Schema()+`.outbox_messages (topic, payload, status, dispatched_at, updated_at)
+		SELECT 'order.created', '{}', 'dispatched', now() - interval '1 hour', now() - interval '1 hour' FROM generate_series(1, $1)`, rows)
+	require.NoError(t, err)
+
+	var passes sync.Map
+	began := time.Now()
+	for i := range 2 {
+		rc, err := starter.NewReconciler(e.store, e.client, starter.ReconcilerConfig{
+			After: time.Minute, Interval: 50 * time.Millisecond, Logger: logger,
+			OnPass: func(r starter.ReconcileResult) { passes.Store(i, true) },
+		})
+		require.NoError(t, err)
+		e.run(t, rc.Run)
+	}
+	var audited int
+	require.Eventually(t, func() bool {
+		require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM `+e.store.Schema()+`.outbox_audit WHERE action = 'reconcile'`).Scan(&audited))
+		return audited == rows
+	}, 3*time.Minute, 100*time.Millisecond, "%d of %d rows repaired", audited, rows)
+	t.Logf("%d rows repaired in %s", rows, time.Since(began).Round(time.Millisecond))
+
+	var pending, twice int
+	require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM `+e.store.Schema()+`.outbox_messages WHERE status = 'pending'`).Scan(&pending))
+	require.Equal(t, rows, pending, "every row handed over again")
+	require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT message_id FROM `+e.store.Schema()+`.outbox_audit GROUP BY message_id HAVING count(*) > 1) d`).Scan(&twice))
+	require.Zero(t, twice, "no row repaired twice")
+	_, ok0 := passes.Load(0)
+	_, ok1 := passes.Load(1)
+	require.True(t, ok0 && ok1, "both reconcilers ran")
 }

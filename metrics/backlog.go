@@ -13,15 +13,19 @@ import (
 	"github.com/outbox-go/outbox/store"
 )
 
-// backlogSQL counts the rows waiting for a relay. Its WHERE clause is the claim index's
-// predicate, so it reads that partial index (a few pages while the relays keep up), not
-// the table's sent rows. The age is that of the oldest row that is due: pending with
-// next_retry_at passed or unset, or claimed.
-const backlogSQL = `SELECT count(*),
-  COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)
-    FILTER (WHERE status = 'claimed' OR next_retry_at IS NULL OR next_retry_at <= now())), 0)::float8
-FROM %s
-WHERE status IN ('pending', 'claimed')`
+// backlogSQL counts the rows waiting for a relay. Each subquery's WHERE clause is the
+// predicate of one of the claim's partial indexes (due at once, delayed, held back), so it
+// reads those indexes (a few pages while the relays keep up), not the table's sent rows.
+// The age is that of the oldest row that is due and not held back behind its ordering key:
+// pending with next_retry_at passed or unset, or claimed.
+const backlogSQL = `SELECT
+  (SELECT count(*) FROM %[1]s WHERE status IN ('pending', 'claimed') AND next_retry_at IS NULL AND NOT held_back)
+  + (SELECT count(*) FROM %[1]s WHERE status IN ('pending', 'claimed') AND next_retry_at IS NOT NULL AND NOT held_back)
+  + (SELECT count(*) FROM %[1]s WHERE held_back AND status IN ('pending', 'claimed')),
+  COALESCE(EXTRACT(EPOCH FROM now() - LEAST(
+    (SELECT min(created_at) FROM %[1]s WHERE status IN ('pending', 'claimed') AND next_retry_at IS NULL AND NOT held_back),
+    (SELECT min(created_at) FROM %[1]s WHERE status IN ('pending', 'claimed') AND next_retry_at IS NOT NULL AND NOT held_back
+       AND next_retry_at <= now()))), 0)::float8`
 
 // BacklogCollector reports the messages waiting for a relay, read from the database at
 // each scrape:

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -111,11 +112,18 @@ type Starter interface {
 
 // Relay hands committed outbox rows to Temporal.
 type Relay struct {
-	cfg    Config
-	store  *store.Store
-	pool   *pgxpool.Pool
-	client Starter
-	log    *slog.Logger
+	cfg        Config
+	store      *store.Store
+	pool       *pgxpool.Pool
+	client     Starter
+	log        *slog.Logger
+	reconciler *Reconciler
+
+	// refused counts the consecutive passes in which Temporal refused every start;
+	// lastRefusal is the error of the latest.
+	mu          sync.Mutex
+	refused     int
+	lastRefusal error
 }
 
 // New returns a relay that claims rows through st, listens for notifications on a
@@ -125,7 +133,64 @@ func New(st *store.Store, pool *pgxpool.Pool, c Starter, cfg Config) (*Relay, er
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("relay config: %w", err)
 	}
-	return &Relay{cfg: cfg, store: st, pool: pool, client: c, log: cfg.Logger}, nil
+	rc, err := NewReconciler(st, c, ReconcilerConfig{
+		After: cfg.ReconcileAfter, Interval: cfg.ReconcileInterval, DescribeTimeout: cfg.StartTimeout,
+		Logger: cfg.Logger, Metrics: cfg.Metrics,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("relay config: %w", err)
+	}
+	return &Relay{cfg: cfg, store: st, pool: pool, client: c, log: cfg.Logger, reconciler: rc}, nil
+}
+
+// Reconcile runs one reconciliation pass (see Reconciler) and returns the number of rows
+// it repaired.
+func (r *Relay) Reconcile(ctx context.Context) (int, error) {
+	res, err := r.reconciler.RunOnce(ctx)
+	return res.Total(), err
+}
+
+// StartsRefused returns the latest error while Temporal refuses every workflow start
+// (a wrong API key, a missing namespace or search attribute), and nil otherwise. The
+// readiness check reports it.
+func (r *Relay) StartsRefused() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.refused == 0 {
+		return nil
+	}
+	return r.lastRefusal
+}
+
+// refusalBackoff is the wait before the next claim after n consecutive passes in which
+// Temporal refused every start: 1s, doubling, at most 5m.
+func refusalBackoff(n int) time.Duration {
+	return min(time.Second<<min(n-1, 9), 5*time.Minute)
+}
+
+// sweepLoop unparks, every ReconcileInterval, the held-back rows that nothing holds back
+// any more (see store.Store.Unpark).
+func (r *Relay) sweepLoop(ctx context.Context, wake chan<- struct{}) {
+	t := time.NewTicker(r.cfg.ReconcileInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := r.store.Unpark(ctx, r.cfg.Ordering)
+		switch {
+		case err != nil && !errors.Is(err, context.Canceled):
+			r.log.WarnContext(ctx, "Cannot unpark held-back messages", slog.Any("error", err))
+		case n > 0:
+			r.log.InfoContext(ctx, "Unparked held-back messages whose key no longer holds them", slog.Int64("messages", n))
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
+	}
 }
 
 // Run relays rows until ctx is cancelled, then finishes the batch in hand and returns
@@ -147,10 +212,14 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	r.log.InfoContext(ctx, "Relay started", slog.String("task_queue", r.cfg.TaskQueue),
 		slog.String("channel", r.store.Channel()), slog.Duration("poll_interval", r.cfg.PollInterval))
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		r.reconcileLoop(ctx)
+		_ = r.reconciler.Run(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		r.sweepLoop(ctx, wake)
 	}()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -180,6 +249,15 @@ func (r *Relay) Run(ctx context.Context) error {
 		if delayed {
 			sleep = min(max(due-time.Since(asked), minWake), r.cfg.PollInterval)
 		}
+		if n := r.refusedPasses(); n > 0 {
+			// Temporal refuses every start: claiming again sooner only re-tries the
+			// backlog. Notifications do not cut the wait short.
+			if !sleepCtx(ctx, refusalBackoff(n)) {
+				continue
+			}
+			drain(wake)
+			sleep = 0
+		}
 		resetTimer(timer, sleep)
 	}
 }
@@ -190,7 +268,7 @@ func (r *Relay) Run(ctx context.Context) error {
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	began := time.Now()
 	claimCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	rows, err := r.store.ClaimOrdered(claimCtx, r.cfg.BatchSize, r.cfg.Lease, r.cfg.Ordering)
+	claim, err := r.store.ClaimBatch(claimCtx, r.cfg.BatchSize, r.cfg.Lease, r.cfg.Ordering)
 	cancel()
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
@@ -198,9 +276,12 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		}
 		return 0, err
 	}
+	rows := claim.Claimed
 	if len(rows) == 0 {
-		return 0, nil
+		return claim.Parked, nil
 	}
+	var attempted, refused atomic.Int32
+	var firstRefusal atomic.Pointer[error]
 	hand := context.WithoutCancel(ctx)
 	// Rows whose lease is about to run out by this process's clock are left to the next
 	// claim: starting them now would race another relay that may already have taken them.
@@ -222,12 +303,70 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 			// describe, so a stuck connection cannot stall the relay.
 			rowCtx, cancel := context.WithTimeout(hand, r.cfg.StartTimeout+20*time.Second)
 			defer cancel()
-			r.handOver(rowCtx, row)
+			attempted.Add(1)
+			if err := r.handOver(rowCtx, row); err != nil {
+				refused.Add(1)
+				firstRefusal.CompareAndSwap(nil, &err)
+			}
 		}()
 	}
 	wg.Wait()
 	r.cfg.Metrics.Batch(len(rows), time.Since(began))
-	return len(rows), nil
+	r.noteStarts(ctx, int(attempted.Load()), int(refused.Load()), firstRefusal.Load())
+	return len(rows) + claim.Parked, nil
+}
+
+// noteStarts records how a pass's starts went. A pass in which Temporal refused every
+// start puts the relay in backoff (and not-ready); any start that succeeds ends it. The
+// refusals of a pass are logged as one line.
+func (r *Relay) noteStarts(ctx context.Context, attempted, refused int, first *error) {
+	if attempted == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if refused < attempted {
+		if r.refused > 0 {
+			r.log.InfoContext(ctx, "Temporal accepts workflow starts again", slog.Int("passes_refused", r.refused))
+		}
+		r.refused, r.lastRefusal = 0, nil
+		if refused > 0 {
+			r.log.WarnContext(ctx, "Some workflow starts failed; their rows are retried after the lease",
+				slog.Int("failed", refused), slog.Int("attempted", attempted), slog.Any("error", *first))
+		}
+		return
+	}
+	r.refused++
+	r.lastRefusal = fmt.Errorf("temporal refused all %d workflow starts of the last pass: %w", attempted, *first)
+	r.log.WarnContext(ctx, "Temporal refused every workflow start of this pass; backing off",
+		slog.Int("refused", refused), slog.Int("passes", r.refused), slog.Duration("next_pass_in", refusalBackoff(r.refused)),
+		slog.Any("error", *first))
+}
+
+func (r *Relay) refusedPasses() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.refused
+}
+
+// sleepCtx sleeps for d and reports whether ctx is still live.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// drain empties a wake-up channel.
+func drain(wake <-chan struct{}) {
+	select {
+	case <-wake:
+	default:
+	}
 }
 
 // StartOptions returns the options a message's workflow is started with.
@@ -248,7 +387,9 @@ func (r *Relay) StartOptions(in workflows.DeliveryInput) client.StartWorkflowOpt
 	return opts
 }
 
-func (r *Relay) handOver(ctx context.Context, row store.Claimed) {
+// handOver starts the row's workflow and records the row. It returns the error of a start
+// that Temporal refused (the row stays claimed and is retried after its lease).
+func (r *Relay) handOver(ctx context.Context, row store.Claimed) error {
 	log := r.log.With(slog.String("message_id", row.MessageID.String()), slog.String("topic", row.Topic))
 	in := workflows.DeliveryInput{
 		MessageID:        row.MessageID.String(),
@@ -273,10 +414,13 @@ func (r *Relay) handOver(ctx context.Context, row store.Claimed) {
 		r.alreadyStarted(ctx, log, row, started.RunId)
 	default:
 		r.cfg.Metrics.Error(metrics.OpStartWorkflow)
-		// The row stays claimed; another pass takes it when the lease expires.
-		log.WarnContext(ctx, "Cannot start delivery workflow; will retry after the lease",
+		// The row stays claimed; another pass takes it when the lease expires. The pass
+		// logs its refusals in one line.
+		log.DebugContext(ctx, "Cannot start delivery workflow; will retry after the lease",
 			slog.Time("lease_until", row.LeaseUntil), slog.Any("error", err))
+		return err
 	}
+	return nil
 }
 
 func (r *Relay) markDispatched(ctx context.Context, log *slog.Logger, row store.Claimed) {
@@ -401,85 +545,4 @@ func resetTimer(t *time.Timer, d time.Duration) {
 		}
 	}
 	t.Reset(d)
-}
-
-func (r *Relay) reconcileLoop(ctx context.Context) {
-	t := time.NewTicker(r.cfg.ReconcileInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if _, err := r.Reconcile(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			r.log.WarnContext(ctx, "Reconciliation pass failed", slog.Any("error", err))
-		}
-	}
-}
-
-// Reconcile checks rows that have been dispatched for longer than ReconcileAfter against
-// Temporal, by DescribeWorkflowExecution (not the eventually consistent visibility list),
-// and repairs the ones whose workflow cannot finish them: completed → recorded sent;
-// missing, or closed any other way → pending, so a new run delivers the message. Every
-// repair is logged, counted and audited. It returns the number of rows repaired.
-func (r *Relay) Reconcile(ctx context.Context) (int, error) {
-	rows, err := r.store.StaleDispatched(ctx, r.cfg.ReconcileAfter, 100)
-	if err != nil {
-		return 0, err
-	}
-	repaired := 0
-	for _, d := range rows {
-		if ctx.Err() != nil {
-			return repaired, ctx.Err()
-		}
-		opCtx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
-		outcome, detail, err := r.workflowOutcome(opCtx, d)
-		cancel()
-		log := r.log.With(slog.String("message_id", d.MessageID.String()), slog.String("topic", d.Topic))
-		if err != nil {
-			r.cfg.Metrics.Error(metrics.OpDescribeWorkflow)
-			log.WarnContext(ctx, "Cannot reconcile a dispatched row", slog.Any("error", err))
-			continue
-		}
-		if outcome == store.ReconcileRunning {
-			_, _ = r.store.TouchDispatched(ctx, d)
-			continue
-		}
-		ok, err := r.store.Repair(ctx, d, outcome, detail)
-		switch {
-		case err != nil:
-			log.WarnContext(ctx, "Cannot repair a dispatched row", slog.Any("error", err))
-		case ok:
-			repaired++
-			r.cfg.Metrics.Reconciled(outcome)
-			log.WarnContext(ctx, "Reconciled a dispatched row", slog.String("outcome", outcome), slog.String("workflow", detail))
-		}
-	}
-	return repaired, nil
-}
-
-// workflowOutcome says what the message's workflow means for its dispatched row.
-func (r *Relay) workflowOutcome(ctx context.Context, d store.Dispatched) (outcome, detail string, err error) {
-	id := workflows.WorkflowID(d.MessageID.String())
-	desc, err := r.client.DescribeWorkflowExecution(ctx, id, "")
-	var notFound *serviceerror.NotFound
-	switch {
-	case errors.As(err, &notFound):
-		return store.ReconcileHandedOverAgain, "workflow " + id + " not found", nil
-	case err != nil:
-		return "", "", err
-	}
-	info := desc.GetWorkflowExecutionInfo()
-	detail = fmt.Sprintf("workflow %s run %s is %s", id, info.GetExecution().GetRunId(), info.GetStatus())
-	switch info.GetStatus() {
-	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
-		return store.ReconcileRunning, detail, nil
-	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
-		return store.ReconcileRecordedSent, detail, nil
-	default:
-		// Terminated, cancelled, timed out, or failed without dead-lettering (a failed
-		// run dead-letters the row before it fails): nothing will deliver it.
-		return store.ReconcileHandedOverAgain, detail, nil
-	}
 }

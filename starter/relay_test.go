@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -245,5 +247,38 @@ func TestRelay(t *testing.T) {
 			checkFirst[in.MessageID] = in.CheckFirst
 		}
 		require.Equal(t, map[string]bool{fresh.String(): false, failedBefore.String(): true, handedBack.String(): true, redriven.String(): true}, checkFirst)
+	})
+
+	t.Run("RefusedStartsAreSummarisedAndReported", func(t *testing.T) {
+		t.Parallel()
+		rec := newRecorder()
+		logs := &logBuffer{}
+		r, st := setup(t, rec, starter.Config{Lease: time.Second, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+		for range 20 {
+			enqueue(t, st, "t", nil)
+		}
+		rec.startErr = func(string) error { return serviceerror.NewPermissionDenied("request unauthorized", "") }
+		_, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.ErrorContains(t, r.StartsRefused(), "temporal refused all 20 workflow starts of the last pass: request unauthorized")
+		require.Equal(t, 1, strings.Count(logs.String(), "Temporal refused every workflow start of this pass"), "one line for the pass:\n%s", logs)
+		require.NotContains(t, logs.String(), "Cannot start delivery workflow", "no line per row")
+
+		// Temporal accepts starts again: the relay is ready again.
+		rec.mu.Lock()
+		rec.startErr = nil
+		rec.mu.Unlock()
+		require.Eventually(t, func() bool {
+			_, err := r.RunOnce(ctx)
+			require.NoError(t, err)
+			return r.StartsRefused() == nil
+		}, 10*time.Second, 100*time.Millisecond)
+	})
+
+	t.Run("NegativeReconcileIntervalIsAnError", func(t *testing.T) {
+		t.Parallel()
+		pool, st := testdb.Schema(t)
+		_, err := starter.New(st, pool, newRecorder(), starter.Config{ReconcileInterval: -time.Second})
+		require.ErrorContains(t, err, "reconcile interval must be at least 10ms, got -1s")
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
@@ -146,4 +147,65 @@ func TestEnqueueBatch(t *testing.T) {
 	empty, err := st.EnqueueBatch(ctx, pool, nil)
 	require.NoError(t, err)
 	require.Empty(t, empty)
+}
+
+// TestClaimParksHeldBackRows: a keyed row held back behind an earlier message of its key
+// is parked by the claim (off its path), unparked when the earlier message is sent, and
+// the sweep unparks a row whose key no longer holds it under changed rules.
+func TestClaimParksHeldBackRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, st := testdb.Schema(t)
+	held := func(id uuid.UUID) bool {
+		var h bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT held_back FROM `+st.Schema()+`.outbox_messages WHERE message_id = $1`, id).Scan(&h))
+		return h
+	}
+	enqueue := func(n int) uuid.UUID {
+		id, err := st.Enqueue(ctx, pool, keyed("k", n))
+		require.NoError(t, err)
+		return id
+	}
+	first, second, third := enqueue(1), enqueue(2), enqueue(3)
+
+	res, err := st.ClaimBatch(ctx, 10, time.Minute, store.OrderingRules{})
+	require.NoError(t, err)
+	require.Len(t, res.Claimed, 1)
+	require.Equal(t, first, res.Claimed[0].MessageID)
+	require.Equal(t, 2, res.Parked)
+	require.True(t, held(second))
+	require.True(t, held(third))
+
+	// Nothing is due while the first is in flight; the parked rows are not looked at.
+	res, err = st.ClaimBatch(ctx, 10, time.Minute, store.OrderingRules{})
+	require.NoError(t, err)
+	require.Empty(t, res.Claimed)
+	require.Zero(t, res.Parked)
+
+	// The first is sent: the release trigger unparks the second (only).
+	_, err = st.MarkSent(ctx, first)
+	require.NoError(t, err)
+	require.False(t, held(second))
+	require.True(t, held(third))
+	res, err = st.ClaimBatch(ctx, 10, time.Minute, store.OrderingRules{})
+	require.NoError(t, err)
+	require.Len(t, res.Claimed, 1)
+	require.Equal(t, second, res.Claimed[0].MessageID)
+
+	// The second is dead and blocks its key; a change of rules (dead letters of the
+	// topic no longer block) is picked up by the sweep.
+	_, err = st.DeadLetter(ctx, store.DeadLetter{MessageID: second, WorkflowID: "w", RunID: "r", Attempts: 1, LastError: "x"})
+	require.NoError(t, err)
+	res, err = st.ClaimBatch(ctx, 10, time.Minute, store.OrderingRules{})
+	require.NoError(t, err)
+	require.Empty(t, res.Claimed)
+	require.True(t, held(third), "parked again behind the dead message")
+	skipping := store.OrderingRules{DefaultSkipping: true}
+	n, err := st.Unpark(ctx, skipping)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	res, err = st.ClaimBatch(ctx, 10, time.Minute, skipping)
+	require.NoError(t, err)
+	require.Len(t, res.Claimed, 1)
+	require.Equal(t, third, res.Claimed[0].MessageID)
 }

@@ -18,20 +18,32 @@ type Dispatched struct {
 	UpdatedAt    time.Time
 }
 
-// StaleDispatched returns up to limit rows that have been dispatched, and not updated, for
-// longer than age (by the database clock), least recently updated first: the rows whose
-// workflow reconciliation should look at.
-func (s *Store) StaleDispatched(ctx context.Context, age time.Duration, limit int) ([]Dispatched, error) {
-	rows, err := s.db.Query(ctx, `SELECT id, message_id, topic, dispatched_at, updated_at FROM `+s.messages+`
-WHERE status = 'dispatched' AND updated_at < now() - make_interval(secs => $1)
-ORDER BY updated_at
-LIMIT $2`, age.Seconds(), limit)
+// ClaimStaleDispatched takes up to limit rows that have been dispatched, and not updated,
+// for longer than age (by the database clock), least recently updated first: the rows
+// whose workflow reconciliation should look at. It touches them (updated_at = now()) in
+// the same statement, skipping rows another transaction holds, so concurrent relays take
+// disjoint rows and a row is looked at again only after age has passed once more. The
+// returned UpdatedAt is the touch, which Repair checks.
+func (s *Store) ClaimStaleDispatched(ctx context.Context, age time.Duration, limit int) ([]Dispatched, error) {
+	rows, err := s.db.Query(ctx, `UPDATE `+s.messages+` AS m SET updated_at = now()
+FROM (SELECT id FROM `+s.messages+`
+      WHERE status = 'dispatched' AND updated_at < now() - make_interval(secs => $1)
+      ORDER BY updated_at
+      LIMIT $2
+      FOR UPDATE SKIP LOCKED) AS stale
+WHERE m.id = stale.id
+RETURNING m.id, m.message_id, m.topic, m.dispatched_at, m.updated_at`, age.Seconds(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("find stale dispatched messages: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Dispatched, error) {
 		var d Dispatched
-		return d, r.Scan(&d.ID, &d.MessageID, &d.Topic, &d.DispatchedAt, &d.UpdatedAt)
+		var dispatchedAt *time.Time
+		err := r.Scan(&d.ID, &d.MessageID, &d.Topic, &dispatchedAt, &d.UpdatedAt)
+		if dispatchedAt != nil {
+			d.DispatchedAt = *dispatchedAt
+		}
+		return d, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("find stale dispatched messages: %w", err)
@@ -49,13 +61,6 @@ const (
 	// row is pending again and a relay starts a new run.
 	ReconcileHandedOverAgain = "handed_over_again"
 )
-
-// TouchDispatched marks a dispatched row as checked, so the next reconciliation pass looks
-// at others first. It changes nothing if the row moved on since seen.
-func (s *Store) TouchDispatched(ctx context.Context, d Dispatched) (bool, error) {
-	return s.exec(ctx, "touch dispatched message", `UPDATE `+s.messages+` SET updated_at = now()
-WHERE id = $1 AND status = 'dispatched' AND updated_at = $2`, d.ID, d.UpdatedAt)
-}
 
 // Repair applies a reconciliation outcome to a dispatched row in one transaction, only if
 // the row has not changed since it was read (same status and updated_at), and audits it

@@ -35,41 +35,66 @@ func (c Claimed) MayHaveBeenSent() bool {
 	return c.DispatchedAt != nil || c.RetryTimes > 0 || c.RedriveCount > 0
 }
 
-// The claim: one short statement. The CTE's first condition repeats the claim index's
-// predicate, so the planner walks outbox_messages_claim_idx in id order; SKIP LOCKED lets
-// concurrent relays take disjoint batches; MATERIALIZED makes the row choice run once (a
-// subquery in IN (...) may be re-run by the planner, and each run would lock other rows);
-// all times come from the database clock.
+// The claim: one short statement. It reads two indexes whose predicates its conditions
+// repeat, so the planner walks them and nothing else: rows due at once in id order, and
+// delayed rows in next_retry_at order up to now(). SKIP LOCKED lets concurrent relays take
+// disjoint batches; MATERIALIZED makes the row choice run once (a subquery may be re-run
+// by the planner, and each run would lock other rows); all times come from the database
+// clock.
 //
 // A message with an ordering key is due only when no earlier message of its key (lower
 // ordering_seq, any topic) is undelivered: pending, claimed, dispatched, or dead where
 // the dead message's topic blocks its key. Since a key's sequence order is its commit
 // order, this hands the key's messages to Temporal one at a time in commit order. Topics
-// with ordering off are never held back.
-const claimSQL = `WITH due AS MATERIALIZED (
-    SELECT m.id FROM %[1]s m
-    WHERE m.status IN ('pending', 'claimed')
-      AND ((m.status = 'pending' AND (m.next_retry_at IS NULL OR m.next_retry_at <= now()))
-        OR (m.status = 'claimed' AND m.lease_until <= now()))
-      AND (m.ordering_key IS NULL
-        OR (CASE WHEN m.topic = ANY($4) THEN m.topic = ANY($5) ELSE $6 END)
-        OR NOT EXISTS (
-          SELECT 1 FROM %[1]s e
-          WHERE e.ordering_key = m.ordering_key AND e.ordering_seq < m.ordering_seq
-            AND (e.status IN ('pending', 'claimed', 'dispatched')
-              OR (e.status = 'dead' AND NOT (CASE WHEN e.topic = ANY($4) THEN e.topic = ANY($7) ELSE $8 END)))))
-    ORDER BY m.id
+// with ordering off are never held back. A keyed row found held back is parked
+// (held_back), which takes it off both indexes until the release trigger or the sweep
+// unparks it, so held-back rows cost the claim nothing after the first look.
+//
+// The result is the claimed rows, then one row whose last columns list the rows parked and
+// their keys.
+const claimSQL = `WITH delayed AS MATERIALIZED (
+    SELECT m.id, m.topic, m.ordering_key, m.ordering_seq FROM %[1]s m
+    WHERE m.status IN ('pending', 'claimed') AND m.next_retry_at IS NOT NULL AND NOT m.held_back
+      AND m.next_retry_at <= now()
+      AND (m.status = 'pending' OR m.lease_until <= now())
+    ORDER BY m.next_retry_at, m.id
     LIMIT $3
-    FOR UPDATE OF m SKIP LOCKED)
-UPDATE %[1]s AS m
-SET status = 'claimed',
-    claim_token = $1,
-    lease_until = now() + make_interval(secs => $2),
-    updated_at = now()
-FROM due
-WHERE m.id = due.id
-RETURNING m.id, m.message_id, m.topic, m.retry_times, m.max_retry_times, m.redrive_count,
-          m.created_at, m.dispatched_at, m.claim_token, m.lease_until`
+    FOR UPDATE OF m SKIP LOCKED),
+immediate AS MATERIALIZED (
+    SELECT m.id, m.topic, m.ordering_key, m.ordering_seq FROM %[1]s m
+    WHERE m.status IN ('pending', 'claimed') AND m.next_retry_at IS NULL AND NOT m.held_back
+      AND (m.status = 'pending' OR m.lease_until <= now())
+    ORDER BY m.id
+    LIMIT $3 - (SELECT count(*) FROM delayed)
+    FOR UPDATE OF m SKIP LOCKED),
+due AS MATERIALIZED (
+    SELECT c.id,
+      c.ordering_key IS NOT NULL
+        AND NOT (CASE WHEN c.topic = ANY($4) THEN c.topic = ANY($5) ELSE $6 END)
+        AND EXISTS (
+          SELECT 1 FROM %[1]s e
+          WHERE e.ordering_key = c.ordering_key AND e.ordering_seq < c.ordering_seq
+            AND (e.status IN ('pending', 'claimed', 'dispatched')
+              OR (e.status = 'dead' AND NOT (CASE WHEN e.topic = ANY($4) THEN e.topic = ANY($7) ELSE $8 END)))) AS blocked
+    FROM (SELECT * FROM delayed UNION ALL SELECT * FROM immediate) c),
+parked AS (
+    UPDATE %[1]s AS p SET held_back = true
+    FROM due WHERE p.id = due.id AND due.blocked
+    RETURNING p.id, p.ordering_key),
+claimed AS (
+    UPDATE %[1]s AS m
+    SET status = 'claimed',
+        claim_token = $1,
+        lease_until = now() + make_interval(secs => $2),
+        updated_at = now()
+    FROM due
+    WHERE m.id = due.id AND NOT due.blocked
+    RETURNING m.id, m.message_id, m.topic, m.retry_times, m.max_retry_times, m.redrive_count,
+              m.created_at, m.dispatched_at, m.claim_token, m.lease_until)
+SELECT c.*, NULL::bigint[], NULL::text[] FROM claimed c
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       (SELECT array_agg(id) FROM parked), (SELECT array_agg(DISTINCT ordering_key) FROM parked)`
 
 // OrderingRules are the per-topic ordering settings the claim applies. The zero value
 // orders every keyed message and lets a dead message block its key.
@@ -111,28 +136,140 @@ func (s *Store) Claim(ctx context.Context, limit int, lease time.Duration) ([]Cl
 
 // ClaimOrdered is Claim with the ordering rules of the configured topics.
 func (s *Store) ClaimOrdered(ctx context.Context, limit int, lease time.Duration, rules OrderingRules) ([]Claimed, error) {
+	res, err := s.ClaimBatch(ctx, limit, lease, rules)
+	return res.Claimed, err
+}
+
+// ClaimResult is what one claim did.
+type ClaimResult struct {
+	// Claimed are the rows now leased to the caller.
+	Claimed []Claimed
+	// Parked counts the keyed rows the claim found held back behind an earlier message of
+	// their key and took off its path. Claimed plus Parked equal to the limit means more
+	// rows may be due.
+	Parked int
+}
+
+// ClaimBatch is ClaimOrdered that also reports the rows it parked.
+func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, rules OrderingRules) (ClaimResult, error) {
 	if limit < 1 {
-		return nil, fmt.Errorf("claim limit must be at least 1, got %d", limit)
+		return ClaimResult{}, fmt.Errorf("claim limit must be at least 1, got %d", limit)
 	}
 	token, err := uuid.NewRandom()
 	if err != nil {
-		return nil, fmt.Errorf("new claim token: %w", err)
+		return ClaimResult{}, fmt.Errorf("new claim token: %w", err)
 	}
 	args := append([]any{token, lease.Seconds(), limit}, rules.args()...)
 	rows, err := s.db.Query(ctx, s.ClaimSQL(), args...)
 	if err != nil {
-		return nil, fmt.Errorf("claim messages: %w", err)
+		return ClaimResult{}, fmt.Errorf("claim messages: %w", err)
 	}
-	claimed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claimed, error) {
-		var c Claimed
-		err := r.Scan(&c.ID, &c.MessageID, &c.Topic, &c.RetryTimes, &c.MaxRetryTimes, &c.RedriveCount,
-			&c.CreatedAt, &c.DispatchedAt, &c.ClaimToken, &c.LeaseUntil)
-		return c, err
+	var (
+		res        ClaimResult
+		parkedIDs  []int64
+		parkedKeys []string
+	)
+	for rows.Next() {
+		var (
+			c                   Claimed
+			id                  *int64
+			messageID, token    uuid.NullUUID
+			topic               *string
+			retryTimes, redrive *int
+			createdAt, until    *time.Time
+			ids                 []int64
+			keys                []string
+		)
+		if err := rows.Scan(&id, &messageID, &topic, &retryTimes, &c.MaxRetryTimes, &redrive,
+			&createdAt, &c.DispatchedAt, &token, &until, &ids, &keys); err != nil {
+			rows.Close()
+			return ClaimResult{}, fmt.Errorf("claim messages: %w", err)
+		}
+		if id == nil { // the row that lists the parked rows
+			parkedIDs, parkedKeys = ids, keys
+			continue
+		}
+		c.ID, c.MessageID, c.Topic, c.RetryTimes, c.RedriveCount = *id, messageID.UUID, *topic, *retryTimes, *redrive
+		c.CreatedAt, c.ClaimToken, c.LeaseUntil = *createdAt, token.UUID, *until
+		res.Claimed = append(res.Claimed, c)
+	}
+	if err := rows.Err(); err != nil {
+		return ClaimResult{}, fmt.Errorf("claim messages: %w", err)
+	}
+	res.Parked = len(parkedIDs)
+	if len(parkedIDs) > 0 {
+		if err := s.recheckParked(ctx, parkedIDs, parkedKeys, rules); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// recheckParked looks again at rows a claim just parked, once the parking has committed:
+// it takes the park locks of their keys (in the order of the keys' hashes) and then, in a
+// new statement that sees every release committed meanwhile, unparks the rows nothing
+// holds back any more. The release trigger takes the same lock before it looks for parked
+// rows, so a release that ran while the claim was parking is seen either here or by the
+// trigger.
+func (s *Store) recheckParked(ctx context.Context, ids []int64, keys []string, rules OrderingRules) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, lockKeysSQL, s.cfg.Schema+".outbox_messages.park", keys); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, fmt.Sprintf(recheckParkedSQL, s.messages), append([]any{ids}, rules.args()...)...)
+		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("claim messages: %w", err)
+		return fmt.Errorf("look again at parked messages: %w", err)
 	}
-	return claimed, nil
+	return nil
+}
+
+const recheckParkedSQL = `UPDATE %[1]s AS c SET held_back = false
+WHERE c.id = ANY($1) AND c.held_back
+  AND ((CASE WHEN c.topic = ANY($2) THEN c.topic = ANY($3) ELSE $4 END)
+    OR NOT EXISTS (
+      SELECT 1 FROM %[1]s e
+      WHERE e.ordering_key = c.ordering_key AND e.ordering_seq < c.ordering_seq
+        AND (e.status IN ('pending', 'claimed', 'dispatched')
+          OR (e.status = 'dead' AND NOT (CASE WHEN e.topic = ANY($2) THEN e.topic = ANY($5) ELSE $6 END)))))`
+
+// unparkSQL unparks, for each key that has parked rows, its first parked row when nothing
+// holds it back any more under the current rules (the same test as the claim's). It walks
+// the keys with parked rows one index probe each (a skip scan), so it costs one probe per
+// such key however many rows are parked behind it.
+const unparkSQL = `WITH RECURSIVE keys(k) AS (
+    (SELECT ordering_key FROM %[1]s WHERE held_back ORDER BY ordering_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT ordering_key FROM %[1]s WHERE held_back AND ordering_key > keys.k ORDER BY ordering_key LIMIT 1)
+    FROM keys WHERE keys.k IS NOT NULL),
+heads AS (
+    SELECT h.* FROM keys, LATERAL (
+        SELECT id, topic, ordering_key, ordering_seq FROM %[1]s
+        WHERE held_back AND ordering_key = keys.k
+        ORDER BY ordering_seq LIMIT 1) h
+    WHERE keys.k IS NOT NULL)
+UPDATE %[1]s AS m SET held_back = false
+FROM heads c
+WHERE m.id = c.id AND m.held_back
+  AND ((CASE WHEN c.topic = ANY($1) THEN c.topic = ANY($2) ELSE $3 END)
+    OR NOT EXISTS (
+      SELECT 1 FROM %[1]s e
+      WHERE e.ordering_key = c.ordering_key AND e.ordering_seq < c.ordering_seq
+        AND (e.status IN ('pending', 'claimed', 'dispatched')
+          OR (e.status = 'dead' AND NOT (CASE WHEN e.topic = ANY($1) THEN e.topic = ANY($4) ELSE $5 END)))))`
+
+// Unpark puts back on the claim's path the parked rows that nothing holds back any more
+// (the first parked row of each key): after a change of the topics' ordering settings, or
+// when a parking raced the release of its key. The release trigger unparks a key's next
+// row when a keyed message is sent, dead-lettered or discarded, so this is a safety net
+// that the relays run now and then. It returns the number of rows unparked.
+func (s *Store) Unpark(ctx context.Context, rules OrderingRules) (int64, error) {
+	tag, err := s.db.Exec(ctx, fmt.Sprintf(unparkSQL, s.messages), rules.args()...)
+	if err != nil {
+		return 0, fmt.Errorf("unpark held-back messages: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // exec runs a guarded UPDATE and reports whether it changed a row.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -31,7 +32,8 @@ type App struct {
 	Store    *store.Store
 	Temporal client.Client // nil until DialTemporal
 
-	tel telemetry // metrics registry, /metrics endpoint, tracing
+	tel   telemetry                     // metrics registry, /metrics endpoint, tracing
+	relay atomic.Pointer[starter.Relay] // the running relay, for readiness
 }
 
 // Open validates cfg (after defaults), connects to PostgreSQL and checks that it answers.
@@ -168,6 +170,8 @@ func (a *App) RunRelay(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.relay.Store(r)
+	defer a.relay.Store(nil)
 	return r.Run(ctx)
 }
 

@@ -173,7 +173,8 @@ func (a *App) ServeMetrics() (net.Addr, error) {
 const readyTimeout = 3 * time.Second
 
 // Ready returns nil when the process can do its work: PostgreSQL answers a ping, Temporal
-// answers a health check, and the search attributes exist unless they are turned off.
+// answers a health check, the search attributes exist unless they are turned off, and
+// Temporal does not refuse every workflow start of the relay.
 // Otherwise it returns the first reason it is not.
 func (a *App) Ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
@@ -190,6 +191,11 @@ func (a *App) Ready(ctx context.Context) error {
 	if a.Config.SearchAttributesEnabled() {
 		if err := temporalx.CheckSearchAttributes(ctx, a.Temporal, a.Config.Temporal.Namespace); err != nil {
 			return fmt.Errorf("temporal: %w", err)
+		}
+	}
+	if r := a.relay.Load(); r != nil {
+		if err := r.StartsRefused(); err != nil {
+			return fmt.Errorf("relay: %w", err)
 		}
 	}
 	return nil
