@@ -55,8 +55,9 @@ type PurgeResult struct {
 	SentMessages int64
 	// DiscardedMessages is the number of discarded messages removed.
 	DiscardedMessages int64
-	// DeadLetters is the number of dead letters removed: those of the discarded messages
-	// and discarded ones whose message row was already gone.
+	// DeadLetters is the number of dead letters removed: those of the removed messages
+	// (a sent message keeps the dead letters of its runs before a redrive) and discarded
+	// ones whose message row was already gone.
 	DeadLetters int64
 	// Batches is the number of batches (transactions) run.
 	Batches int
@@ -105,8 +106,12 @@ func columns(alias string, cols []string) string {
 // Each statement returns the number of rows it removed; when archiving, the CTEs
 // archived_messages and archived_dead_letters insert the removed rows into the archive
 // tables in the same statement.
+//
+// A removed message takes its dead letters with it (a sent message may have some from
+// before a redrive), and, when deleting, its audit entries.
 const (
-	// %[1]s messages, %[2]s the RETURNING list, %[3]s the archive CTE or nothing.
+	// %[1]s messages, %[2]s dead letters, %[3]s and %[4]s the RETURNING lists, %[5]s and
+	// %[6]s the archive CTEs or nothing, %[7]s the audit CTE or nothing.
 	purgeSentSQL = `WITH victims AS MATERIALIZED (
   SELECT id FROM %[1]s
   WHERE status = 'sent' AND sent_at < now() - make_interval(secs => $1)
@@ -116,11 +121,15 @@ const (
 msgs AS (
   DELETE FROM %[1]s m USING victims v
   WHERE m.id = v.id AND m.status = 'sent'
-  RETURNING %[2]s)%[3]s
-SELECT count(*) FROM msgs`
+  RETURNING %[3]s),
+dls AS (
+  DELETE FROM %[2]s d USING msgs
+  WHERE d.message_id = msgs.message_id
+  RETURNING %[4]s)%[5]s%[6]s%[7]s
+SELECT (SELECT count(*) FROM msgs), (SELECT count(*) FROM dls)`
 
 	// %[1]s messages, %[2]s dead letters, %[3]s and %[4]s the RETURNING lists, %[5]s and
-	// %[6]s the archive CTEs or nothing.
+	// %[6]s the archive CTEs or nothing, %[7]s the audit CTE or nothing.
 	purgeDiscardedSQL = `WITH victims AS MATERIALIZED (
   SELECT id FROM %[1]s
   WHERE status = 'discarded' AND updated_at < now() - make_interval(secs => $1)
@@ -134,7 +143,7 @@ msgs AS (
 dls AS (
   DELETE FROM %[2]s d USING msgs
   WHERE d.message_id = msgs.message_id
-  RETURNING %[4]s)%[5]s%[6]s
+  RETURNING %[4]s)%[5]s%[6]s%[7]s
 SELECT (SELECT count(*) FROM msgs), (SELECT count(*) FROM dls)`
 
 	// %[1]s messages, %[2]s dead letters, %[3]s the RETURNING list, %[4]s the archive CTE
@@ -153,6 +162,7 @@ dls AS (
 SELECT count(*) FROM dls`
 
 	archiveCTE = ",\n%s AS (INSERT INTO %s (%s) SELECT %[3]s FROM %s)"
+	auditCTE   = ",\naudit AS (DELETE FROM %s a USING msgs WHERE a.message_id = msgs.message_id)"
 )
 
 // purgeSQL holds the statements of one store and mode.
@@ -161,14 +171,16 @@ type purgeSQL struct{ sent, discarded, orphans string }
 func (s *Store) purgeSQL(archive bool) purgeSQL {
 	mret, dret := "m.message_id", "d.id"
 	var marchive, darchive string
+	audit := fmt.Sprintf(auditCTE, s.audit) // archiving keeps the audit beside the archive
 	if archive {
 		mret, dret = columns("m", messageColumns), columns("d", deadLetterArchiveColumns)
 		marchive = fmt.Sprintf(archiveCTE, "archived_messages", s.messagesArchive, columns("", messageColumns), "msgs")
 		darchive = fmt.Sprintf(archiveCTE, "archived_dead_letters", s.deadArchive, columns("", deadLetterArchiveColumns), "dls")
+		audit = ""
 	}
 	return purgeSQL{
-		sent:      fmt.Sprintf(purgeSentSQL, s.messages, mret, marchive),
-		discarded: fmt.Sprintf(purgeDiscardedSQL, s.messages, s.dead, mret, dret, marchive, darchive),
+		sent:      fmt.Sprintf(purgeSentSQL, s.messages, s.dead, mret, dret, marchive, darchive, audit),
+		discarded: fmt.Sprintf(purgeDiscardedSQL, s.messages, s.dead, mret, dret, marchive, darchive, audit),
 		orphans:   fmt.Sprintf(purgeOrphansSQL, s.messages, s.dead, dret, darchive),
 	}
 }
@@ -195,15 +207,19 @@ func (s *Store) PurgeBatch(ctx context.Context, opts PurgeOptions) (PurgeResult,
 	)
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		res, left = PurgeResult{Batches: 1}, int64(opts.Limit)
-		if err := tx.QueryRow(ctx, q.sent, opts.SentAfter.Seconds(), left).Scan(&res.SentMessages); err != nil {
+		var sentDead int64
+		if err := tx.QueryRow(ctx, q.sent, opts.SentAfter.Seconds(), left).Scan(&res.SentMessages, &sentDead); err != nil {
 			return fmt.Errorf("sent messages: %w", err)
 		}
+		res.DeadLetters += sentDead
 		if left -= res.SentMessages; left <= 0 {
 			return nil
 		}
-		if err := tx.QueryRow(ctx, q.discarded, opts.DiscardedAfter.Seconds(), left).Scan(&res.DiscardedMessages, &res.DeadLetters); err != nil {
+		var discardedDead int64
+		if err := tx.QueryRow(ctx, q.discarded, opts.DiscardedAfter.Seconds(), left).Scan(&res.DiscardedMessages, &discardedDead); err != nil {
 			return fmt.Errorf("discarded messages: %w", err)
 		}
+		res.DeadLetters += discardedDead
 		if left -= res.DiscardedMessages; left <= 0 {
 			return nil
 		}

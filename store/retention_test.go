@@ -278,3 +278,26 @@ func TestPurge(t *testing.T) {
 		}
 	})
 }
+
+// TestPurgeRedrivenThenSent: a message dead-lettered, redriven and then sent goes with its
+// dead letter and its audit entries once it is old enough.
+func TestPurgeRedrivenThenSent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, st := testdb.Schema(t)
+	id, err := st.Enqueue(ctx, pool, store.Message{Topic: "t", Payload: []byte(`{}`)})
+	require.NoError(t, err)
+	_, err = st.DeadLetter(ctx, store.DeadLetter{MessageID: id, WorkflowID: "w", RunID: "r1", Attempts: 1, LastError: "x"})
+	require.NoError(t, err)
+	_, err = st.Redrive(ctx, id, "ops")
+	require.NoError(t, err)
+	_, err = st.MarkSent(ctx, id)
+	require.NoError(t, err)
+	exec(t, pool, `UPDATE `+st.Schema()+`.outbox_messages SET sent_at = now() - interval '30 days' WHERE message_id = $1`, id)
+
+	res, err := st.Purge(ctx, purgeOptions(1000, false))
+	require.NoError(t, err)
+	require.Equal(t, store.PurgeResult{SentMessages: 1, DeadLetters: 1, Batches: 1}, res)
+	require.Zero(t, rows(t, pool, st, "outbox_dead_letters", "message_id = $1", id))
+	require.Zero(t, rows(t, pool, st, "outbox_audit", "message_id = $1", id))
+}
