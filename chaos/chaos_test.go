@@ -290,6 +290,9 @@ func runFault(t *testing.T, e *chaosEnv, name string, n int, zeroDuplicates bool
 	summaryMu.Unlock()
 	t.Logf("SUMMARY fault=%s messages=%d sent=%d dead=%d lost=%d duplicates=%d wall=%s",
 		name, sr.messages, sr.sent, sr.dead, sr.lost, sr.dups, wall.Round(100*time.Millisecond))
+	// The healthy topic's downstream recovers from every fault: its messages end sent,
+	// never dead-lettered.
+	require.Zero(t, res.dead, "fault %s dead-lettered messages of the healthy topic", name)
 	if zeroDuplicates {
 		require.Zero(t, res.dups, "fault %s must not duplicate deliveries", name)
 	}
@@ -469,3 +472,70 @@ worker:
 
 // latencyNotes are printed under the summary table.
 var latencyNotes []string
+
+// TestOwnPostgresDown30s stops the outbox's own PostgreSQL for 30 seconds halfway through
+// the load, with the healthy topic on the default policy (12 attempts from 1s apart). The
+// outage is not the downstream's failure: it uses up no attempt, dead-letters nothing, and
+// every message ends sent, none twice.
+func TestOwnPostgresDown30s(t *testing.T) {
+	e := newEnvPolicy(t, "", "")
+	n := messagesPerFault(t)
+	runFault(t, e, "postgres-down-30s", n, true, func(l *loader) {
+		target := int64(n / 2)
+		if !waitFor(2*time.Minute, func() bool { return l.done.Load() >= target }) {
+			t.Errorf("the loader never reached %d commits", target)
+			return
+		}
+		down, err := e.restartPG(30 * time.Second)
+		if err != nil {
+			t.Errorf("restart PostgreSQL: %v", err)
+			return
+		}
+		t.Logf("PostgreSQL down at %d commits, for %s", l.done.Load(), down.Round(time.Millisecond))
+	})
+}
+
+// TestDownstreamBinaryBodies runs the healthy topic beside two whose downstream answers
+// 422 and 500 with a binary body full of NUL bytes, which PostgreSQL cannot store as text.
+// Their messages end dead with a readable reason after exactly their attempts (no run that
+// cannot record its outcome and starts over), and the healthy ones end sent.
+func TestDownstreamBinaryBodies(t *testing.T) {
+	n := messagesPerFault(t)
+	e := newEnvWith(t, `  chaos.binary422:
+    url: RECEIVER/binary422
+  chaos.binary500:
+    url: RECEIVER/binary500
+    max_attempts: 3
+    initial_interval: 100ms
+`)
+	var bad []uuid.UUID
+	runFault(t, e, "downstream-nul-bodies", n, true, func(l *loader) {
+		ctx := context.Background()
+		for i := 0; i < n/5; i++ {
+			topic := "chaos.binary422"
+			if i%2 == 1 {
+				topic = "chaos.binary500"
+			}
+			id, err := e.store.Enqueue(ctx, e.pool, store.Message{Topic: topic, Payload: json.RawMessage(`{}`)})
+			if err != nil {
+				t.Errorf("enqueue %s: %v", topic, err)
+				return
+			}
+			bad = append(bad, id)
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	require.True(t, waitFor(3*time.Minute, func() bool {
+		var open int
+		require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_messages WHERE message_id = ANY($1) AND status <> 'dead'`, bad).Scan(&open))
+		return open == 0
+	}), "the binary-body messages are dead-lettered")
+	var unreadable, dls int
+	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_messages WHERE message_id = ANY($1) AND position('\x00' IN coalesce(last_error, '')) = 0`, bad).Scan(&unreadable))
+	require.Zero(t, unreadable, "every reason shows the NUL bytes as \\x00")
+	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_dead_letters WHERE message_id = ANY($1)`, bad).Scan(&dls))
+	require.Equal(t, len(bad), dls, "one dead letter each")
+	binary := e.rcv.binaryRequests()
+	require.Equal(t, (len(bad)+1)/2, binary["binary422"], "a 4xx is sent once")
+	require.Equal(t, 3*(len(bad)/2), binary["binary500"], "a 5xx is sent its 3 attempts, by one run")
+}

@@ -314,9 +314,26 @@ type chaosEnv struct {
 
 func newEnv(t *testing.T) *chaosEnv { return newEnvWith(t, "") }
 
+// fastPolicy is the healthy topic's policy in most faults: short waits, so a run takes
+// seconds, and enough attempts (about 33s of waits) that no fault dead-letters a healthy
+// message.
+const fastPolicy = `    max_attempts: 20
+    initial_interval: 100ms
+    backoff: 2
+    max_interval: 2s
+    timeout: 2s
+`
+
 // newEnvWith is newEnv with extra YAML appended to the config: more topics (indented
 // under topics:) followed by other top-level sections.
 func newEnvWith(t *testing.T, extraConfig string) *chaosEnv {
+	t.Helper()
+	return newEnvPolicy(t, fastPolicy, extraConfig)
+}
+
+// newEnvPolicy is newEnvWith with the healthy topic's policy lines (indented under the
+// topic); "" leaves it the default policy.
+func newEnvPolicy(t *testing.T, policy, extraConfig string) *chaosEnv {
 	t.Helper()
 	if setupErr != nil {
 		t.Skipf("chaos suite cannot run here: %v", setupErr)
@@ -383,12 +400,7 @@ topics:
     sink: http
     url: %s/events
     check_url: %s/events/{message_id}
-    max_attempts: 10
-    initial_interval: 100ms
-    backoff: 2
-    max_interval: 1s
-    timeout: 2s
-%s`, topic, e.rcv.url, e.rcv.url, strings.ReplaceAll(extraConfig, "RECEIVER", e.rcv.url))), 0o644))
+%s%s`, topic, e.rcv.url, e.rcv.url, policy, strings.ReplaceAll(extraConfig, "RECEIVER", e.rcv.url))), 0o644))
 
 	// Migrate, the business table, worker and relay.
 	mig := exec.Command(outboxBin, "migrate", "--config", e.config)

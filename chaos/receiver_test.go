@@ -34,11 +34,23 @@ type receiver struct {
 	redelivered map[string]int
 	total       int
 	checks      int
-	bad         []string // requests that broke the contract (no key, bad attempt header)
+	bad         []string       // requests that broke the contract (no key, bad attempt header)
+	binary      map[string]int // POSTs to the binary-body downstreams, by path
+}
+
+// binaryRequests returns the POSTs the binary-body downstreams received, by path.
+func (r *receiver) binaryRequests() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range r.binary {
+		out[k] = v
+	}
+	return out
 }
 
 func newReceiver() *receiver {
-	r := &receiver{closing: make(chan struct{}), requests: map[string]int{}, attempts: map[string][]int{}, effects: map[string]time.Time{}, redelivered: map[string]int{}}
+	r := &receiver{closing: make(chan struct{}), requests: map[string]int{}, attempts: map[string][]int{}, effects: map[string]time.Time{}, redelivered: map[string]int{}, binary: map[string]int{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /events", r.post)
 	mux.HandleFunc("GET /events/{id}", r.get)
@@ -46,6 +58,18 @@ func newReceiver() *receiver {
 	mux.HandleFunc("POST /poison", func(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "this message can never be processed", http.StatusUnprocessableEntity)
 	})
+	// Downstreams that refuse with a binary body, NUL bytes included.
+	for _, code := range []int{http.StatusUnprocessableEntity, http.StatusInternalServerError} {
+		path := "binary" + strconv.Itoa(code)
+		mux.HandleFunc("POST /"+path, func(w http.ResponseWriter, req *http.Request) {
+			r.mu.Lock()
+			r.binary[path]++
+			r.mu.Unlock()
+			w.Header().Set("Content-Type", "application/octet-stream")
+			w.WriteHeader(code)
+			_, _ = w.Write([]byte("\x00\x01\x02\xff\xfe\x00 refused \x00"))
+		})
+	}
 	mux.HandleFunc("POST /hang", func(w http.ResponseWriter, req *http.Request) {
 		select {
 		case <-req.Context().Done():

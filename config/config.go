@@ -171,16 +171,20 @@ type Topic struct {
 	Headers map[string]string `yaml:"headers"`
 
 	// MaxAttempts is the number of sends before the message is dead-lettered, unless the
-	// row sets max_retry_times. Defaults to 4.
+	// row sets max_retry_times. Defaults to 12.
 	MaxAttempts int `yaml:"max_attempts"`
 	// InitialInterval is the wait after the first failure. Defaults to 1s.
 	InitialInterval Duration `yaml:"initial_interval"`
 	// Backoff multiplies the wait after each further failure. Defaults to 2.
 	Backoff float64 `yaml:"backoff"`
-	// MaxInterval caps the wait, Retry-After included. Defaults to 1m.
+	// MaxInterval caps the wait, Retry-After included. Defaults to 5m.
 	MaxInterval Duration `yaml:"max_interval"`
 	// Timeout bounds one send. Defaults to 30s.
 	Timeout Duration `yaml:"timeout"`
+	// MarkSentTimeout bounds the retries of recording a delivered message sent while the
+	// database is unreachable; after it the run completes "delivered, not recorded" and
+	// reconciliation records the row. Defaults to 10m.
+	MarkSentTimeout Duration `yaml:"mark_sent_timeout"`
 
 	// AlertWebhook receives a POST for each dead letter of this topic, instead of
 	// alerts.webhook_url. Optional.
@@ -206,6 +210,7 @@ func (t Topic) Policy() workflows.Policy {
 		BackoffCoefficient: t.Backoff,
 		MaxInterval:        time.Duration(t.MaxInterval),
 		SendTimeout:        time.Duration(t.Timeout),
+		MarkSentTimeout:    time.Duration(t.MarkSentTimeout),
 	}.WithDefaults()
 }
 
@@ -444,7 +449,7 @@ func (t Topic) validate(field string, sinks []string) error {
 	for _, d := range []struct {
 		name  string
 		value Duration
-	}{{"initial_interval", t.InitialInterval}, {"max_interval", t.MaxInterval}, {"timeout", t.Timeout}} {
+	}{{"initial_interval", t.InitialInterval}, {"max_interval", t.MaxInterval}, {"timeout", t.Timeout}, {"mark_sent_timeout", t.MarkSentTimeout}} {
 		if d.value < 0 {
 			bad(d.name, "must be positive, got %s", time.Duration(d.value))
 		}

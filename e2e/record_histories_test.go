@@ -2,21 +2,28 @@ package e2e
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/temporalproto"
 
+	"github.com/outbox-go/outbox/activities"
 	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/internal/testdb"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/worker"
 	"github.com/outbox-go/outbox/workflows"
 )
 
@@ -27,7 +34,7 @@ const recordEnv = "OUTBOX_RECORD_HISTORIES"
 // recordGeneration names the folder of workflows/testdata that TestRecordHistories
 // writes. The replay test replays every generation, so when a change to OutboxDelivery adds
 // a path or changes its input, bump this and record: the older generations stay, guarded.
-const recordGeneration = "v2"
+const recordGeneration = "v3"
 
 // historiesDir is where workflows/replay_test.go reads the recorded histories from.
 var historiesDir = filepath.Join("..", "workflows", "testdata", recordGeneration)
@@ -119,6 +126,94 @@ func TestRecordHistories(t *testing.T) {
 				return id
 			},
 		},
+		{
+			file: "delivery_last_ambiguous_checked.json",
+			run: func(t *testing.T, e *env) uuid.UUID {
+				// One attempt, failing ambiguously (500); check_url says the receiver has
+				// it, so it is recorded sent instead of dead-lettered.
+				check := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
+				t.Cleanup(check.Close)
+				topic := fast(e)
+				topic.CheckURL = check.URL + "/events/{message_id}"
+				e.cfg.Topics["order.lastchecked"] = topic
+				e.recv.setStatus("order.lastchecked", http.StatusInternalServerError)
+				e.start(t)
+				zero := 0
+				id := e.enqueueOrderPlain(t, "order.lastchecked", &zero)
+				e.waitStatus(t, id, store.StatusSent)
+				return id
+			},
+		},
+		{
+			file: "delivery_unknown_topic_dead_letter.json",
+			run: func(t *testing.T, e *env) uuid.UUID {
+				// No worker knows the topic: retried through its two attempts, then
+				// dead-lettered.
+				e.start(t)
+				one := 1
+				id := e.enqueueOrderPlain(t, "order.nobody", &one)
+				e.waitStatus(t, id, store.StatusDead)
+				return id
+			},
+			failed: true,
+		},
+		{
+			file: "delivery_check_first.json",
+			run: func(t *testing.T, e *env) uuid.UUID {
+				// A row handed over before (dispatched_at set): the run asks check_url
+				// before it sends, and the receiver has it.
+				check := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
+				t.Cleanup(check.Close)
+				topic := fast(e)
+				topic.CheckURL = check.URL + "/events/{message_id}"
+				e.cfg.Topics["order.again"] = topic
+				id := e.enqueueOrderPlain(t, "order.again", nil)
+				_, err := e.pool.Exec(ctx, `UPDATE `+e.store.Schema()+`.outbox_messages SET dispatched_at = now() - interval '1 hour' WHERE message_id = $1`, id)
+				require.NoError(t, err)
+				e.start(t)
+				e.waitStatus(t, id, store.StatusSent)
+				requests, _ := e.recv.count(id)
+				require.Zero(t, requests)
+				return id
+			},
+		},
+		{
+			file: "delivery_store_outage.json",
+			run: func(t *testing.T, e *env) uuid.UUID {
+				// The worker's database is away at the first send: the attempt is not used
+				// up; the same attempt succeeds once the database is back.
+				workerStore, proxy := proxiedStore(t, e)
+				proxy.down()
+				e.startWorkerWith(t, workerStore)
+				e.startRelay(t)
+				id := e.enqueueOrderPlain(t, "order.created", nil)
+				waitActivityFailed(t, e, id)
+				proxy.up(t)
+				e.waitStatus(t, id, store.StatusSent)
+				return id
+			},
+		},
+		{
+			file: "delivery_unrecorded.json",
+			run: func(t *testing.T, e *env) uuid.UUID {
+				// The worker's database goes away right after the send: mark-sent gives up
+				// after MarkSentTimeout and the run completes delivered, not recorded.
+				workerStore, proxy := proxiedStore(t, e)
+				cut := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { proxy.down() }))
+				t.Cleanup(cut.Close)
+				e.cfg.Topics["order.cut"] = config.Topic{Sink: "http", URL: cut.URL, MarkSentTimeout: config.Duration(2 * time.Second)}
+				e.startWorkerWith(t, workerStore)
+				e.startRelay(t)
+				id := e.enqueueOrderPlain(t, "order.cut", nil)
+				require.Eventually(t, func() bool { return e.status(t, id) == store.StatusDispatched }, 30*time.Second, 20*time.Millisecond)
+				var res workflows.DeliveryResult
+				waitCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+				defer cancel()
+				require.NoError(t, e.client.GetWorkflow(waitCtx, workflows.WorkflowID(id.String()), "").Get(waitCtx, &res))
+				require.True(t, res.Unrecorded)
+				return id
+			},
+		},
 	} {
 		t.Run(sc.file, func(t *testing.T) {
 			t.Parallel()
@@ -166,4 +261,51 @@ func (r *receiver) clearStatus(topic string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.status, topic)
+}
+
+// proxiedStore returns a Store on the env's schema that reaches PostgreSQL through a proxy
+// the test can cut.
+func proxiedStore(t *testing.T, e *env) (*store.Store, *pgProxy) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testdb.URL())
+	require.NoError(t, err)
+	target := net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port)))
+	proxy := newPGProxy(t, target)
+	cfg, err = pgxpool.ParseConfig(strings.Replace(testdb.URL(), target, proxy.addr, 1))
+	require.NoError(t, err)
+	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	st, err := store.New(pool, store.Config{Schema: e.store.Schema()})
+	require.NoError(t, err)
+	return st, proxy
+}
+
+// startWorkerWith runs a worker for the env on st until the test ends.
+func (e *env) startWorkerWith(t *testing.T, st *store.Store) {
+	t.Helper()
+	reg, err := activities.RegistryFromConfig(e.cfg, nil)
+	require.NoError(t, err)
+	e.run(t, func(ctx context.Context) error {
+		return worker.Run(ctx, worker.Config{Client: e.client, TaskQueue: e.taskQueue, Deps: worker.Deps{Store: st, Handlers: reg, Logger: logger}})
+	})
+}
+
+// waitActivityFailed waits until the message's workflow history holds a failed activity.
+func waitActivityFailed(t *testing.T, e *env, id uuid.UUID) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		iter := e.client.GetWorkflowHistory(context.Background(), workflows.WorkflowID(id.String()), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for iter.HasNext() {
+			ev, err := iter.Next()
+			if err != nil {
+				return false
+			}
+			if ev.GetEventType() == enumspb.EVENT_TYPE_ACTIVITY_TASK_FAILED {
+				return true
+			}
+		}
+		return false
+	}, 60*time.Second, 50*time.Millisecond)
 }

@@ -40,6 +40,11 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"delivery_retries_then_success.json",
 		"delivery_dead_letter.json",
 		"delivery_check_processed_skip.json",
+		"delivery_last_ambiguous_checked.json",
+		"delivery_unknown_topic_dead_letter.json",
+		"delivery_check_first.json",
+		"delivery_store_outage.json",
+		"delivery_unrecorded.json",
 	}
 	for _, name := range want {
 		require.FileExists(t, filepath.Join(latest, name))
