@@ -279,7 +279,7 @@ func TestDelivery(t *testing.T) {
 			status        int
 			requests      int
 		}{
-			{"NullMaxRetryTimesGivesFourAttempts", nil, 500, 4},
+			{"NullMaxRetryTimesGivesTheDefaultAttempts", nil, 500, workflows.DefaultMaxAttempts},
 			{"MaxRetryTimesTwoGivesThree", &two, 500, 3},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
@@ -325,12 +325,14 @@ func TestDelivery(t *testing.T) {
 		e := newEnv(t, ts)
 		e.startWorker(t)
 		e.startRelay(t)
-		id := e.enqueueOrderPlain(t, "order.unrouted", nil)
+		one := 1 // retried through its two attempts (a worker deployed later may know it)
+		id := e.enqueueOrderPlain(t, "order.unrouted", &one)
 		e.waitStatus(t, id, store.StatusDead)
 		dls, err := e.store.DeadLetters(ctx, id)
 		require.NoError(t, err)
 		require.Len(t, dls, 1)
-		require.Contains(t, dls[0].LastError, `no handler for topic "order.unrouted"`)
+		require.Equal(t, 2, dls[0].Attempts)
+		require.Contains(t, dls[0].LastError, `gave up after 2 attempts: no handler for topic "order.unrouted"`)
 	})
 
 	t.Run("LostMarkSentIsRecoveredWithoutResending", func(t *testing.T) {

@@ -63,7 +63,8 @@ func TestMalformedRows(t *testing.T) {
 	// Rows the constraints accept. The bad ones go in first, so the healthy one is claimed
 	// behind them.
 	huge := mustInsert(t, "topic, payload", `'order.created', jsonb_build_object('blob', repeat('x', 3 * 1024 * 1024))`)
-	unknown := mustInsert(t, "topic, payload", `'order.unknown', '{"k": 1}'`)
+	// An unknown topic is retried through its attempts (two here) before it is dead-lettered.
+	unknown := mustInsert(t, "topic, payload, max_retry_times", `'order.unknown', '{"k": 1}', 1`)
 	stringPayload := mustInsert(t, "topic, payload", `'order.created', '"just a string"'`)
 	numberPayload := mustInsert(t, "topic, payload", `'order.created', '42'`)
 	arrayHeaders := mustInsert(t, "topic, payload, headers", `'order.created', '{"k": 2}', '["traceparent", "00-abc"]'`)
