@@ -205,15 +205,20 @@ func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, 
 	return res, nil
 }
 
-// recheckParked looks again at rows a claim just parked, once the parking has committed:
-// it takes the park locks of their keys (in the order of the keys' hashes) and then, in a
-// new statement that sees every release committed meanwhile, unparks the rows nothing
-// holds back any more. The release trigger takes the same lock before it looks for parked
-// rows, so a release that ran while the claim was parking is seen either here or by the
-// trigger.
+// recheckParked settles the keys of the rows a claim just parked, once the parking has
+// committed. It takes the park locks of the keys (in the order of the keys' hashes) and
+// then, in new statements that see every release committed meanwhile: parks every other
+// pending row of those keys that is held back (so a key with many waiting rows is parked
+// in one statement, not a claim's worth at a time), and unparks the claim's rows that
+// nothing holds back any more. The release trigger takes the same lock before it looks
+// for parked rows, so a release that ran while the claim was parking is seen either here
+// or by the trigger.
 func (s *Store) recheckParked(ctx context.Context, ids []int64, keys []string, rules OrderingRules) error {
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, lockKeysSQL, s.cfg.Schema+".outbox_messages.park", keys); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, fmt.Sprintf(parkKeysSQL, s.messages), append([]any{keys}, rules.args()...)...); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, fmt.Sprintf(recheckParkedSQL, s.messages), append([]any{ids}, rules.args()...)...)
@@ -225,14 +230,22 @@ func (s *Store) recheckParked(ctx context.Context, ids []int64, keys []string, r
 	return nil
 }
 
-const recheckParkedSQL = `UPDATE %[1]s AS c SET held_back = false
-WHERE c.id = ANY($1) AND c.held_back
-  AND ((CASE WHEN c.topic = ANY($2) THEN c.topic = ANY($3) ELSE $4 END)
-    OR NOT EXISTS (
+// heldBackSQL is true for a row c that an earlier undelivered message of its key holds
+// back under the ordering rules ($2 to $6 are OrderingRules.args).
+const heldBackSQL = `NOT (CASE WHEN c.topic = ANY($2) THEN c.topic = ANY($3) ELSE $4 END)
+    AND EXISTS (
       SELECT 1 FROM %[1]s e
       WHERE e.ordering_key = c.ordering_key AND e.ordering_seq < c.ordering_seq
         AND (e.status IN ('pending', 'claimed', 'dispatched')
-          OR (e.status = 'dead' AND NOT (CASE WHEN e.topic = ANY($2) THEN e.topic = ANY($5) ELSE $6 END)))))`
+          OR (e.status = 'dead' AND NOT (CASE WHEN e.topic = ANY($2) THEN e.topic = ANY($5) ELSE $6 END))))`
+
+const parkKeysSQL = `UPDATE %[1]s AS c SET held_back = true
+WHERE c.ordering_key = ANY($1) AND c.status = 'pending' AND NOT c.held_back
+  AND ` + heldBackSQL
+
+const recheckParkedSQL = `UPDATE %[1]s AS c SET held_back = false
+WHERE c.id = ANY($1) AND c.held_back
+  AND NOT (` + heldBackSQL + `)`
 
 // unparkSQL unparks, for each key that has parked rows, its first parked row when nothing
 // holds it back any more under the current rules (the same test as the claim's). It walks
