@@ -144,10 +144,16 @@ func (e *env) startWorker(t *testing.T) {
 // startRelay runs a relay for the env until the test ends.
 func (e *env) startRelay(t *testing.T) {
 	t.Helper()
-	r, err := starter.New(e.store, e.pool, e.client, starter.Config{
-		TaskQueue: e.taskQueue, PollInterval: 200 * time.Millisecond, Lease: 5 * time.Second,
-		Policy: e.cfg.Policy, Logger: logger,
-	})
+	e.startRelayWith(t, e.store, starter.Config{})
+}
+
+// startRelayWith runs a relay on st for the env until the test ends: cfg with the env's
+// task queue, policies and logger, and short poll and lease.
+func (e *env) startRelayWith(t *testing.T, st *store.Store, cfg starter.Config) {
+	t.Helper()
+	cfg.TaskQueue, cfg.Policy, cfg.Logger = e.taskQueue, e.cfg.Policy, logger
+	cfg.PollInterval, cfg.Lease = 200*time.Millisecond, 5*time.Second
+	r, err := starter.New(st, e.pool, e.client, cfg)
 	require.NoError(t, err)
 	e.run(t, r.Run)
 }

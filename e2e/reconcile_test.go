@@ -27,19 +27,14 @@ func TestReconcileDeletedWorkflow(t *testing.T) {
 	e.cfg.Topics["order.slow"] = config.Topic{Sink: "http", URL: e.recv.srv.URL + "/events",
 		InitialInterval: config.Duration(time.Hour), Timeout: config.Duration(5 * time.Second)}
 	e.startWorker(t)
-	r, err := starter.New(e.store, e.pool, e.client, starter.Config{
-		TaskQueue: e.taskQueue, PollInterval: 200 * time.Millisecond, Lease: 5 * time.Second, Policy: e.cfg.Policy,
-		ReconcileAfter: time.Second, ReconcileInterval: 200 * time.Millisecond, Logger: logger,
-	})
-	require.NoError(t, err)
-	e.run(t, r.Run)
+	e.startRelayWith(t, e.store, starter.Config{ReconcileAfter: time.Second, ReconcileInterval: 200 * time.Millisecond})
 
 	e.recv.setStatus("order.slow", http.StatusServiceUnavailable)
 	id := e.enqueueOrderPlain(t, "order.slow", nil)
 	require.Eventually(t, func() bool { requests, _ := e.recv.count(id); return requests == 1 }, 30*time.Second, 20*time.Millisecond)
 	e.waitStatus(t, id, store.StatusDispatched)
 	// The workflow now sleeps an hour before its next attempt. Delete it.
-	_, err = e.client.WorkflowService().DeleteWorkflowExecution(ctx, &workflowservice.DeleteWorkflowExecutionRequest{
+	_, err := e.client.WorkflowService().DeleteWorkflowExecution(ctx, &workflowservice.DeleteWorkflowExecutionRequest{
 		Namespace:         e.namespace,
 		WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: workflows.WorkflowID(id.String())},
 	})

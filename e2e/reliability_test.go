@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,15 +14,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/outbox-go/outbox/activities"
 	"github.com/outbox-go/outbox/config"
-	"github.com/outbox-go/outbox/internal/testdb"
 	"github.com/outbox-go/outbox/starter"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/worker"
@@ -109,17 +104,7 @@ func TestOwnDatabaseOutage(t *testing.T) {
 	ts := newServer(t)
 	e := newEnv(t, ts)
 
-	cfg, err := pgx.ParseConfig(testdb.URL())
-	require.NoError(t, err)
-	proxy := newPGProxy(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
-	proxied, err := pgxpool.ParseConfig(strings.Replace(testdb.URL(), net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), proxy.addr, 1))
-	require.NoError(t, err)
-	proxied.ConnConfig.ConnectTimeout = 2 * time.Second
-	pool, err := pgxpool.NewWithConfig(context.Background(), proxied)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	st, err := store.New(pool, store.Config{Schema: e.store.Schema()})
-	require.NoError(t, err)
+	st, proxy := proxiedStore(t, e)
 
 	// The downstream fails the first two tries of each message.
 	var mu sync.Mutex
@@ -137,14 +122,8 @@ func TestOwnDatabaseOutage(t *testing.T) {
 	}))
 	t.Cleanup(down.Close)
 	e.cfg.Topics = map[string]config.Topic{"order.created": {Sink: "http", URL: down.URL + "/events", MaxAttempts: 4}}
-	reg, err := activities.RegistryFromConfig(e.cfg, nil)
-	require.NoError(t, err)
-	e.run(t, func(ctx context.Context) error {
-		return worker.Run(ctx, worker.Config{Client: e.client, TaskQueue: e.taskQueue, Deps: worker.Deps{Store: st, Handlers: reg, Logger: logger}})
-	})
-	r, err := starter.New(st, pool, e.client, starter.Config{TaskQueue: e.taskQueue, PollInterval: 200 * time.Millisecond, Lease: 5 * time.Second, Policy: e.cfg.Policy, Logger: logger})
-	require.NoError(t, err)
-	e.run(t, r.Run)
+	e.startWorkerWith(t, st)
+	e.startRelayWith(t, st, starter.Config{})
 
 	var ids []uuid.UUID
 	for range 40 {
@@ -204,17 +183,12 @@ func TestCheckFirstOnANewRun(t *testing.T) {
 	e.cfg.Topics["order.slow"] = config.Topic{Sink: "http", URL: recv.URL + "/events", CheckURL: recv.URL + "/events/{message_id}",
 		InitialInterval: config.Duration(time.Hour), Timeout: config.Duration(5 * time.Second)}
 	e.startWorker(t)
-	r, err := starter.New(e.store, e.pool, e.client, starter.Config{
-		TaskQueue: e.taskQueue, PollInterval: 200 * time.Millisecond, Lease: 5 * time.Second, Policy: e.cfg.Policy,
-		ReconcileAfter: time.Second, ReconcileInterval: 200 * time.Millisecond, Logger: logger,
-	})
-	require.NoError(t, err)
-	e.run(t, r.Run)
+	e.startRelayWith(t, e.store, starter.Config{ReconcileAfter: time.Second, ReconcileInterval: 200 * time.Millisecond})
 
 	id := e.enqueueOrderPlain(t, "order.slow", nil)
 	require.Eventually(t, func() bool { return posts.Load() == 1 }, 30*time.Second, 20*time.Millisecond)
 	e.waitStatus(t, id, store.StatusDispatched)
-	_, err = e.client.WorkflowService().DeleteWorkflowExecution(ctx, &workflowservice.DeleteWorkflowExecutionRequest{
+	_, err := e.client.WorkflowService().DeleteWorkflowExecution(ctx, &workflowservice.DeleteWorkflowExecutionRequest{
 		Namespace:         e.namespace,
 		WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: workflows.WorkflowID(id.String())},
 	})

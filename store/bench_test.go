@@ -74,8 +74,7 @@ func BenchmarkClaim(b *testing.B) {
 				require.NoError(b, err)
 				require.Len(b, claimed, 100)
 				b.StopTimer()
-				_, err = pool.Exec(ctx, `UPDATE `+st.Schema()+`.outbox_messages SET status = 'pending', claim_token = NULL, lease_until = NULL WHERE status = 'claimed'`)
-				require.NoError(b, err)
+				reset(b, pool, st)
 				b.StartTimer()
 			}
 		})
