@@ -45,6 +45,11 @@ bench: ## Run the store benchmarks (see docs/benchmarks.md)
 	@eval "$$(scripts/services.sh)"; \
 	go test -run XXX -bench . -benchtime 3s -count 3 ./store
 
+.PHONY: bench-e2e
+bench-e2e: ## Run the end-to-end benchmark against the naive shape (see docs/benchmarks.md)
+	@eval "$$(scripts/services.sh)"; \
+	go run ./cmd/outbox bench --runs 3
+
 .PHONY: chaos
 chaos: ## Run the fault-injection suite at full size (1,000 messages per fault)
 	@eval "$$(scripts/services.sh)"; OUTBOX_CHAOS_MESSAGES=1000 go test -count=1 -timeout 60m -v -run . ./chaos/

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -108,4 +109,20 @@ topics:
 	stopWorker()
 	require.Contains(t, workerOut.String(), "Worker stopped")
 	require.Contains(t, relayOut.String(), "Relay stopped")
+}
+
+// TestBenchSmoke runs a short `outbox bench` (a few hundred messages), so the benchmark
+// cannot rot; its figures are not checked, only that every shape drained and reported.
+func TestBenchSmoke(t *testing.T) {
+	t.Parallel()
+	bin, err := buildOutbox()
+	require.NoError(t, err)
+	cmd := exec.Command(bin, "bench", "--messages", "200", "--latency-messages", "40", "--rate", "20")
+	cmd.Env = append(devEnv(), "DATABASE_URL="+testdb.URL())
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, want := range []string{"| naive |", "| bare |", "| outbox |", "| dev |", "msg/s |", "| outbox worker |", "| outbox relay |"} {
+		require.Contains(t, string(out), want)
+	}
+	t.Logf("outbox bench:\n%s", out)
 }

@@ -22,7 +22,7 @@ import (
 const (
 	ReconcileAfterDefault       = 5 * time.Minute
 	ReconcileIntervalDefault    = time.Minute
-	ReconcileBatchSizeDefault   = 500
+	ReconcileBatchSizeDefault   = 100
 	ReconcileConcurrencyDefault = 16
 )
 
@@ -34,8 +34,10 @@ type ReconcilerConfig struct {
 	// Interval is how often Run looks for such rows. Defaults to
 	// ReconcileIntervalDefault (1m).
 	Interval time.Duration
-	// BatchSize is the number of rows one pass takes. Run takes batches until one comes
-	// back short. Defaults to ReconcileBatchSizeDefault (500).
+	// BatchSize is the number of rows one pass takes. Each Interval, Run takes one batch,
+	// and more while the batches come back full and mostly repaired (a mass failure):
+	// rows whose workflows are running are looked at no faster than a batch an interval.
+	// Defaults to ReconcileBatchSizeDefault (100).
 	BatchSize int
 	// Concurrency is the number of DescribeWorkflowExecution calls in flight. Defaults to
 	// ReconcileConcurrencyDefault (16).
@@ -129,8 +131,9 @@ func (r ReconcileResult) Total() int {
 	return n
 }
 
-// Run reconciles every Interval until ctx is cancelled; each time it takes batches until
-// one comes back short. It returns nil when ctx is cancelled.
+// Run reconciles every Interval until ctx is cancelled: one batch, and further batches
+// while they come back full and at least half repaired. It returns nil when ctx is
+// cancelled.
 func (rc *Reconciler) Run(ctx context.Context) error {
 	t := time.NewTicker(rc.cfg.Interval)
 	defer t.Stop()
@@ -148,7 +151,7 @@ func (rc *Reconciler) Run(ctx context.Context) error {
 				}
 				break
 			}
-			if res.Examined < rc.cfg.BatchSize {
+			if res.Examined < rc.cfg.BatchSize || res.Total()*2 < res.Examined {
 				break
 			}
 		}

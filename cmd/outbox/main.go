@@ -6,14 +6,16 @@
 //	outbox relay   --config outbox.yaml
 //	echo '{"order_id": 7}' | outbox enqueue order.created
 //	outbox dev     # everything on one machine, with the Temporal Web UI
+//	outbox bench   # end-to-end throughput and latency against the naive shape
 //
 // Every subcommand reads --config FILE (YAML); DATABASE_URL, TEMPORAL_ADDRESS,
 // TEMPORAL_NAMESPACE and OUTBOX_TASK_QUEUE override it.
 package main
 
 import (
+	"github.com/outbox-go/outbox/internal/bench"
 	"github.com/outbox-go/outbox/internal/cli"
 	"github.com/outbox-go/outbox/internal/dev"
 )
 
-func main() { cli.Main(dev.Command) }
+func main() { cli.Main(dev.Command, bench.Command) }

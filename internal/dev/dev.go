@@ -250,7 +250,7 @@ func (s *session) startTemporal() error {
 	if s.cfg.Temporal.Namespace != "" {
 		t.Namespace = s.cfg.Temporal.Namespace
 	}
-	ts, err := startTemporal(t)
+	ts, err := StartTemporal(t)
 	if err != nil {
 		return err
 	}

@@ -47,8 +47,8 @@ type TemporalOptions struct {
 	LogFile string
 }
 
-// temporalServer is a Temporal server and Web UI running in this process.
-type temporalServer struct {
+// TemporalServer is a Temporal server and Web UI running in this process.
+type TemporalServer struct {
 	server  temporal.Server
 	ui      *uiserver.Server
 	uiDone  chan struct{}
@@ -79,8 +79,8 @@ func (o *TemporalOptions) withDefaults() {
 	}
 }
 
-// startTemporal starts the server (and the UI when asked) and returns once both listen.
-func startTemporal(o TemporalOptions) (*temporalServer, error) {
+// StartTemporal starts the server (and the UI when asked) and returns once both listen.
+func StartTemporal(o TemporalOptions) (*TemporalServer, error) {
 	o.withDefaults()
 	ports := map[string]int{
 		"--port": o.FrontendPort, "--history-port": o.HistoryPort,
@@ -196,7 +196,7 @@ func startTemporal(o TemporalOptions) (*temporalServer, error) {
 	if err := srv.Start(); err != nil {
 		return nil, fmt.Errorf("start Temporal server: %w", err)
 	}
-	t := &temporalServer{server: srv, address: frontend}
+	t := &TemporalServer{server: srv, address: frontend}
 
 	if o.UIPort != 0 {
 		t.ui = uiserver.NewServer(server_options.WithConfigProvider(&uiconfig.Config{
@@ -223,8 +223,11 @@ func startTemporal(o TemporalOptions) (*temporalServer, error) {
 	return t, nil
 }
 
+// Address returns the frontend's host:port.
+func (t *TemporalServer) Address() string { return t.address }
+
 // Stop stops the UI and the server.
-func (t *temporalServer) Stop() {
+func (t *TemporalServer) Stop() {
 	if t.ui != nil {
 		t.ui.Stop()
 		<-t.uiDone

@@ -1,0 +1,375 @@
+// Package bench is `outbox bench`: the end-to-end benchmark. In one run, against one
+// Temporal server (in this process by default, or TEMPORAL_ADDRESS) and one PostgreSQL,
+// it measures
+//
+//   - naive: the shape a team would write first, a workflow of three regular activities
+//     (load the row, send it, mark it sent) on a worker with default options, started by a
+//     plain client loop: the baseline;
+//   - bare: OutboxDelivery itself with no-op activities, started by a plain client loop:
+//     what Temporal costs for our workflow shape, without the relay and the database;
+//   - outbox: `outbox worker` and `outbox relay` as separate processes, draining rows
+//     committed at once;
+//   - dev: the single-process shape (`outbox dev` with the same database and server);
+//
+// then commit-to-sent latency at a steady offered rate and at half the measured capacity,
+// and the peak memory of the worker and the relay. It prints a table; the ratios are the
+// result, the absolute figures depend on the machine.
+//
+// This package links the Temporal server; library packages must not import it.
+package bench
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
+
+	"github.com/outbox-go/outbox/internal/cli"
+	"github.com/outbox-go/outbox/internal/dev"
+	"github.com/outbox-go/outbox/internal/temporalx"
+	"github.com/outbox-go/outbox/store"
+)
+
+// Options are the flags of outbox bench.
+type Options struct {
+	// Messages is the number of rows each drain commits at once.
+	Messages int
+	// Rate is the offered rate of the steady latency run, in messages per second.
+	Rate float64
+	// LatencyMessages is the number of single-row commits of each latency run.
+	LatencyMessages int
+	// Runs repeats the drains, alternating the shapes, and reports min/median/max.
+	Runs int
+	// Only runs a subset of "naive,bare,outbox,dev,latency".
+	Only string
+}
+
+// Command returns the bench subcommand.
+func Command(env *cli.Env) *cobra.Command {
+	o := Options{}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure delivery throughput, latency and memory against the naive shape, end to end",
+		Long: `Runs, against one Temporal server (in this process unless TEMPORAL_ADDRESS is set) and
+one PostgreSQL (DATABASE_URL, else TEST_DATABASE_URL, else the local server), each in a
+schema of its own:
+
+  naive    a workflow of three regular activities (load, send, mark sent), default worker
+           options, started by a plain client loop: the baseline
+  bare     OutboxDelivery with no-op activities, started by a plain client loop
+  outbox   outbox worker and outbox relay as separate processes
+  dev      worker and relay in one process (outbox dev)
+  latency  commit-to-sent at --rate, and at half the outbox drain rate
+
+and prints a table of messages per second, ratios, latency and peak memory.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return Run(cmd.Context(), env, o, cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.Messages, "messages", 1000, "rows committed at once in each drain")
+	f.Float64Var(&o.Rate, "rate", 10, "offered rate of the steady latency run, messages per second")
+	f.IntVar(&o.LatencyMessages, "latency-messages", 300, "single-row commits in each latency run")
+	f.IntVar(&o.Runs, "runs", 1, "repeat each drain this often (alternating the shapes) and report min/median/max")
+	f.StringVar(&o.Only, "only", "", `run only these parts, e.g. "naive,outbox" (default: all)`)
+	return cmd
+}
+
+// bench is one run's shared state.
+type bench struct {
+	o        Options
+	out      io.Writer
+	exe      string // this program, to start outbox worker, relay and dev
+	dbURL    string
+	pool     *pgxpool.Pool
+	temporal string // frontend address
+	client   client.Client
+	recv     *receiver
+	work     string // a folder for configs and logs
+}
+
+// Run runs the benchmark and prints its table to out.
+func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) error {
+	if o.Messages < 1 || o.LatencyMessages < 1 || o.Rate <= 0 || o.Runs < 1 {
+		return fmt.Errorf("--messages, --latency-messages and --runs must be at least 1 and --rate positive, got %d, %d, %d and %g", o.Messages, o.LatencyMessages, o.Runs, o.Rate)
+	}
+	b := &bench{o: o, out: out}
+	var err error
+	if b.exe, err = os.Executable(); err != nil {
+		return err
+	}
+	if b.work, err = os.MkdirTemp("", "outbox-bench-"); err != nil {
+		return err
+	}
+	defer os.RemoveAll(b.work)
+
+	b.dbURL = cmp.Or(lookup(env, "DATABASE_URL"), lookup(env, "TEST_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable")
+	if b.pool, err = pgxpool.New(ctx, b.dbURL); err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	defer b.pool.Close()
+	if err := b.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("database %s: %w", redact(b.dbURL), err)
+	}
+
+	if b.temporal = lookup(env, "TEMPORAL_ADDRESS"); b.temporal == "" {
+		ts, err := startTemporal()
+		if err != nil {
+			return err
+		}
+		defer ts.Stop()
+		b.temporal = ts.Address()
+	}
+	if b.client, err = client.Dial(client.Options{HostPort: b.temporal, Namespace: "default", Logger: quietLogger()}); err != nil {
+		return fmt.Errorf("temporal %s: %w", b.temporal, err)
+	}
+	defer b.client.Close()
+	if err := temporalx.EnsureSearchAttributes(ctx, b.client, "default"); err != nil {
+		return err
+	}
+	b.recv = newReceiver()
+	defer b.recv.close()
+
+	fmt.Fprintf(out, "outbox bench: %d messages per drain, %d run(s), Temporal %s, PostgreSQL %s\n", o.Messages, o.Runs, b.temporal, redact(b.dbURL))
+	return b.run(ctx)
+}
+
+func (b *bench) wants(part string) bool {
+	if b.o.Only == "" {
+		return true
+	}
+	for _, p := range strings.Split(b.o.Only, ",") {
+		if strings.TrimSpace(p) == part {
+			return true
+		}
+	}
+	return false
+}
+
+// drainFunc drains n rows once and returns messages per second.
+type drainFunc func(ctx context.Context, n int) (float64, error)
+
+func (b *bench) run(ctx context.Context) error {
+	shapes := []struct {
+		name, what string
+		drain      drainFunc
+	}{
+		{"naive", "3 regular activities, default worker options, plain start loop", b.naive},
+		{"bare", "OutboxDelivery with no-op activities, plain start loop", b.bare},
+		{"outbox", "outbox worker + outbox relay, separate processes", b.processes},
+		{"dev", "worker and relay in one process (outbox dev)", b.dev},
+	}
+	rates := map[string][]float64{}
+	for run := 0; run < b.o.Runs; run++ {
+		for i := range shapes {
+			// Alternate the order between runs, so neither shape always runs on a
+			// warmer server.
+			s := shapes[i]
+			if run%2 == 1 {
+				s = shapes[len(shapes)-1-i]
+			}
+			if !b.wants(s.name) {
+				continue
+			}
+			r, err := s.drain(ctx, b.o.Messages)
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
+			fmt.Fprintf(b.out, "  run %d: %-6s %8.1f msg/s\n", run+1, s.name, r)
+			rates[s.name] = append(rates[s.name], r)
+		}
+	}
+
+	fmt.Fprintf(b.out, "\n| shape | what | msg/s min / median / max | median vs naive | median vs bare |\n|---|---|---:|---:|---:|\n")
+	for _, s := range shapes {
+		rs := rates[s.name]
+		if len(rs) == 0 {
+			continue
+		}
+		fmt.Fprintf(b.out, "| %s | %s | %s | %s | %s |\n", s.name, s.what, minMedMax(rs),
+			ratio(median(rs), median(rates["naive"])), ratio(median(rs), median(rates["bare"])))
+	}
+
+	if b.wants("latency") {
+		capacity := median(rates["outbox"])
+		if err := b.latency(ctx, capacity); err != nil {
+			return fmt.Errorf("latency: %w", err)
+		}
+	}
+	return nil
+}
+
+// latency runs single-row commits at the offered rate and at half the capacity against
+// outbox worker and relay processes, and reports commit-to-sent percentiles and the
+// processes' peak memory.
+func (b *bench) latency(ctx context.Context, capacity float64) error {
+	sc, err := b.newSchema(ctx, "latency")
+	if err != nil {
+		return err
+	}
+	defer sc.drop()
+	procs, err := b.startOutbox(ctx, sc, "worker", "relay")
+	if err != nil {
+		return err
+	}
+	defer procs.stop()
+
+	fmt.Fprintf(b.out, "\n| offered rate | messages | commit-to-sent p50 | p99 | max |\n|---:|---:|---:|---:|---:|\n")
+	rates := []float64{b.o.Rate}
+	if capacity > 0 {
+		rates = append(rates, capacity/2)
+	}
+	for _, rate := range rates {
+		p50, p99, mx, err := b.steady(ctx, sc, rate, b.o.LatencyMessages)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(b.out, "| %.1f msg/s | %d | %s | %s | %s |\n", rate, b.o.LatencyMessages, ms(p50), ms(p99), ms(mx))
+	}
+	fmt.Fprintf(b.out, "\n| process | peak RSS |\n|---|---:|\n")
+	for _, p := range procs {
+		fmt.Fprintf(b.out, "| outbox %s | %s |\n", p.name, mib(p.peakRSS()))
+	}
+	return nil
+}
+
+// steady commits n single-row transactions at rate and returns the percentiles of
+// sent_at - created_at once all are sent.
+func (b *bench) steady(ctx context.Context, sc *schema, rate float64, n int) (p50, p99, mx time.Duration, err error) {
+	tag := strconv.FormatInt(rand.Int64(), 36)
+	every := time.Duration(float64(time.Second) / rate)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for i := 0; i < n; i++ {
+		if _, err := sc.store.Enqueue(ctx, b.pool, store.Message{Topic: benchTopic, Payload: []byte(`{"run": "` + tag + `"}`)}); err != nil {
+			return 0, 0, 0, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, 0, 0, ctx.Err()
+		case <-tick.C:
+		}
+	}
+	if err := sc.waitSent(ctx, `payload->>'run' = $1`, n, tag); err != nil {
+		return 0, 0, 0, err
+	}
+	var a, c, d float64
+	err = b.pool.QueryRow(ctx, `SELECT
+  percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM sent_at - created_at)),
+  percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM sent_at - created_at)),
+  max(extract(epoch FROM sent_at - created_at))
+FROM `+sc.table+` WHERE payload->>'run' = $1`, tag).Scan(&a, &c, &d)
+	return secs(a), secs(c), secs(d), err
+}
+
+// receiver is the downstream of every shape: it answers 200 at once and counts.
+type receiver struct {
+	srv   *httptest.Server
+	count atomic.Int64
+}
+
+func newReceiver() *receiver {
+	r := &receiver{}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		_, _ = io.Copy(io.Discard, req.Body)
+		r.count.Add(1)
+		w.WriteHeader(http.StatusOK)
+	}))
+	return r
+}
+
+func (r *receiver) close() { r.srv.Close() }
+
+// startTemporal starts a Temporal server in this process on free ports, its state in
+// memory, without the UI.
+func startTemporal() (*dev.TemporalServer, error) {
+	ports, err := freePorts(4)
+	if err != nil {
+		return nil, err
+	}
+	return dev.StartTemporal(dev.TemporalOptions{
+		FrontendPort: ports[0], HistoryPort: ports[1], MatchingPort: ports[2], WorkerPort: ports[3],
+		LogFile: filepath.Join(os.TempDir(), "outbox-bench-temporal.log"),
+	})
+}
+
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func lookup(env *cli.Env, name string) string {
+	v, _ := env.LookupEnv(name)
+	return v
+}
+
+func redact(url string) string {
+	c, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return "unparsable"
+	}
+	return fmt.Sprintf("%s@%s:%d/%s", c.ConnConfig.User, c.ConnConfig.Host, c.ConnConfig.Port, c.ConnConfig.Database)
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+func minMedMax(xs []float64) string {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return fmt.Sprintf("%.1f / %.1f / %.1f", s[0], median(s), s[len(s)-1])
+}
+
+func ratio(a, b float64) string {
+	if a == 0 || b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f×", a/b)
+}
+
+func secs(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
+
+func mib(b int64) string {
+	if b <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20))
+}
