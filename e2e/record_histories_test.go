@@ -34,7 +34,7 @@ const recordEnv = "OUTBOX_RECORD_HISTORIES"
 // recordGeneration names the folder of workflows/testdata that TestRecordHistories
 // writes. The replay test replays every generation, so when a change to OutboxDelivery adds
 // a path or changes its input, bump this and record: the older generations stay, guarded.
-const recordGeneration = "v3"
+const recordGeneration = "v4"
 
 // historiesDir is where workflows/replay_test.go reads the recorded histories from.
 var historiesDir = filepath.Join("..", "workflows", "testdata", recordGeneration)

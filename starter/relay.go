@@ -397,6 +397,7 @@ func (r *Relay) handOver(ctx context.Context, row store.Claimed) error {
 		Policy:           workflows.ResolvePolicy(r.cfg.Policy(row.Topic), row.MaxRetryTimes),
 		SearchAttributes: !r.cfg.NoSearchAttributes,
 		CheckFirst:       row.MayHaveBeenSent(),
+		Version:          workflows.DeliveryVersion,
 	}
 	startCtx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
 	defer cancel()

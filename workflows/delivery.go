@@ -164,9 +164,13 @@ func newDelivery(ctx workflow.Context, in DeliveryInput) *delivery {
 	}
 }
 
-// changed reports whether this run takes the new path of change; it asks
-// workflow.GetVersion once per change, the first time the change matters.
+// changed reports whether this run takes the new path of change. A run whose input names
+// DeliveryVersion 2 or later takes every change below; another asks workflow.GetVersion
+// once per change, the first time the change matters.
 func (d *delivery) changed(change string) bool {
+	if d.in.Version >= 2 {
+		return true
+	}
 	v, ok := d.versions[change]
 	if !ok {
 		v = workflow.GetVersion(d.ctx, change, workflow.DefaultVersion, 1) >= 1

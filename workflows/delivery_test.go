@@ -458,3 +458,19 @@ func TestDefaultPolicyRidesOutTenMinuteOutage(t *testing.T) {
 	require.Less(t, res.Attempts, workflows.DefaultMaxAttempts, "attempts to spare")
 	t.Logf("delivered at attempt %d of %d, %s after the first", res.Attempts, workflows.DefaultMaxAttempts, b.sends[len(b.sends)-1].Sub(start))
 }
+
+// TestDeliveryVersionFromInput: a run whose input names DeliveryVersion takes the new
+// paths without asking workflow.GetVersion (no marker, no search attribute update).
+func TestDeliveryVersionFromInput(t *testing.T) {
+	t.Parallel()
+	b := setup(t, workflows.Policy{MaxAttempts: 2})
+	b.input.Version = workflows.DeliveryVersion
+	// Were GetVersion asked, it would answer "before every change".
+	b.env.OnGetVersion(mock.Anything, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion).Maybe()
+	unknown := temporal.NewNonRetryableApplicationError(`no handler for topic "x"`, workflows.ErrTypeUnknownTopic, nil)
+	b.onSend(t, unknown, nil)
+	b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, mock.Anything).Return(errors.New("database down"))
+	res, err := b.run()
+	require.NoError(t, err)
+	require.Equal(t, workflows.DeliveryResult{Attempts: 2, Unrecorded: true}, res, "unknown topic retried; mark-sent bounded")
+}

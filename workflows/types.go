@@ -153,7 +153,18 @@ type DeliveryInput struct {
 	// handed over before, failed an attempt before, or was redriven): the run asks
 	// check-processed before its first send.
 	CheckFirst bool `json:"check_first,omitempty"`
+	// Version is the version of OutboxDelivery the relay asks for; the relay sets
+	// DeliveryVersion. A run whose input has a version takes the paths of that version
+	// without recording a version marker (and the search attribute update that comes with
+	// one). Runs started without it (by an older relay) decide each change with
+	// workflow.GetVersion, as before.
+	Version int `json:"version,omitempty"`
 }
+
+// DeliveryVersion is the version of OutboxDelivery this code starts: 2 takes every change
+// guarded so far (bounded mark-sent; unknown topics retried and the last ambiguous attempt
+// checked).
+const DeliveryVersion = 2
 
 // DeliveryResult is the result of a delivery that completed.
 type DeliveryResult struct {

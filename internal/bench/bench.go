@@ -29,6 +29,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -57,6 +58,9 @@ type Options struct {
 	Runs int
 	// Only runs a subset of "naive,bare,outbox,dev,latency".
 	Only string
+	// CPUProfile, when set, writes a CPU profile of this process (the in-process Temporal
+	// server, and the naive and bare workers) to the file.
+	CPUProfile string
 }
 
 // Command returns the bench subcommand.
@@ -88,6 +92,7 @@ and prints a table of messages per second, ratios, latency and peak memory.`,
 	f.IntVar(&o.LatencyMessages, "latency-messages", 300, "single-row commits in each latency run")
 	f.IntVar(&o.Runs, "runs", 1, "repeat each drain this often (alternating the shapes) and report min/median/max")
 	f.StringVar(&o.Only, "only", "", `run only these parts, e.g. "naive,outbox" (default: all)`)
+	f.StringVar(&o.CPUProfile, "cpu-profile", "", "write a CPU profile of this process to this file")
 	return cmd
 }
 
@@ -111,6 +116,17 @@ func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) error {
 	}
 	b := &bench{o: o, out: out}
 	var err error
+	if o.CPUProfile != "" {
+		f, err := os.Create(o.CPUProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if b.exe, err = os.Executable(); err != nil {
 		return err
 	}

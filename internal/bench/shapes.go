@@ -253,7 +253,7 @@ func (b *bench) bare(ctx context.Context, n int) (float64, error) {
 
 	began := time.Now()
 	if err := startAll(ctx, n, func(ctx context.Context, i int) error {
-		in := workflows.DeliveryInput{MessageID: uuid.NewString(), Topic: benchTopic, Policy: workflows.Policy{}.WithDefaults(), SearchAttributes: true}
+		in := workflows.DeliveryInput{MessageID: uuid.NewString(), Topic: benchTopic, Policy: workflows.Policy{}.WithDefaults(), SearchAttributes: true, Version: workflows.DeliveryVersion}
 		opts := client.StartWorkflowOptions{ID: "bare-" + in.MessageID, TaskQueue: queue, TypedSearchAttributes: workflows.StartSearchAttributes(in)}
 		_, err := b.client.ExecuteWorkflow(ctx, opts, workflows.WorkflowType, in)
 		return err
