@@ -38,6 +38,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/outbox-go/outbox/starter"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/workflows"
 )
@@ -98,8 +99,14 @@ type Temporal struct {
 type Relay struct {
 	// BatchSize is the number of rows one claim takes. Defaults to 100.
 	BatchSize int `yaml:"batch_size"`
+	// Wakeup is how the relay learns of new rows: "poll" (the default) claims every
+	// poll_interval and costs the business transactions nothing; "notify" also listens to
+	// the table's NOTIFY trigger, which `outbox migrate` then turns on: a wake-up in
+	// milliseconds, paid by every enqueuing transaction with PostgreSQL's global notify
+	// lock at commit.
+	Wakeup string `yaml:"wakeup"`
 	// PollInterval is how often the relay looks for due rows without a notification.
-	// Defaults to 1s.
+	// Defaults to 50ms with wakeup poll, 1s with wakeup notify.
 	PollInterval Duration `yaml:"poll_interval"`
 	// Lease is how long a claim holds its rows before another relay may take them.
 	// Defaults to 30s.
@@ -239,7 +246,6 @@ const (
 	DefaultTemporalAddress  = "127.0.0.1:7233"
 	DefaultNamespace        = "default"
 	DefaultBatchSize        = 100
-	DefaultPollInterval     = time.Second
 	DefaultLease            = 30 * time.Second
 	DefaultStartConcurrency = 16
 	DefaultMaxActivities    = 200
@@ -320,7 +326,11 @@ func (c Config) WithDefaults() Config {
 	c.Temporal.Namespace = cmp.Or(c.Temporal.Namespace, DefaultNamespace)
 	c.Temporal.TaskQueue = cmp.Or(c.Temporal.TaskQueue, workflows.DefaultTaskQueue)
 	c.Relay.BatchSize = cmp.Or(c.Relay.BatchSize, DefaultBatchSize)
-	c.Relay.PollInterval = cmp.Or(c.Relay.PollInterval, Duration(DefaultPollInterval))
+	c.Relay.Wakeup = cmp.Or(c.Relay.Wakeup, string(starter.WakeupPoll))
+	if c.Relay.Wakeup == string(starter.WakeupNotify) {
+		c.Relay.PollInterval = cmp.Or(c.Relay.PollInterval, Duration(starter.NotifyPollIntervalDefault))
+	}
+	c.Relay.PollInterval = cmp.Or(c.Relay.PollInterval, Duration(starter.PollIntervalDefault))
 	c.Relay.Lease = cmp.Or(c.Relay.Lease, Duration(DefaultLease))
 	c.Relay.StartConcurrency = cmp.Or(c.Relay.StartConcurrency, DefaultStartConcurrency)
 	c.Relay.ReconcileAfter = cmp.Or(c.Relay.ReconcileAfter, Duration(5*time.Minute))
@@ -351,6 +361,9 @@ func (c *Config) Validate(sinks ...string) error {
 	}
 	if c.Relay.BatchSize < 1 || c.Relay.BatchSize > 10000 {
 		bad("relay.batch_size", "must be between 1 and 10000, got %d", c.Relay.BatchSize)
+	}
+	if c.Relay.Wakeup != string(starter.WakeupPoll) && c.Relay.Wakeup != string(starter.WakeupNotify) {
+		bad("relay.wakeup", "must be %q or %q, got %q", starter.WakeupPoll, starter.WakeupNotify, c.Relay.Wakeup)
 	}
 	if c.Relay.PollInterval < Duration(10*time.Millisecond) {
 		bad("relay.poll_interval", "must be at least 10ms, got %s", time.Duration(c.Relay.PollInterval))

@@ -67,11 +67,14 @@ func (b *logBuffer) String() string {
 }
 
 // delayedSetup returns a store whose claims are counted, and runs a relay on it until the
-// test ends, once the relay listens for notifications and has settled.
+// test ends, once the relay listens for notifications (relay.wakeup: notify) and has
+// settled.
 func delayedSetup(t *testing.T, rec *recorder, cfg starter.Config) (*store.Store, *claimCountingDB) {
 	t.Helper()
 	ctx := context.Background()
 	pool, base := testdb.Schema(t)
+	require.NoError(t, base.SetNotify(ctx, true))
+	cfg.Wakeup = starter.WakeupNotify
 	db := &claimCountingDB{Pool: pool}
 	st, err := store.New(db, store.Config{Schema: base.Schema()})
 	require.NoError(t, err)

@@ -41,7 +41,15 @@ type Config struct {
 	TaskQueue string
 	// BatchSize is the number of rows one claim takes. Defaults to 100.
 	BatchSize int
-	// PollInterval is how often the relay claims without a notification. Defaults to 1s.
+	// Wakeup is how the relay learns of new rows: WakeupPoll (the default) claims every
+	// PollInterval, which costs the business transactions nothing; WakeupNotify also
+	// LISTENs to the table's NOTIFY trigger (see store.Store.SetNotify), which wakes it at
+	// once but makes every enqueuing transaction take PostgreSQL's global notify lock at
+	// commit.
+	Wakeup Wakeup
+	// PollInterval is how often the relay claims without a notification. Defaults to
+	// PollIntervalDefault (50ms) with WakeupPoll and NotifyPollIntervalDefault (1s) with
+	// WakeupNotify.
 	PollInterval time.Duration
 	// Lease is how long a claim holds its rows. A row whose start was not recorded in
 	// that time may be claimed again. Defaults to 30s.
@@ -72,10 +80,32 @@ type Config struct {
 	Ordering store.OrderingRules
 }
 
+// Wakeup is how a relay learns of new rows.
+type Wakeup string
+
+// Wake-up modes.
+const (
+	// WakeupPoll claims every PollInterval.
+	WakeupPoll Wakeup = "poll"
+	// WakeupNotify claims on every notification of the table's NOTIFY trigger, and every
+	// PollInterval.
+	WakeupNotify Wakeup = "notify"
+)
+
+// Poll interval defaults.
+const (
+	PollIntervalDefault       = 50 * time.Millisecond
+	NotifyPollIntervalDefault = time.Second
+)
+
 func (c Config) withDefaults() Config {
 	c.TaskQueue = cmp.Or(c.TaskQueue, workflows.DefaultTaskQueue)
 	c.BatchSize = cmp.Or(c.BatchSize, 100)
-	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
+	c.Wakeup = cmp.Or(c.Wakeup, WakeupPoll)
+	if c.Wakeup == WakeupNotify {
+		c.PollInterval = cmp.Or(c.PollInterval, NotifyPollIntervalDefault)
+	}
+	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.Lease = cmp.Or(c.Lease, 30*time.Second)
 	c.StartConcurrency = cmp.Or(c.StartConcurrency, 16)
 	c.StartTimeout = cmp.Or(c.StartTimeout, 10*time.Second)
@@ -94,6 +124,8 @@ func (c Config) validate() error {
 	switch {
 	case c.BatchSize < 1:
 		return fmt.Errorf("batch size must be at least 1, got %d", c.BatchSize)
+	case c.Wakeup != WakeupPoll && c.Wakeup != WakeupNotify:
+		return fmt.Errorf("wakeup must be %q or %q, got %q", WakeupPoll, WakeupNotify, c.Wakeup)
 	case c.PollInterval <= 0:
 		return fmt.Errorf("poll interval must be positive, got %s", c.PollInterval)
 	case c.Lease < time.Second:
@@ -196,21 +228,27 @@ func (r *Relay) sweepLoop(ctx context.Context, wake chan<- struct{}) {
 // Run relays rows until ctx is cancelled, then finishes the batch in hand and returns
 // nil.
 //
-// It claims on every notification and at least every PollInterval. When a pending
-// message has a "deliver not before" time ahead (next_retry_at, see store.Message's
-// DeliverAfter), it also wakes when the earliest such message falls due, so delayed
-// messages are handed over on time without polling faster.
+// It claims every PollInterval, and with WakeupNotify on every notification too. When a
+// pending message has a "deliver not before" time ahead (next_retry_at, see
+// store.Message's DeliverAfter), it also wakes when the earliest such message falls due,
+// so delayed messages are handed over on time without polling faster.
 func (r *Relay) Run(ctx context.Context) error {
 	wake := make(chan struct{}, 1)
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		r.listen(ctx, wake)
-	}()
+	if r.cfg.Wakeup == WakeupNotify {
+		if on, err := r.store.NotifyEnabled(ctx); err == nil && !on {
+			r.log.WarnContext(ctx, "relay.wakeup is notify, but the NOTIFY trigger of the table is off: no notification will come, the relay polls every poll_interval; run outbox migrate with relay.wakeup: notify to turn it on",
+				slog.Duration("poll_interval", r.cfg.PollInterval))
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.listen(ctx, wake)
+		}()
+	}
 	defer wg.Wait()
 
-	r.log.InfoContext(ctx, "Relay started", slog.String("task_queue", r.cfg.TaskQueue),
+	r.log.InfoContext(ctx, "Relay started", slog.String("task_queue", r.cfg.TaskQueue), slog.String("wakeup", string(r.cfg.Wakeup)),
 		slog.String("channel", r.store.Channel()), slog.Duration("poll_interval", r.cfg.PollInterval))
 	wg.Add(2)
 	go func() {

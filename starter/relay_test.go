@@ -187,7 +187,8 @@ func TestRelay(t *testing.T) {
 	t.Run("WakesOnNotifyAndStopsOnCancel", func(t *testing.T) {
 		t.Parallel()
 		rec := newRecorder()
-		r, st := setup(t, rec, starter.Config{PollInterval: time.Hour})
+		r, st := setup(t, rec, starter.Config{Wakeup: starter.WakeupNotify, PollInterval: time.Hour})
+		require.NoError(t, st.SetNotify(ctx, true))
 		runCtx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- r.Run(runCtx) }()

@@ -24,12 +24,14 @@ func BenchmarkBusinessTx(b *testing.B) {
 	pool, st := testdb.Schema(b)
 	_, err := pool.Exec(ctx, `CREATE TABLE `+st.Schema()+`.orders (id bigserial PRIMARY KEY, sku text, qty int)`)
 	require.NoError(b, err)
+	_, err = pool.Exec(ctx, `CREATE TABLE `+st.Schema()+`.second_rows (id bigserial PRIMARY KEY)`)
+	require.NoError(b, err)
 	payload := json.RawMessage(`{"order_id": 1, "sku": "SKU-42", "qty": 2}`)
 	order := func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO `+st.Schema()+`.orders (sku, qty) VALUES ('SKU-42', 2)`)
 		return err
 	}
-	run := func(b *testing.B, withMessage bool) {
+	run := func(b *testing.B, second func(pgx.Tx) error) {
 		b.SetParallelism(4)
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -37,11 +39,10 @@ func BenchmarkBusinessTx(b *testing.B) {
 					if err := order(tx); err != nil {
 						return err
 					}
-					if !withMessage {
+					if second == nil {
 						return nil
 					}
-					_, err := st.Enqueue(ctx, tx, store.Message{Topic: "order.created", Payload: payload})
-					return err
+					return second(tx)
 				})
 				if err != nil {
 					b.Error(err)
@@ -50,13 +51,24 @@ func BenchmarkBusinessTx(b *testing.B) {
 			}
 		})
 	}
-	b.Run("OrderOnly", func(b *testing.B) { run(b, false) })
-	b.Run("OrderAndMessage", func(b *testing.B) { run(b, true) })
+	message := func(tx pgx.Tx) error {
+		_, err := st.Enqueue(ctx, tx, store.Message{Topic: "order.created", Payload: payload})
+		return err
+	}
+	b.Run("OrderOnly", func(b *testing.B) { run(b, nil) })
+	// The baseline of what a second row costs: a table with only a primary key.
+	b.Run("OrderAndBareRow", func(b *testing.B) {
+		run(b, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `INSERT INTO `+st.Schema()+`.second_rows DEFAULT VALUES`)
+			return err
+		})
+	})
+	b.Run("OrderAndMessage", func(b *testing.B) { run(b, message) })
 	b.Run("OrderAndMessageNoNotify", func(b *testing.B) {
 		_, err := pool.Exec(ctx, `ALTER TABLE `+st.Schema()+`.outbox_messages DISABLE TRIGGER outbox_messages_notify`)
 		require.NoError(b, err)
 		defer pool.Exec(ctx, `ALTER TABLE `+st.Schema()+`.outbox_messages ENABLE TRIGGER outbox_messages_notify`) //nolint:errcheck
-		run(b, true)
+		run(b, message)
 	})
 }
 

@@ -71,6 +71,7 @@ func TestDeadLetterOperations(t *testing.T) {
 	t.Run("RedriveResetsAndAudits", func(t *testing.T) {
 		t.Parallel()
 		pool, st := testdb.Schema(t)
+		require.NoError(t, st.SetNotify(ctx, true)) // the insert below notifies too
 		listener, err := pool.Acquire(ctx)
 		require.NoError(t, err)
 		defer listener.Release()

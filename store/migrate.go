@@ -112,3 +112,28 @@ func (s *Store) Migrate(ctx context.Context) ([]int, error) {
 func quoteLiteral(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
+
+// SetNotify turns the table's NOTIFY trigger on or off: on, every transaction that
+// enqueues notifies the relays (relay.wakeup: notify); off, it does not, and the relays
+// poll (relay.wakeup: poll, the default since migration 0008). It needs the table's owner,
+// like Migrate.
+func (s *Store) SetNotify(ctx context.Context, on bool) error {
+	verb := "DISABLE"
+	if on {
+		verb = "ENABLE"
+	}
+	if _, err := s.db.Exec(ctx, `ALTER TABLE `+s.messages+` `+verb+` TRIGGER outbox_messages_notify`); err != nil {
+		return fmt.Errorf("%s the NOTIFY trigger: %w", strings.ToLower(verb), err)
+	}
+	return nil
+}
+
+// NotifyEnabled reports whether the table's NOTIFY trigger is on.
+func (s *Store) NotifyEnabled(ctx context.Context) (bool, error) {
+	var state string
+	err := s.db.QueryRow(ctx, `SELECT tgenabled::text FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname = 'outbox_messages_notify'`, s.messages).Scan(&state)
+	if err != nil {
+		return false, fmt.Errorf("read the NOTIFY trigger's state: %w", err)
+	}
+	return state != "D", nil
+}

@@ -110,6 +110,7 @@ func TestEnqueue(t *testing.T) {
 	t.Run("RollbackLeavesNoRowAndNoNotification", func(t *testing.T) {
 		t.Parallel()
 		pool, st := testdb.Schema(t)
+		require.NoError(t, st.SetNotify(ctx, true)) // relay.wakeup: notify
 		listener, err := pool.Acquire(ctx)
 		require.NoError(t, err)
 		defer listener.Release()
@@ -135,6 +136,7 @@ func TestEnqueue(t *testing.T) {
 	t.Run("CommitNotifiesOncePerStatement", func(t *testing.T) {
 		t.Parallel()
 		pool, st := testdb.Schema(t)
+		require.NoError(t, st.SetNotify(ctx, true)) // relay.wakeup: notify
 		listener, err := pool.Acquire(ctx)
 		require.NoError(t, err)
 		defer listener.Release()
@@ -159,6 +161,32 @@ func TestEnqueue(t *testing.T) {
 		n, err = listener.Conn().WaitForNotification(waitCtx)
 		require.NoError(t, err)
 		require.Equal(t, "sentinel", n.Payload, "identical notifications of one transaction collapse")
+	})
+
+	t.Run("NoNotificationByDefault", func(t *testing.T) {
+		t.Parallel()
+		pool, st := testdb.Schema(t)
+		on, err := st.NotifyEnabled(ctx)
+		require.NoError(t, err)
+		require.False(t, on, "the NOTIFY trigger is off unless relay.wakeup is notify")
+		listener, err := pool.Acquire(ctx)
+		require.NoError(t, err)
+		defer listener.Release()
+		_, err = listener.Exec(ctx, `LISTEN `+pgx.Identifier{st.Channel()}.Sanitize())
+		require.NoError(t, err)
+		_, err = st.Enqueue(ctx, pool, msg("order.created", `{}`))
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `SELECT pg_notify($1, 'sentinel')`, st.Channel())
+		require.NoError(t, err)
+		waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		n, err := listener.Conn().WaitForNotification(waitCtx)
+		require.NoError(t, err)
+		require.Equal(t, "sentinel", n.Payload, "an enqueue pays no NOTIFY")
+		require.NoError(t, st.SetNotify(ctx, true))
+		on, err = st.NotifyEnabled(ctx)
+		require.NoError(t, err)
+		require.True(t, on)
 	})
 
 	t.Run("ValidationErrorsNameFieldAndValueAndWriteNothing", func(t *testing.T) {

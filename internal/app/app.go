@@ -181,6 +181,7 @@ func (a *App) RelayConfig() starter.Config {
 	return starter.Config{
 		TaskQueue:          c.Temporal.TaskQueue,
 		BatchSize:          c.Relay.BatchSize,
+		Wakeup:             starter.Wakeup(c.Relay.Wakeup),
 		PollInterval:       time.Duration(c.Relay.PollInterval),
 		Lease:              time.Duration(c.Relay.Lease),
 		StartConcurrency:   c.Relay.StartConcurrency,
@@ -192,4 +193,14 @@ func (a *App) RelayConfig() starter.Config {
 		Logger:             a.Logger,
 		Metrics:            a.Metrics(),
 	}
+}
+
+// Migrate applies the migrations the schema lacks and turns the table's NOTIFY trigger on
+// or off for relay.wakeup. It returns the versions it applied.
+func (a *App) Migrate(ctx context.Context) ([]int, error) {
+	applied, err := a.Store.Migrate(ctx)
+	if err != nil {
+		return applied, err
+	}
+	return applied, a.Store.SetNotify(ctx, a.Config.Relay.Wakeup == string(starter.WakeupNotify))
 }

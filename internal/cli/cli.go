@@ -157,7 +157,7 @@ func newMigrateCmd(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.withApp(cmd.Context(), false, func(a *app.App) error {
-				applied, err := a.Store.Migrate(cmd.Context())
+				applied, err := a.Migrate(cmd.Context())
 				if err != nil {
 					return err
 				}

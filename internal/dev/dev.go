@@ -281,7 +281,7 @@ func (s *session) openOutbox(ctx context.Context, demoTopics bool) error {
 	s.app = a
 	s.stops = append(s.stops, a.Close)
 	a.StartTracing(ctx)
-	if _, err := a.Store.Migrate(ctx); err != nil {
+	if _, err := a.Migrate(ctx); err != nil {
 		return err
 	}
 	if err := a.DialTemporal(ctx); err != nil {
