@@ -56,6 +56,10 @@ type Config struct {
 	Lease time.Duration
 	// StartConcurrency is the number of workflow starts in flight. Defaults to 16.
 	StartConcurrency int
+	// EagerStart asks Temporal to hand each new run's first workflow task straight back to
+	// a worker in this process (one round trip less per message). It helps only when the
+	// relay's client also runs the worker of TaskQueue, as in outbox dev.
+	EagerStart bool
 	// StartTimeout bounds one workflow start. Defaults to 10s.
 	StartTimeout time.Duration
 	// NoSearchAttributes turns off the OutboxTopic, OutboxStatus and OutboxMessageId
@@ -418,6 +422,7 @@ func (r *Relay) StartOptions(in workflows.DeliveryInput) client.StartWorkflowOpt
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		StaticSummary:                            fmt.Sprintf("outbox %s %s", in.Topic, in.MessageID),
+		EnableEagerStart:                         r.cfg.EagerStart,
 	}
 	if in.SearchAttributes {
 		opts.TypedSearchAttributes = workflows.StartSearchAttributes(in)

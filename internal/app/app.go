@@ -159,14 +159,21 @@ func (a *App) RunWorker(ctx context.Context, sinks map[string]activities.SinkFac
 }
 
 // RunRelay runs the relay until ctx is cancelled.
-func (a *App) RunRelay(ctx context.Context) error {
+func (a *App) RunRelay(ctx context.Context) error { return a.RunRelayWith(ctx, nil) }
+
+// RunRelayWith is RunRelay with the relay's configuration adjusted by adjust.
+func (a *App) RunRelayWith(ctx context.Context, adjust func(*starter.Config)) error {
 	if a.Temporal == nil {
 		return errors.New("run relay: not connected to Temporal")
 	}
 	if _, err := a.ServeMetrics(); err != nil {
 		return err
 	}
-	r, err := starter.New(a.Store, a.Pool, a.Temporal, a.RelayConfig())
+	cfg := a.RelayConfig()
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	r, err := starter.New(a.Store, a.Pool, a.Temporal, cfg)
 	if err != nil {
 		return err
 	}

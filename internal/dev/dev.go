@@ -28,6 +28,7 @@ import (
 	"github.com/outbox-go/outbox/internal/cli"
 	"github.com/outbox-go/outbox/internal/demo"
 	"github.com/outbox-go/outbox/internal/pgcluster"
+	"github.com/outbox-go/outbox/starter"
 )
 
 // markerFile marks a folder as a dev folder, so --reset never wipes anything else.
@@ -322,7 +323,10 @@ func (s *session) runWorkerAndRelay(ctx context.Context) <-chan error {
 		run  func(context.Context) error
 	}{
 		{"worker", func(ctx context.Context) error { return s.app.RunWorker(ctx, nil) }},
-		{"relay", s.app.RunRelay},
+		{"relay", func(ctx context.Context) error {
+			// The worker runs on the same client: eager start saves a round trip.
+			return s.app.RunRelayWith(ctx, func(c *starter.Config) { c.EagerStart = true })
+		}},
 	} {
 		wg.Add(1)
 		go func() {
