@@ -36,6 +36,7 @@ import (
 	"strings"
 	"time"
 
+	sdkworker "go.temporal.io/sdk/worker"
 	"gopkg.in/yaml.v3"
 
 	"github.com/outbox-go/outbox/starter"
@@ -126,6 +127,14 @@ type Worker struct {
 	// MaxConcurrentActivities caps the activities one worker runs at once. Defaults to
 	// 200.
 	MaxConcurrentActivities int `yaml:"max_concurrent_activities"`
+	// WorkflowTaskPollers and ActivityTaskPollers are the goroutines that poll Temporal
+	// for tasks. Defaults to 0, the SDK's default (2 each); otherwise 2 to 1000 (the SDK
+	// refuses 1).
+	WorkflowTaskPollers int `yaml:"workflow_task_pollers"`
+	ActivityTaskPollers int `yaml:"activity_task_pollers"`
+	// AutoscalePollers lets the SDK scale both kinds of pollers between 1 and 100 by
+	// load, instead of fixed numbers. Defaults to false.
+	AutoscalePollers bool `yaml:"autoscale_pollers"`
 }
 
 // Retention removes old rows in bounded batches. It runs as the Temporal Schedule
@@ -380,6 +389,17 @@ func (c *Config) Validate(sinks ...string) error {
 	if c.Relay.ReconcileInterval < Duration(100*time.Millisecond) {
 		bad("relay.reconcile_interval", "must be at least 100ms, got %s", time.Duration(c.Relay.ReconcileInterval))
 	}
+	for _, p := range []struct {
+		name string
+		n    int
+	}{{"worker.workflow_task_pollers", c.Worker.WorkflowTaskPollers}, {"worker.activity_task_pollers", c.Worker.ActivityTaskPollers}} {
+		if p.n < 0 || p.n == 1 || p.n > 1000 {
+			bad(p.name, "must be 0 (the SDK's default) or between 2 and 1000, got %d", p.n)
+		}
+	}
+	if c.Worker.AutoscalePollers && (c.Worker.WorkflowTaskPollers != 0 || c.Worker.ActivityTaskPollers != 0) {
+		bad("worker.autoscale_pollers", "cannot be set together with workflow_task_pollers or activity_task_pollers")
+	}
 	if c.Worker.MaxConcurrentActivities < 1 {
 		bad("worker.max_concurrent_activities", "must be at least 1, got %d", c.Worker.MaxConcurrentActivities)
 	}
@@ -533,4 +553,18 @@ func (c *Config) OrderingRules() store.OrderingRules {
 		}
 	}
 	return r
+}
+
+// WorkerOptions returns the SDK worker options the worker section asks for.
+func (w Worker) WorkerOptions() sdkworker.Options {
+	o := sdkworker.Options{
+		MaxConcurrentActivityExecutionSize: w.MaxConcurrentActivities,
+		MaxConcurrentWorkflowTaskPollers:   w.WorkflowTaskPollers,
+		MaxConcurrentActivityTaskPollers:   w.ActivityTaskPollers,
+	}
+	if w.AutoscalePollers {
+		o.WorkflowTaskPollerBehavior = sdkworker.NewPollerBehaviorAutoscaling(sdkworker.PollerBehaviorAutoscalingOptions{})
+		o.ActivityTaskPollerBehavior = sdkworker.NewPollerBehaviorAutoscaling(sdkworker.PollerBehaviorAutoscalingOptions{})
+	}
+	return o
 }

@@ -123,3 +123,26 @@ func TestParse(t *testing.T) {
 		require.NoError(t, d.Validate("kafka"))
 	})
 }
+
+func TestWorkerOptions(t *testing.T) {
+	t.Parallel()
+	c, err := config.Parse(strings.NewReader("worker:\n  workflow_task_pollers: 8\n  activity_task_pollers: 16\n"))
+	require.NoError(t, err)
+	o := c.WithDefaults().Worker.WorkerOptions()
+	require.Equal(t, 8, o.MaxConcurrentWorkflowTaskPollers)
+	require.Equal(t, 16, o.MaxConcurrentActivityTaskPollers)
+	require.Equal(t, config.DefaultMaxActivities, o.MaxConcurrentActivityExecutionSize)
+
+	c, err = config.Parse(strings.NewReader("worker:\n  autoscale_pollers: true\n"))
+	require.NoError(t, err)
+	o = c.WithDefaults().Worker.WorkerOptions()
+	require.NotNil(t, o.WorkflowTaskPollerBehavior)
+	require.NotNil(t, o.ActivityTaskPollerBehavior)
+
+	for _, bad := range []string{"worker:\n  workflow_task_pollers: 1\n", "worker:\n  autoscale_pollers: true\n  activity_task_pollers: 4\n"} {
+		c, err := config.Parse(strings.NewReader(bad))
+		require.NoError(t, err)
+		d := c.WithDefaults()
+		require.ErrorContains(t, d.Validate(), "worker.", bad)
+	}
+}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
-	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/outbox-go/outbox/activities"
 	"github.com/outbox-go/outbox/config"
@@ -154,7 +153,7 @@ func (a *App) RunWorker(ctx context.Context, sinks map[string]activities.SinkFac
 		Client:    a.Temporal,
 		TaskQueue: a.Config.Temporal.TaskQueue,
 		Deps:      worker.Deps{Store: a.Store, Handlers: reg, Logger: a.Logger, Alerts: activities.AlertWebhooksFromConfig(&a.Config), Metrics: a.Metrics()},
-		Options:   sdkworker.Options{MaxConcurrentActivityExecutionSize: a.Config.Worker.MaxConcurrentActivities},
+		Options:   a.Config.Worker.WorkerOptions(),
 	})
 }
 
