@@ -2,21 +2,16 @@ package e2e
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-go/outbox/activities"
 	"github.com/outbox-go/outbox/config"
-	"github.com/outbox-go/outbox/internal/testdb"
 	"github.com/outbox-go/outbox/starter"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/worker"
@@ -33,15 +28,7 @@ func TestDeliveredNotRecorded(t *testing.T) {
 	e := newEnv(t, ts)
 
 	// The worker reaches PostgreSQL through the proxy; the relay directly.
-	cfg, err := pgxpool.ParseConfig(testdb.URL())
-	require.NoError(t, err)
-	proxy := newPGProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
-	proxyURL := strings.Replace(testdb.URL(), "127.0.0.1:5432", proxy.addr, 1)
-	workerPool, err := pgxpool.New(ctx, proxyURL)
-	require.NoError(t, err)
-	t.Cleanup(workerPool.Close)
-	workerStore, err := store.New(workerPool, store.Config{Schema: e.store.Schema()})
-	require.NoError(t, err)
+	workerStore, proxy := proxiedStore(t, e)
 
 	var mu sync.Mutex
 	requests := 0

@@ -221,10 +221,7 @@ func (r *Relay) sweepLoop(ctx context.Context, wake chan<- struct{}) {
 			r.log.WarnContext(ctx, "Cannot unpark held-back messages", slog.Any("error", err))
 		case n > 0:
 			r.log.InfoContext(ctx, "Unparked held-back messages whose key no longer holds them", slog.Int64("messages", n))
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
+			notify(wake)
 		}
 	}
 }

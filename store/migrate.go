@@ -116,8 +116,12 @@ func quoteLiteral(s string) string {
 // SetNotify turns the table's NOTIFY trigger on or off: on, every transaction that
 // enqueues notifies the relays (relay.wakeup: notify); off, it does not, and the relays
 // poll (relay.wakeup: poll, the default since migration 0008). It needs the table's owner,
-// like Migrate.
+// like Migrate. A trigger already in that state is left alone: ALTER TABLE would wait for
+// the enqueuing transactions in flight and hold new ones back meanwhile.
 func (s *Store) SetNotify(ctx context.Context, on bool) error {
+	if state, err := s.NotifyEnabled(ctx); err == nil && state == on {
+		return nil
+	}
 	verb := "DISABLE"
 	if on {
 		verb = "ENABLE"

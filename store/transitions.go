@@ -52,7 +52,7 @@ func (c Claimed) MayHaveBeenSent() bool {
 //
 // The result is the claimed rows, then one row whose last columns list the rows parked and
 // their keys.
-const claimSQL = `WITH delayed AS MATERIALIZED (
+var claimSQL = `WITH delayed AS MATERIALIZED (
     SELECT m.id, m.topic, m.ordering_key, m.ordering_seq FROM %[1]s m
     WHERE m.status IN ('pending', 'claimed') AND m.next_retry_at IS NOT NULL AND NOT m.held_back
       AND m.next_retry_at <= now()
@@ -69,13 +69,7 @@ immediate AS MATERIALIZED (
     FOR UPDATE OF m SKIP LOCKED),
 due AS MATERIALIZED (
     SELECT c.id,
-      c.ordering_key IS NOT NULL
-        AND NOT (CASE WHEN c.topic = ANY($4) THEN c.topic = ANY($5) ELSE $6 END)
-        AND EXISTS (
-          SELECT 1 FROM %[1]s e
-          WHERE e.ordering_key = c.ordering_key AND e.ordering_seq < c.ordering_seq
-            AND (e.status IN ('pending', 'claimed', 'dispatched')
-              OR (e.status = 'dead' AND NOT (CASE WHEN e.topic = ANY($4) THEN e.topic = ANY($7) ELSE $8 END)))) AS blocked
+      c.ordering_key IS NOT NULL AND ` + heldBack(4) + ` AS blocked
     FROM (SELECT * FROM delayed UNION ALL SELECT * FROM immediate) c),
 parked AS (
     UPDATE %[1]s AS p SET held_back = true
@@ -230,28 +224,33 @@ func (s *Store) recheckParked(ctx context.Context, ids []int64, keys []string, r
 	return nil
 }
 
-// heldBackSQL is true for a row c that an earlier undelivered message of its key holds
-// back under the ordering rules ($2 to $6 are OrderingRules.args).
-const heldBackSQL = `NOT (CASE WHEN c.topic = ANY($2) THEN c.topic = ANY($3) ELSE $4 END)
+// heldBack returns the condition, true for a row c that an earlier undelivered message of
+// its key holds back under the ordering rules, whose OrderingRules.args are the
+// statement's parameters $p to $p+4. The claim, the parking and the unparking share it.
+func heldBack(p int) string {
+	listed, unordered, defUnordered, skipping, defSkipping := p, p+1, p+2, p+3, p+4
+	return fmt.Sprintf(`NOT (CASE WHEN c.topic = ANY($%[1]d) THEN c.topic = ANY($%[2]d) ELSE $%[3]d END)
     AND EXISTS (
-      SELECT 1 FROM %[1]s e
+      SELECT 1 FROM %%[1]s e
       WHERE e.ordering_key = c.ordering_key AND e.ordering_seq < c.ordering_seq
         AND (e.status IN ('pending', 'claimed', 'dispatched')
-          OR (e.status = 'dead' AND NOT (CASE WHEN e.topic = ANY($2) THEN e.topic = ANY($5) ELSE $6 END))))`
+          OR (e.status = 'dead' AND NOT (CASE WHEN e.topic = ANY($%[1]d) THEN e.topic = ANY($%[4]d) ELSE $%[5]d END))))`,
+		listed, unordered, defUnordered, skipping, defSkipping)
+}
 
-const parkKeysSQL = `UPDATE %[1]s AS c SET held_back = true
+var parkKeysSQL = `UPDATE %[1]s AS c SET held_back = true
 WHERE c.ordering_key = ANY($1) AND c.status = 'pending' AND NOT c.held_back
-  AND ` + heldBackSQL
+  AND ` + heldBack(2)
 
-const recheckParkedSQL = `UPDATE %[1]s AS c SET held_back = false
+var recheckParkedSQL = `UPDATE %[1]s AS c SET held_back = false
 WHERE c.id = ANY($1) AND c.held_back
-  AND NOT (` + heldBackSQL + `)`
+  AND NOT (` + heldBack(2) + `)`
 
 // unparkSQL unparks, for each key that has parked rows, its first parked row when nothing
 // holds it back any more under the current rules (the same test as the claim's). It walks
 // the keys with parked rows one index probe each (a skip scan), so it costs one probe per
 // such key however many rows are parked behind it.
-const unparkSQL = `WITH RECURSIVE keys(k) AS (
+var unparkSQL = `WITH RECURSIVE keys(k) AS (
     (SELECT ordering_key FROM %[1]s WHERE held_back ORDER BY ordering_key LIMIT 1)
     UNION ALL
     SELECT (SELECT ordering_key FROM %[1]s WHERE held_back AND ordering_key > keys.k ORDER BY ordering_key LIMIT 1)
@@ -265,12 +264,7 @@ heads AS (
 UPDATE %[1]s AS m SET held_back = false
 FROM heads c
 WHERE m.id = c.id AND m.held_back
-  AND ((CASE WHEN c.topic = ANY($1) THEN c.topic = ANY($2) ELSE $3 END)
-    OR NOT EXISTS (
-      SELECT 1 FROM %[1]s e
-      WHERE e.ordering_key = c.ordering_key AND e.ordering_seq < c.ordering_seq
-        AND (e.status IN ('pending', 'claimed', 'dispatched')
-          OR (e.status = 'dead' AND NOT (CASE WHEN e.topic = ANY($1) THEN e.topic = ANY($4) ELSE $5 END)))))`
+  AND NOT (` + heldBack(1) + `)`
 
 // Unpark puts back on the claim's path the parked rows that nothing holds back any more
 // (the first parked row of each key): after a change of the topics' ordering settings, or

@@ -141,7 +141,7 @@ func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) error {
 	}
 	defer b.pool.Close()
 	if err := b.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("database %s: %w", redact(b.dbURL), err)
+		return fmt.Errorf("database %s: %w", dev.RedactURL(b.dbURL), err)
 	}
 
 	if b.temporal = lookup(env, "TEMPORAL_ADDRESS"); b.temporal == "" {
@@ -162,7 +162,7 @@ func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) error {
 	b.recv = newReceiver()
 	defer b.recv.close()
 
-	fmt.Fprintf(out, "outbox bench: %d messages per drain, %d run(s), Temporal %s, PostgreSQL %s\n", o.Messages, o.Runs, b.temporal, redact(b.dbURL))
+	fmt.Fprintf(out, "outbox bench: %d messages per drain, %d run(s), Temporal %s, PostgreSQL %s\n", o.Messages, o.Runs, b.temporal, dev.RedactURL(b.dbURL))
 	return b.run(ctx)
 }
 
@@ -347,14 +347,6 @@ func freePorts(n int) ([]int, error) {
 func lookup(env *cli.Env, name string) string {
 	v, _ := env.LookupEnv(name)
 	return v
-}
-
-func redact(url string) string {
-	c, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return "unparsable"
-	}
-	return fmt.Sprintf("%s@%s:%d/%s", c.ConnConfig.User, c.ConnConfig.Host, c.ConnConfig.Port, c.ConnConfig.Database)
 }
 
 func median(xs []float64) float64 {

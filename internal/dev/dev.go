@@ -211,7 +211,7 @@ func (s *session) path(name string) string {
 // startPostgres starts the private cluster, unless DATABASE_URL names a database.
 func (s *session) startPostgres(ctx context.Context) error {
 	if s.cfg.DatabaseURL != "" {
-		s.show("PostgreSQL", "DATABASE_URL (%s)", redact(s.cfg.DatabaseURL))
+		s.show("PostgreSQL", "DATABASE_URL (%s)", RedactURL(s.cfg.DatabaseURL))
 		return nil
 	}
 	binDir, err := pgcluster.FindBinDir(s.o.PGBinDir, exec.LookPath)
@@ -393,8 +393,8 @@ func loopback(addr string) string {
 	return net.JoinHostPort(host, port)
 }
 
-// redact describes a connection string without its password.
-func redact(url string) string {
+// RedactURL describes a connection string without its password.
+func RedactURL(url string) string {
 	c, err := pgx.ParseConfig(url)
 	if err != nil {
 		return "unparsable"
