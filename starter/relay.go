@@ -321,6 +321,8 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	}
 	var attempted, refused atomic.Int32
 	var firstRefusal atomic.Pointer[error]
+	var mu sync.Mutex
+	dispatched := make([]store.Claimed, 0, len(rows))
 	hand := context.WithoutCancel(ctx)
 	// Rows whose lease is about to run out by this process's clock are left to the next
 	// claim: starting them now would race another relay that may already have taken them.
@@ -343,13 +345,20 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 			rowCtx, cancel := context.WithTimeout(hand, r.cfg.StartTimeout+20*time.Second)
 			defer cancel()
 			attempted.Add(1)
-			if err := r.handOver(rowCtx, row); err != nil {
+			owned, err := r.handOver(rowCtx, row)
+			switch {
+			case err != nil:
 				refused.Add(1)
 				firstRefusal.CompareAndSwap(nil, &err)
+			case owned:
+				mu.Lock()
+				dispatched = append(dispatched, row)
+				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
+	r.markDispatched(hand, dispatched)
 	r.cfg.Metrics.Batch(len(rows), time.Since(began))
 	r.noteStarts(ctx, int(attempted.Load()), int(refused.Load()), firstRefusal.Load())
 	return len(rows) + claim.Parked, nil
@@ -427,9 +436,10 @@ func (r *Relay) StartOptions(in workflows.DeliveryInput) client.StartWorkflowOpt
 	return opts
 }
 
-// handOver starts the row's workflow and records the row. It returns the error of a start
-// that Temporal refused (the row stays claimed and is retried after its lease).
-func (r *Relay) handOver(ctx context.Context, row store.Claimed) error {
+// handOver starts the row's workflow. It reports whether a running workflow now owns the
+// row (the caller marks such rows dispatched, a pass at a time), and returns the error of
+// a start that Temporal refused (the row stays claimed and is retried after its lease).
+func (r *Relay) handOver(ctx context.Context, row store.Claimed) (owned bool, err error) {
 	log := r.log.With(slog.String("message_id", row.MessageID.String()), slog.String("topic", row.Topic))
 	in := workflows.DeliveryInput{
 		MessageID:        row.MessageID.String(),
@@ -441,7 +451,7 @@ func (r *Relay) handOver(ctx context.Context, row store.Claimed) error {
 	}
 	startCtx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
 	defer cancel()
-	_, err := r.client.ExecuteWorkflow(startCtx, r.StartOptions(in), workflows.WorkflowType, in)
+	_, err = r.client.ExecuteWorkflow(startCtx, r.StartOptions(in), workflows.WorkflowType, in)
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	switch {
 	case err == nil:
@@ -449,53 +459,61 @@ func (r *Relay) handOver(ctx context.Context, row store.Claimed) error {
 		if row.RedriveCount > 0 {
 			r.cfg.Metrics.Redriven(row.Topic)
 		}
-		r.markDispatched(ctx, log, row)
+		return true, nil
 	case errors.As(err, &started):
 		r.cfg.Metrics.WorkflowAlreadyStarted()
-		r.alreadyStarted(ctx, log, row, started.RunId)
+		return r.alreadyStarted(ctx, log, row, started.RunId), nil
 	default:
 		r.cfg.Metrics.Error(metrics.OpStartWorkflow)
 		// The row stays claimed; another pass takes it when the lease expires. The pass
 		// logs its refusals in one line.
 		log.DebugContext(ctx, "Cannot start delivery workflow; will retry after the lease",
 			slog.Time("lease_until", row.LeaseUntil), slog.Any("error", err))
-		return err
+		return false, err
 	}
-	return nil
 }
 
-func (r *Relay) markDispatched(ctx context.Context, log *slog.Logger, row store.Claimed) {
-	ok, err := r.store.MarkDispatched(ctx, row.ID, row.ClaimToken)
+// markDispatched records the rows of a pass that a running workflow owns, in one
+// statement. A row that moved on meanwhile (its workflow already finished, or its lease
+// expired and another relay took it) is left as it is.
+func (r *Relay) markDispatched(ctx context.Context, rows []store.Claimed) {
+	if len(rows) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := r.store.MarkDispatchedAll(ctx, rows)
 	switch {
 	case err != nil:
 		r.cfg.Metrics.Error(metrics.OpMarkDispatched)
-		log.WarnContext(ctx, "Workflow started but the row was not marked dispatched", slog.Any("error", err))
-	case !ok:
-		log.DebugContext(ctx, "Row moved on before it was marked dispatched")
+		r.log.WarnContext(ctx, "Workflows started but their rows were not marked dispatched; they are handed over again after the lease",
+			slog.Int("rows", len(rows)), slog.Any("error", err))
+	case n < len(rows):
+		r.log.DebugContext(ctx, "Some rows moved on before they were marked dispatched", slog.Int("rows", len(rows)), slog.Int("marked", n))
 	}
 }
 
 // alreadyStarted handles a start that met an existing run of the message's workflow:
-// a running one owns the message; a completed one delivered it.
-func (r *Relay) alreadyStarted(ctx context.Context, log *slog.Logger, row store.Claimed, runID string) {
+// a running one owns the message (owned is true); a completed one delivered it.
+func (r *Relay) alreadyStarted(ctx context.Context, log *slog.Logger, row store.Claimed, runID string) (owned bool) {
 	id := workflows.WorkflowID(row.MessageID.String())
 	desc, err := r.client.DescribeWorkflowExecution(ctx, id, "")
 	if err != nil {
 		r.cfg.Metrics.Error(metrics.OpDescribeWorkflow)
 		log.WarnContext(ctx, "Workflow already started but cannot be described", slog.String("run_id", runID), slog.Any("error", err))
-		return
+		return false
 	}
 	status := desc.GetWorkflowExecutionInfo().GetStatus()
 	switch status {
 	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
 		log.InfoContext(ctx, "Workflow already running; handed over", slog.String("run_id", runID))
-		r.markDispatched(ctx, log, row)
+		return true
 	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
 		ok, err := r.store.MarkSent(ctx, row.MessageID)
 		if err != nil {
 			r.cfg.Metrics.Error(metrics.OpMarkSent)
 			log.WarnContext(ctx, "Cannot record the completed run's outcome", slog.Any("error", err))
-			return
+			return false
 		}
 		log.InfoContext(ctx, "Workflow already completed; row recorded as sent", slog.String("run_id", runID), slog.Bool("changed", ok))
 	default:
@@ -504,6 +522,7 @@ func (r *Relay) alreadyStarted(ctx context.Context, log *slog.Logger, row store.
 		// claimed when its lease expires is claimed and started again.
 		log.InfoContext(ctx, "Workflow start rejected by a run that was closing", slog.String("status", status.String()))
 	}
+	return false
 }
 
 // listen forwards the table's notifications to wake until ctx is cancelled, reconnecting

@@ -332,6 +332,41 @@ func TestClaim(t *testing.T) {
 		require.True(t, ok)
 	})
 
+	t.Run("MarkDispatchedAllOnlyUnderItsClaim", func(t *testing.T) {
+		t.Parallel()
+		pool, st := testdb.Schema(t)
+		enqueue(t, pool, st, 4)
+		claimed, err := st.Claim(ctx, 10, time.Hour)
+		require.NoError(t, err)
+		require.Len(t, claimed, 4)
+		// One row finished before the batch is recorded, one was reclaimed by another
+		// relay after its lease: neither moves.
+		ok, err := st.MarkSent(ctx, claimed[0].MessageID)
+		require.NoError(t, err)
+		require.True(t, ok)
+		_, err = pool.Exec(ctx, `UPDATE `+st.Schema()+`.outbox_messages SET lease_until = now() - interval '1 second' WHERE id = $1`, claimed[1].ID)
+		require.NoError(t, err)
+		again, err := st.Claim(ctx, 10, time.Hour)
+		require.NoError(t, err)
+		require.Len(t, again, 1)
+
+		n, err := st.MarkDispatchedAll(ctx, claimed)
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+		want := map[uuid.UUID]string{
+			claimed[0].MessageID: store.StatusSent, claimed[1].MessageID: store.StatusClaimed,
+			claimed[2].MessageID: store.StatusDispatched, claimed[3].MessageID: store.StatusDispatched,
+		}
+		for _, c := range claimed {
+			row, err := st.Get(ctx, c.MessageID)
+			require.NoError(t, err)
+			require.Equal(t, want[c.MessageID], row.Status, "message %s", c.MessageID)
+		}
+		n, err = st.MarkDispatchedAll(ctx, nil)
+		require.NoError(t, err)
+		require.Zero(t, n)
+	})
+
 	t.Run("NotBeforeNextRetryAt", func(t *testing.T) {
 		t.Parallel()
 		pool, st := testdb.Schema(t)

@@ -292,9 +292,29 @@ func (s *Store) exec(ctx context.Context, what, sql string, args ...any) (bool, 
 // while the caller still holds the claim. ok is false when the row has moved on (its
 // workflow already finished, or the lease expired and another relay took it).
 func (s *Store) MarkDispatched(ctx context.Context, id int64, token uuid.UUID) (ok bool, err error) {
-	return s.exec(ctx, "mark message dispatched", `UPDATE `+s.messages+`
+	n, err := s.MarkDispatchedAll(ctx, []Claimed{{ID: id, ClaimToken: token}})
+	return n > 0, err
+}
+
+// MarkDispatchedAll is MarkDispatched for many claimed rows in one statement. It returns
+// the number of rows that were still claimed under their token and are now dispatched.
+func (s *Store) MarkDispatchedAll(ctx context.Context, rows []Claimed) (int, error) {
+	if len(rows) == 0 {
+		return 0, nil
+	}
+	ids := make([]int64, len(rows))
+	tokens := make([]uuid.UUID, len(rows))
+	for i, r := range rows {
+		ids[i], tokens[i] = r.ID, r.ClaimToken
+	}
+	tag, err := s.db.Exec(ctx, `UPDATE `+s.messages+` AS m
 SET status = 'dispatched', claim_token = NULL, lease_until = NULL, dispatched_at = now(), updated_at = now()
-WHERE id = $1 AND status = 'claimed' AND claim_token = $2`, id, token)
+FROM unnest($1::bigint[], $2::uuid[]) AS d(id, token)
+WHERE m.id = d.id AND m.status = 'claimed' AND m.claim_token = d.token`, ids, tokens)
+	if err != nil {
+		return 0, fmt.Errorf("mark %d messages dispatched: %w", len(rows), err)
+	}
+	return int(tag.RowsAffected()), nil
 }
 
 // MarkSent records a delivered message: pending, claimed or dispatched → sent. ok is false
