@@ -244,6 +244,15 @@ func TestDev(t *testing.T) {
 	// SIGINT stops everything, PostgreSQL included.
 	p.interrupt(t, 60*time.Second)
 	require.Eventually(t, func() bool { return !alive(pgPID) }, 10*time.Second, 50*time.Millisecond, "PostgreSQL outlived outbox dev")
+	// Temporal's state is a SQLite database in WAL mode: its header's file format
+	// versions (bytes 18 and 19) are 2, where a rollback-journal database has 1.
+	f, err := os.Open(filepath.Join(dir, "temporal.db"))
+	require.NoError(t, err)
+	header := make([]byte, 20)
+	_, err = io.ReadFull(f, header)
+	f.Close()
+	require.NoError(t, err)
+	require.Equal(t, []byte{2, 2}, header[18:20], "temporal.db is in WAL mode")
 
 	// A restart on the same folder keeps the messages table and the workflow histories.
 	p = startDev(t, bin, devEnv(), args...)

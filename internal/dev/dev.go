@@ -64,7 +64,7 @@ func Command(env *cli.Env) *cobra.Command {
                 PostgreSQL server programs (--pg-bin-dir, OUTBOX_PG_BIN_DIR, PATH, or the
                 usual install folders)
   Temporal      TEMPORAL_ADDRESS if set, else the Temporal server in this process, its state
-                in --dir (--ephemeral: in memory), frontend on 127.0.0.1:7233 and the Web UI
+                in --dir (--ephemeral: thrown away at exit), frontend on 127.0.0.1:7233 and the Web UI
                 on http://127.0.0.1:8233
   worker, relay the outbox itself
   demo          an order service and an inventory service (see outbox demo --help)
@@ -86,7 +86,7 @@ and UI.`,
 	f := cmd.Flags()
 	f.StringVar(&o.Dir, "dir", ".outbox-dev", "folder for PostgreSQL's and Temporal's data and logs")
 	f.BoolVar(&o.Reset, "reset", false, "wipe --dir first (PostgreSQL data included)")
-	f.BoolVar(&o.Ephemeral, "ephemeral", false, "keep Temporal's state in memory")
+	f.BoolVar(&o.Ephemeral, "ephemeral", false, "throw Temporal's state away at exit (it is kept on tmpfs when the machine has one)")
 	f.StringVar(&o.Only, "only", "", `run only one part: "temporal" (the server and its UI)`)
 	f.StringVar(&o.PGBinDir, "pg-bin-dir", "", "folder with initdb and postgres (default: $OUTBOX_PG_BIN_DIR, PATH, /usr/lib/postgresql/*/bin, ...)")
 	f.IntVar(&o.PGPort, "pg-port", 0, "port of the private PostgreSQL (default: the last one if free, else any free port)")
@@ -258,7 +258,7 @@ func (s *session) startTemporal() error {
 	s.stops = append(s.stops, ts.Stop)
 	s.cfg.Temporal.Address = ts.address
 	s.cfg.Temporal.Namespace = cmp.Or(t.Namespace, "default")
-	state := "in memory"
+	state := "thrown away at exit"
 	if t.DatabaseFile != "" {
 		state = "in " + s.path("temporal.db")
 	}

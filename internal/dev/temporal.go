@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -34,7 +35,8 @@ type TemporalOptions struct {
 	// FrontendPort defaults to 7233; HistoryPort, MatchingPort and WorkerPort to the
 	// three ports after it. FrontendHTTPPort (the HTTP API) is off when 0.
 	FrontendPort, HistoryPort, MatchingPort, WorkerPort, FrontendHTTPPort int
-	// DatabaseFile keeps the server's state; empty means in memory.
+	// DatabaseFile keeps the server's state; empty means a throwaway file (on tmpfs when
+	// the machine has one) removed at Stop.
 	DatabaseFile string
 	// Namespace is created at every start. Defaults to "default".
 	Namespace string
@@ -54,6 +56,7 @@ type TemporalServer struct {
 	uiDone  chan struct{}
 	address string
 	uiURL   string
+	scratch string // the folder of a throwaway state, removed at Stop
 }
 
 func (o *TemporalOptions) withDefaults() {
@@ -100,21 +103,37 @@ func StartTemporal(o TemporalOptions) (*TemporalServer, error) {
 		}
 	}
 
-	sqlCfg := &config.SQL{PluginName: sqliteplugin.PluginName, ConnectAttributes: map[string]string{}}
+	// The state lives in a SQLite file in WAL mode (the plugin passes every attribute that
+	// is not a URI parameter as a pragma). "In memory" is a throwaway file on tmpfs when
+	// there is one, without fsync, removed at Stop: SQLite's own memory mode keeps a
+	// rollback journal in memory whose allocations cost the server half its CPU.
+	var scratch string
 	if o.DatabaseFile == "" {
-		sqlCfg.DatabaseName = fmt.Sprintf("outbox-dev-%d", time.Now().UnixNano())
-		sqlCfg.ConnectAttributes["mode"] = "memory"
-		sqlCfg.ConnectAttributes["cache"] = "shared"
-	} else {
-		sqlCfg.DatabaseName = o.DatabaseFile
-		sqlCfg.ConnectAttributes["mode"] = "rwc"
-		sqlCfg.ConnectAttributes["_journal_mode"] = "wal"
-		sqlCfg.ConnectAttributes["_synchronous"] = "2"
+		dir, err := scratchDir()
+		if err != nil {
+			return nil, fmt.Errorf("a folder for the Temporal state: %w", err)
+		}
+		scratch, o.DatabaseFile = dir, filepath.Join(dir, "temporal.db")
 	}
-	// An in-memory database gets its schema from the plugin; a new file needs it created.
-	if _, err := os.Stat(o.DatabaseFile); o.DatabaseFile != "" && errors.Is(err, os.ErrNotExist) {
+	started := false
+	defer func() {
+		if !started && scratch != "" {
+			_ = os.RemoveAll(scratch)
+		}
+	}()
+	// WAL with synchronous=normal survives a crash of this process (a power loss may lose
+	// the last transactions); a throwaway file needs no flush at all.
+	synchronous := "normal"
+	if scratch != "" {
+		synchronous = "off"
+	}
+	sqlCfg := &config.SQL{PluginName: sqliteplugin.PluginName, DatabaseName: o.DatabaseFile, ConnectAttributes: map[string]string{
+		"mode": "rwc", "journal_mode": "wal", "synchronous": synchronous,
+	}}
+	// A new file needs the schema.
+	if _, err := os.Stat(o.DatabaseFile); errors.Is(err, os.ErrNotExist) {
 		if err := sqlite.SetupSchema(sqlCfg); err != nil {
-			return nil, fmt.Errorf("create Temporal schema: %w", err)
+			return nil, fmt.Errorf("create Temporal schema in %s: %w", o.DatabaseFile, err)
 		}
 	}
 	const clusterName = "active"
@@ -196,7 +215,8 @@ func StartTemporal(o TemporalOptions) (*TemporalServer, error) {
 	if err := srv.Start(); err != nil {
 		return nil, fmt.Errorf("start Temporal server: %w", err)
 	}
-	t := &TemporalServer{server: srv, address: frontend}
+	started = true
+	t := &TemporalServer{server: srv, address: frontend, scratch: scratch}
 
 	if o.UIPort != 0 {
 		t.ui = uiserver.NewServer(server_options.WithConfigProvider(&uiconfig.Config{
@@ -233,6 +253,17 @@ func (t *TemporalServer) Stop() {
 		<-t.uiDone
 	}
 	_ = t.server.Stop()
+	if t.scratch != "" {
+		_ = os.RemoveAll(t.scratch)
+	}
+}
+
+// scratchDir makes a folder for a throwaway state: on tmpfs when the machine has one.
+func scratchDir() (string, error) {
+	if dir, err := os.MkdirTemp("/dev/shm", "outbox-temporal-"); err == nil {
+		return dir, nil
+	}
+	return os.MkdirTemp("", "outbox-temporal-")
 }
 
 func searchAttributes() map[string]enumspb.IndexedValueType {
