@@ -36,6 +36,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
@@ -251,12 +252,18 @@ func (b *bench) latency(ctx context.Context, capacity float64) error {
 	if capacity > 0 {
 		rates = append(rates, capacity/2)
 	}
+	var breakdown [][]phases
 	for _, rate := range rates {
-		p50, p99, mx, err := b.steady(ctx, sc, rate, b.o.LatencyMessages)
+		p50, p99, mx, ps, err := b.steady(ctx, sc, rate, b.o.LatencyMessages)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(b.out, "| %.1f msg/s | %d | %s | %s | %s |\n", rate, b.o.LatencyMessages, ms(p50), ms(p99), ms(mx))
+		breakdown = append(breakdown, ps)
+	}
+	fmt.Fprintf(b.out, "\n| offered rate | sampled | commit to workflow start | to send start | send | to sent_at |\n|---:|---:|---:|---:|---:|---:|\n")
+	for i, ps := range breakdown {
+		printPhases(b.out, fmt.Sprintf("%.1f msg/s", rates[i]), ps)
 	}
 	fmt.Fprintf(b.out, "\n| process | peak RSS |\n|---|---:|\n")
 	for _, p := range procs {
@@ -266,24 +273,24 @@ func (b *bench) latency(ctx context.Context, capacity float64) error {
 }
 
 // steady commits n single-row transactions at rate and returns the percentiles of
-// sent_at - created_at once all are sent.
-func (b *bench) steady(ctx context.Context, sc *schema, rate float64, n int) (p50, p99, mx time.Duration, err error) {
+// sent_at - created_at once all are sent, and the phases of a sample of the messages.
+func (b *bench) steady(ctx context.Context, sc *schema, rate float64, n int) (p50, p99, mx time.Duration, ps []phases, err error) {
 	tag := strconv.FormatInt(rand.Int64(), 36)
 	every := time.Duration(float64(time.Second) / rate)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for i := 0; i < n; i++ {
 		if _, err := sc.store.Enqueue(ctx, b.pool, store.Message{Topic: benchTopic, Payload: []byte(`{"run": "` + tag + `"}`)}); err != nil {
-			return 0, 0, 0, err
+			return 0, 0, 0, nil, err
 		}
 		select {
 		case <-ctx.Done():
-			return 0, 0, 0, ctx.Err()
+			return 0, 0, 0, nil, ctx.Err()
 		case <-tick.C:
 		}
 	}
 	if err := sc.waitSent(ctx, `payload->>'run' = $1`, n, tag); err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, nil, err
 	}
 	var a, c, d float64
 	err = b.pool.QueryRow(ctx, `SELECT
@@ -291,7 +298,41 @@ func (b *bench) steady(ctx context.Context, sc *schema, rate float64, n int) (p5
   percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM sent_at - created_at)),
   max(extract(epoch FROM sent_at - created_at))
 FROM `+sc.table+` WHERE payload->>'run' = $1`, tag).Scan(&a, &c, &d)
-	return secs(a), secs(c), secs(d), err
+	if err != nil {
+		return 0, 0, 0, nil, err
+	}
+	ps, err = sc.samplePhases(ctx, b.client, tag, 50)
+	return secs(a), secs(c), secs(d), ps, err
+}
+
+// samplePhases reads the phases of up to n messages of the run tagged tag, evenly spread.
+func (s *schema) samplePhases(ctx context.Context, c client.Client, tag string, n int) ([]phases, error) {
+	rows, err := s.b.pool.Query(ctx, `SELECT message_id::text, created_at, sent_at FROM `+s.table+`
+		WHERE payload->>'run' = $1 ORDER BY id`, tag)
+	if err != nil {
+		return nil, err
+	}
+	type msg struct {
+		id            string
+		created, sent time.Time
+	}
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (msg, error) {
+		var m msg
+		return m, r.Scan(&m.id, &m.created, &m.sent)
+	})
+	if err != nil {
+		return nil, err
+	}
+	step := max(len(all)/n, 1)
+	var ps []phases
+	for i := 0; i < len(all); i += step {
+		p, err := messagePhases(ctx, c, all[i].id, all[i].created, all[i].sent)
+		if err != nil {
+			return nil, err
+		}
+		ps = append(ps, p)
+	}
+	return ps, nil
 }
 
 // receiver is the downstream of every shape: it answers 200 at once and counts.
@@ -312,8 +353,8 @@ func newReceiver() *receiver {
 
 func (r *receiver) close() { r.srv.Close() }
 
-// startTemporal starts a Temporal server in this process on free ports, its state in
-// memory, without the UI.
+// startTemporal starts a Temporal server in this process on free ports, its state
+// thrown away at the end (as outbox dev --ephemeral keeps it), without the UI.
 func startTemporal() (*dev.TemporalServer, error) {
 	ports, err := freePorts(4)
 	if err != nil {
