@@ -125,12 +125,35 @@ func (a *Activities) Send(ctx context.Context, in workflows.SendInput) error {
 	defer span.End()
 	err = h.Send(ctx, delivery(row, in.Attempt, in.MaxAttempts))
 	if err == nil {
+		a.recordDelivered(ctx, in)
 		return nil
 	}
 	appErr := toApplicationError(err)
 	endSendSpan(span, appErr)
 	a.recordFailure(ctx, in, appErr)
 	return appErr
+}
+
+// recordDelivered records the row sent as soon as the handler accepted it, so the row
+// (and the next message of its ordering key) does not wait for the workflow's next task.
+// The workflow's mark-sent step confirms it, and records it when this could not.
+func (a *Activities) recordDelivered(ctx context.Context, in workflows.SendInput) {
+	id, err := uuid.Parse(in.MessageID)
+	if err != nil {
+		return
+	}
+	// Within half the time the attempt has left: a database that hangs must not turn a
+	// delivered attempt into a timed-out (ambiguous) one.
+	wait := 5 * time.Second
+	if deadline, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(deadline)/2)
+	}
+	markCtx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if _, err := a.markSent(markCtx, id); err != nil {
+		a.logger().InfoContext(ctx, "Delivered; the row is recorded sent by the mark-sent step",
+			slog.String("message_id", in.MessageID), slog.Any("error", err))
+	}
 }
 
 func (a *Activities) recordFailure(ctx context.Context, in workflows.SendInput, err error) {
@@ -205,16 +228,14 @@ func (a *Activities) MarkSent(ctx context.Context, in workflows.MarkSentInput) e
 	if err != nil {
 		return err
 	}
-	ok, err := a.Store.MarkSent(ctx, id)
+	changed, err := a.markSent(ctx, id)
 	if err != nil {
-		a.Metrics.Error(metrics.OpMarkSent)
 		return err
 	}
-	if !ok {
-		a.logger().InfoContext(ctx, "Message already recorded; mark-sent changed nothing", slog.String("message_id", in.MessageID))
-		return nil
+	if !changed {
+		// The usual case: the send activity recorded the row when the handler accepted it.
+		a.logger().DebugContext(ctx, "Message already recorded; mark-sent changed nothing", slog.String("message_id", in.MessageID))
 	}
-	a.recordSent(ctx, id)
 	return nil
 }
 

@@ -71,6 +71,21 @@ func TestActivities(t *testing.T) {
 		require.Contains(t, *row.LastError, "HTTP 503")
 	})
 
+	t.Run("AcceptedSendRecordsTheRowSent", func(t *testing.T) {
+		t.Parallel()
+		a, st := setup(t, 200)
+		id := enqueue(t, st, "order.created")
+		require.NoError(t, a.Send(ctx, workflows.SendInput{MessageID: id, Topic: "order.created", Attempt: 1, MaxAttempts: 4}))
+		row, err := st.Get(ctx, mustUUID(t, id))
+		require.NoError(t, err)
+		require.Equal(t, store.StatusSent, row.Status, "sent when the handler accepted it, before mark-sent")
+		require.NotNil(t, row.SentAt)
+		require.NoError(t, a.MarkSent(ctx, workflows.MarkSentInput{MessageID: id, Attempts: 1}), "mark-sent confirms it")
+		again, err := st.Get(ctx, mustUUID(t, id))
+		require.NoError(t, err)
+		require.Equal(t, *row.SentAt, *again.SentAt, "mark-sent leaves the recorded time")
+	})
+
 	t.Run("SentMessageIsNotSentAgain", func(t *testing.T) {
 		t.Parallel()
 		a, st := setup(t, 500)

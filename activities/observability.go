@@ -3,8 +3,6 @@ package activities
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"time"
 
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel"
@@ -65,21 +63,18 @@ func endSendSpan(span trace.Span, err error) {
 	span.SetStatus(codes.Error, msg)
 }
 
-// recordSent counts a message that mark-sent moved to sent, with its commit-to-sent
-// latency (sent_at − created_at, both from the database clock). It reads the row only
-// when metrics are on.
-func (a *Activities) recordSent(ctx context.Context, id uuid.UUID) {
-	if a.Metrics == nil {
-		return
-	}
-	row, err := a.Store.Get(context.WithoutCancel(ctx), id)
+// markSent moves the message to sent and counts it, with its commit-to-sent latency
+// (sent_at − created_at, both from the database clock). changed is false when the row
+// was already terminal.
+func (a *Activities) markSent(ctx context.Context, id uuid.UUID) (changed bool, err error) {
+	sent, err := a.Store.RecordSent(ctx, id)
 	if err != nil {
-		a.logger().DebugContext(ctx, "Cannot read the sent message for its metrics", slog.String("message_id", id.String()), slog.Any("error", err))
-		return
+		a.Metrics.Error(metrics.OpMarkSent)
+		return false, err
 	}
-	latency := time.Duration(-1) // not observed
-	if row.SentAt != nil {
-		latency = row.SentAt.Sub(row.CreatedAt)
+	if sent == nil {
+		return false, nil
 	}
-	a.Metrics.Sent(row.Topic, latency)
+	a.Metrics.Sent(sent.Topic, sent.Latency)
+	return true, nil
 }

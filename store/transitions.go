@@ -320,9 +320,32 @@ WHERE m.id = d.id AND m.status = 'claimed' AND m.claim_token = d.token`, ids, to
 // MarkSent records a delivered message: pending, claimed or dispatched → sent. ok is false
 // when the row is already terminal or does not exist.
 func (s *Store) MarkSent(ctx context.Context, messageID uuid.UUID) (ok bool, err error) {
-	return s.exec(ctx, "mark message sent", `UPDATE `+s.messages+`
+	sent, err := s.RecordSent(ctx, messageID)
+	return sent != nil, err
+}
+
+// Sent describes a message that RecordSent moved to sent.
+type Sent struct {
+	Topic string
+	// Latency is from the row's created_at (its transaction's start) to sent_at.
+	Latency time.Duration
+}
+
+// RecordSent is MarkSent returning what metrics need of the row it changed, in the same
+// round trip; nil when the row is already terminal or does not exist.
+func (s *Store) RecordSent(ctx context.Context, messageID uuid.UUID) (*Sent, error) {
+	var sent Sent
+	err := s.db.QueryRow(ctx, `UPDATE `+s.messages+`
 SET status = 'sent', sent_at = now(), claim_token = NULL, lease_until = NULL, updated_at = now()
-WHERE message_id = $1 AND status IN ('pending', 'claimed', 'dispatched')`, messageID)
+WHERE message_id = $1 AND status IN ('pending', 'claimed', 'dispatched')
+RETURNING topic, sent_at - created_at`, messageID).Scan(&sent.Topic, &sent.Latency)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("mark message sent: %w", err)
+	}
+	return &sent, nil
 }
 
 // RecordFailure records a failed delivery attempt on the row: retry_times becomes the

@@ -261,7 +261,8 @@ func (b *bench) latency(ctx context.Context, capacity float64) error {
 		fmt.Fprintf(b.out, "| %.1f msg/s | %d | %s | %s | %s |\n", rate, b.o.LatencyMessages, ms(p50), ms(p99), ms(mx))
 		breakdown = append(breakdown, ps)
 	}
-	fmt.Fprintf(b.out, "\n| offered rate | sampled | commit to workflow start | to send start | send | to sent_at |\n|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintln(b.out, "\nMedian phases of a sample of those messages:")
+	printPhasesHeader(b.out)
 	for i, ps := range breakdown {
 		printPhases(b.out, fmt.Sprintf("%.1f msg/s", rates[i]), ps)
 	}
