@@ -1,25 +1,30 @@
 # syntax=docker/dockerfile:1
 
-# The outbox binary: migrate, worker, relay, enqueue, demo, ...
+# The outbox binary: migrate, worker, relay, enqueue, demo, ... (not dev nor bench)
 #
 #   docker build -t outbox .
 #   docker run --rm -e DATABASE_URL=... outbox migrate
 #
+# The binary is built with the nodev tag from the command's module (cmd/outbox) alone: no
+# outbox dev, no outbox bench, and no Temporal server inside (about 32 MB instead of 157).
 # GO_VERSION must provide Go 1.26.8 or newer (go.mod); GOTOOLCHAIN=local keeps the build
 # from downloading another toolchain.
 ARG GO_VERSION=1.26
 
 FROM golang:${GO_VERSION} AS build
 ENV GOTOOLCHAIN=local \
-    CGO_ENABLED=0
+    CGO_ENABLED=0 \
+    GOWORK=off
 WORKDIR /src
+# The library's requirements are all that a nodev build needs.
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod \
     go mod download
 COPY . .
+WORKDIR /src/cmd/outbox
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
-    go build -trimpath -ldflags="-s -w" -o /out/outbox ./cmd/outbox
+    go build -tags nodev -trimpath -ldflags="-s -w" -o /out/outbox .
 
 # Static binary, no shell, runs as uid 65532 (nonroot).
 FROM gcr.io/distroless/static-debian12:nonroot

@@ -4,10 +4,13 @@ SHELL := bash
 
 STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 WORKFLOWCHECK := go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0
+# The modules of go.work: the library at the root, the command (with outbox dev and
+# outbox bench, which link the Temporal server) and the end-to-end tests.
+MODULES = ./... ./cmd/outbox/... ./e2e/...
 # Every package with tests but e2e, which links the Temporal server and runs without -race.
 # (Packages without tests are left out: go test would still build them with -race, and
-# cmd/outbox and internal/dev link the whole server; lint's go vet checks them.)
-UNIT_PKGS = $(shell go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... | grep -v /e2e$$)
+# cmd/outbox links the whole server; lint's go vet checks them.)
+UNIT_PKGS = $(shell go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' $(MODULES) | grep -v /e2e$$)
 
 .PHONY: help
 help: ## List the targets
@@ -30,15 +33,26 @@ test: ## Start what the tests need, then run every test (the quick-start check v
 
 .PHONY: lint
 lint: ## go vet, gofmt, staticcheck, workflowcheck and the docker-compose.yml check
-	go vet ./...
+	go vet $(MODULES)
+	go vet -tags nodev ./cmd/outbox/
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	@if go run $(STATICCHECK) -version >/dev/null 2>&1; then go run $(STATICCHECK) ./...; else echo "staticcheck unavailable; skipped"; fi
+	@if go run $(STATICCHECK) -version >/dev/null 2>&1; then go run $(STATICCHECK) $(MODULES); else echo "staticcheck unavailable; skipped"; fi
 	@if go run $(WORKFLOWCHECK) -h >/dev/null 2>&1; then go run $(WORKFLOWCHECK) ./workflows/...; else echo "workflowcheck unavailable; skipped"; fi
 	@scripts/check-compose.sh
 
 .PHONY: build
-build: ## Build bin/outbox
+build: ## Build bin/outbox (with outbox dev and outbox bench)
 	CGO_ENABLED=0 go build -o bin/outbox ./cmd/outbox
+
+.PHONY: build-prod
+build-prod: ## Build bin/outbox-prod as the image does: no outbox dev, no Temporal server inside
+	cd cmd/outbox && GOWORK=off CGO_ENABLED=0 go build -tags nodev -trimpath -ldflags="-s -w" -o ../../bin/outbox-prod .
+
+.PHONY: tidy
+tidy: ## go mod tidy in each module
+	GOWORK=off go mod tidy
+	cd cmd/outbox && GOWORK=off go mod tidy
+	cd e2e && GOWORK=off go mod tidy
 
 .PHONY: bench
 bench: ## Run the store benchmarks (see docs/benchmarks.md)

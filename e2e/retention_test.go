@@ -154,8 +154,15 @@ func TestRetention(t *testing.T) {
 	}, scheduleInput(t, desc))
 	require.Equal(t, e.taskQueue, desc.Schedule.Action.(*client.ScheduleWorkflowAction).TaskQueue)
 
-	// The same settings again change nothing.
-	updated := desc.Info.LastUpdateAt
+	// The same settings again change nothing. The schedule's update time is read once the
+	// schedule has settled: two reads apart give the same time.
+	var updated time.Time
+	require.Eventually(t, func() bool {
+		before := describeRetention(t, e.client).Info.LastUpdateAt
+		time.Sleep(200 * time.Millisecond)
+		updated = describeRetention(t, e.client).Info.LastUpdateAt
+		return updated.Equal(before)
+	}, 30*time.Second, 10*time.Millisecond)
 	c := changed.WithDefaults()
 	require.NoError(t, worker.EnsureRetentionSchedule(ctx, e.client, e.taskQueue, app.RetentionInput(c.Retention), 2*time.Hour))
 	again, err := handle.Describe(ctx)

@@ -10,12 +10,12 @@
 //
 // Every subcommand reads --config FILE (YAML); DATABASE_URL, TEMPORAL_ADDRESS,
 // TEMPORAL_NAMESPACE and OUTBOX_TASK_QUEUE override it.
+//
+// dev and bench run a Temporal server in the process. Built with the nodev tag
+// (go build -tags nodev), the binary leaves them out and contains no Temporal server:
+// that is the production image's binary.
 package main
 
-import (
-	"github.com/outbox-go/outbox/internal/bench"
-	"github.com/outbox-go/outbox/internal/cli"
-	"github.com/outbox-go/outbox/internal/dev"
-)
+import "github.com/outbox-go/outbox/internal/cli"
 
-func main() { cli.Main(dev.Command, bench.Command) }
+func main() { cli.Main(devCommands...) }

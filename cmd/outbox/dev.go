@@ -1,0 +1,14 @@
+//go:build !nodev
+
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/outbox-go/outbox/cmd/outbox/internal/bench"
+	"github.com/outbox-go/outbox/cmd/outbox/internal/dev"
+	"github.com/outbox-go/outbox/internal/cli"
+)
+
+// devCommands are the commands that run a Temporal server in the process.
+var devCommands = []func(*cli.Env) *cobra.Command{dev.Command, bench.Command}

@@ -1,0 +1,79 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestLibraryWithoutTemporalServer builds a team's worker module that imports the outbox
+// packages a worker needs, as a consumer does (its own go.mod, no workspace), and checks
+// that its module graph holds neither the Temporal server nor the UI server; and that the
+// production build of the command (-tags nodev) links neither.
+func TestLibraryWithoutTemporalServer(t *testing.T) {
+	t.Parallel()
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+
+	t.Run("Consumer", func(t *testing.T) {
+		dir := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte(`module example.com/team
+
+go 1.26.8
+
+require github.com/outbox-go/outbox v0.0.0-00010101000000-000000000000
+
+replace github.com/outbox-go/outbox => `+root+"\n"), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(`package main
+
+import (
+	_ "github.com/outbox-go/outbox/activities"
+	_ "github.com/outbox-go/outbox/store"
+	_ "github.com/outbox-go/outbox/worker"
+	_ "github.com/outbox-go/outbox/workflows"
+)
+
+func main() {}
+`), 0o644))
+		// The library's checksums cover the consumer's graph.
+		sums, err := os.ReadFile(filepath.Join(root, "go.sum"))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "go.sum"), sums, 0o644))
+
+		goCmd(t, dir, "mod", "tidy")
+		mods := goCmd(t, dir, "list", "-m", "all")
+		require.NotContains(t, mods, "go.temporal.io/server")
+		require.NotContains(t, mods, "github.com/temporalio/ui-server")
+		require.Contains(t, mods, "go.temporal.io/sdk ")
+		goCmd(t, dir, "build", "-o", filepath.Join(dir, "team-worker"), ".")
+	})
+
+	t.Run("ProductionBinary", func(t *testing.T) {
+		bin := filepath.Join(t.TempDir(), "outbox")
+		goCmd(t, filepath.Join(root, "cmd", "outbox"), "build", "-tags", "nodev", "-o", bin, ".")
+		deps := goCmd(t, root, "version", "-m", bin)
+		require.NotContains(t, deps, "go.temporal.io/server")
+		require.NotContains(t, deps, "github.com/temporalio/ui-server")
+		out, err := exec.Command(bin, "--help").CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Contains(t, string(out), "worker")
+		require.NotContains(t, string(out), "\n  dev ")
+	})
+}
+
+// goCmd runs the go command in dir outside any workspace, as a module on its own, and
+// returns its output. It never changes a go.mod or go.sum of the repository: only go mod
+// tidy writes them, and only in the consumer's folder.
+func goCmd(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go %s: %s", strings.Join(args, " "), out)
+	return string(out)
+}
