@@ -124,8 +124,9 @@ func waitFor(within time.Duration, cond func() bool) bool {
 }
 
 type row struct {
-	status, lastError string
-	retryTimes        int
+	status     store.Status
+	lastError  string
+	retryTimes int
 }
 
 // result is what the checker found for one fault.

@@ -193,13 +193,13 @@ func (e *env) createOrders(t *testing.T) {
 	require.NoError(t, err)
 }
 
-func (e *env) status(t *testing.T, id uuid.UUID) string {
+func (e *env) status(t *testing.T, id uuid.UUID) store.Status {
 	row, err := e.store.Get(context.Background(), id)
 	require.NoError(t, err)
 	return row.Status
 }
 
-func (e *env) waitStatus(t *testing.T, id uuid.UUID, status string) {
+func (e *env) waitStatus(t *testing.T, id uuid.UUID, status store.Status) {
 	t.Helper()
 	require.Eventually(t, func() bool { return e.status(t, id) == status }, 60*time.Second, 50*time.Millisecond,
 		"message %s never became %s", id, status)

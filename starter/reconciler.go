@@ -116,7 +116,7 @@ type ReconcileResult struct {
 	// Examined counts the rows the pass looked at.
 	Examined int
 	// Repaired counts the rows it repaired, by outcome.
-	Repaired map[string]int
+	Repaired map[store.ReconcileOutcome]int
 	// Failed counts the rows whose workflow could not be described or repaired; they
 	// are looked at again after After.
 	Failed int
@@ -161,7 +161,7 @@ func (rc *Reconciler) Run(ctx context.Context) error {
 // RunOnce takes one batch of stale dispatched rows and repairs those whose workflow
 // cannot finish them, Concurrency at a time.
 func (rc *Reconciler) RunOnce(ctx context.Context) (ReconcileResult, error) {
-	res := ReconcileResult{Repaired: map[string]int{}}
+	res := ReconcileResult{Repaired: map[store.ReconcileOutcome]int{}}
 	rows, err := rc.store.ClaimStaleDispatched(ctx, rc.cfg.After, rc.cfg.BatchSize)
 	if err != nil {
 		return res, err
@@ -201,7 +201,7 @@ func (rc *Reconciler) RunOnce(ctx context.Context) (ReconcileResult, error) {
 // reconcileRow looks at one row's workflow and repairs the row when it must. It returns
 // the repair's outcome ("" when none was needed or the row moved on) and false when the
 // workflow could not be described or the row repaired.
-func (rc *Reconciler) reconcileRow(ctx context.Context, d store.Dispatched) (string, bool) {
+func (rc *Reconciler) reconcileRow(ctx context.Context, d store.Dispatched) (store.ReconcileOutcome, bool) {
 	ctx, cancel := context.WithTimeout(ctx, rc.cfg.DescribeTimeout)
 	defer cancel()
 	log := rc.cfg.Logger.With(slog.String("message_id", d.MessageID.String()), slog.String("topic", d.Topic))
@@ -222,13 +222,13 @@ func (rc *Reconciler) reconcileRow(ctx context.Context, d store.Dispatched) (str
 	if !ok {
 		return "", true
 	}
-	rc.cfg.Metrics.Reconciled(outcome)
-	log.WarnContext(ctx, "Reconciled a dispatched row", slog.String("outcome", outcome), slog.String("workflow", detail))
+	rc.cfg.Metrics.Reconciled(string(outcome))
+	log.WarnContext(ctx, "Reconciled a dispatched row", slog.String("outcome", string(outcome)), slog.String("workflow", detail))
 	return outcome, true
 }
 
 // workflowOutcome says what the message's workflow means for its dispatched row.
-func (rc *Reconciler) workflowOutcome(ctx context.Context, d store.Dispatched) (outcome, detail string, err error) {
+func (rc *Reconciler) workflowOutcome(ctx context.Context, d store.Dispatched) (outcome store.ReconcileOutcome, detail string, err error) {
 	id := workflows.WorkflowID(d.MessageID.String())
 	desc, err := rc.client.DescribeWorkflowExecution(ctx, id, "")
 	var notFound *serviceerror.NotFound

@@ -81,7 +81,7 @@ func enqueue(t *testing.T, st *store.Store, topic string, maxRetryTimes *int) uu
 	return id
 }
 
-func status(t *testing.T, st *store.Store, id uuid.UUID) string {
+func status(t *testing.T, st *store.Store, id uuid.UUID) store.Status {
 	t.Helper()
 	row, err := st.Get(context.Background(), id)
 	require.NoError(t, err)

@@ -15,7 +15,7 @@ import (
 // NotDeadError reports an operator action on a message that is not dead-lettered.
 type NotDeadError struct {
 	MessageID uuid.UUID
-	Status    string
+	Status    Status
 }
 
 func (e *NotDeadError) Error() string {
@@ -178,7 +178,7 @@ func (s *Store) operate(ctx context.Context, messageID uuid.UUID, actor, action,
 	return s.inTx(ctx, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, messageSQL, messageID).Scan(dest...)
 		if errors.Is(err, pgx.ErrNoRows) {
-			var status string
+			var status Status
 			err := tx.QueryRow(ctx, `SELECT status FROM `+s.messages+` WHERE message_id = $1`, messageID).Scan(&status)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("message %s: %w", messageID, ErrNotFound)

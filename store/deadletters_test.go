@@ -256,10 +256,12 @@ func TestStats(t *testing.T) {
 
 	s, err := st.Stats(ctx)
 	require.NoError(t, err)
-	require.Equal(t, map[string]int64{"pending": 3, "claimed": 0, "dispatched": 1, "sent": 1, "dead": 2, "discarded": 1}, s.ByStatus)
-	require.Equal(t, map[string]map[string]int64{
-		"a": {"pending": 2, "dispatched": 1, "dead": 1},
-		"b": {"pending": 1, "sent": 1, "dead": 1, "discarded": 1},
+	require.Equal(t, map[store.Status]int64{
+		store.StatusPending: 3, store.StatusClaimed: 0, store.StatusDispatched: 1, store.StatusSent: 1, store.StatusDead: 2, store.StatusDiscarded: 1,
+	}, s.ByStatus)
+	require.Equal(t, map[string]map[store.Status]int64{
+		"a": {store.StatusPending: 2, store.StatusDispatched: 1, store.StatusDead: 1},
+		"b": {store.StatusPending: 1, store.StatusSent: 1, store.StatusDead: 1, store.StatusDiscarded: 1},
 	}, s.ByTopic)
 	require.Equal(t, int64(1), s.InFlight)
 	require.InDelta(t, 90, s.OldestPendingAge.Seconds(), 30)

@@ -447,7 +447,7 @@ type Row struct {
 	Topic         string
 	Payload       json.RawMessage
 	Headers       map[string]string
-	Status        string
+	Status        Status
 	RetryTimes    int
 	MaxRetryTimes *int
 	NextRetryAt   *time.Time

@@ -51,21 +51,25 @@ RETURNING m.id, m.message_id, m.topic, m.dispatched_at, m.updated_at`, age.Secon
 	return out, nil
 }
 
+// ReconcileOutcome is what reconciliation found for a dispatched row, as recorded in the
+// audit trail.
+type ReconcileOutcome string
+
 // Reconcile outcomes.
 const (
 	// ReconcileRunning: the workflow is still running; the row is left as it is.
-	ReconcileRunning = "running"
+	ReconcileRunning ReconcileOutcome = "running"
 	// ReconcileRecordedSent: the workflow completed but the row was not recorded sent.
-	ReconcileRecordedSent = "recorded_sent"
+	ReconcileRecordedSent ReconcileOutcome = "recorded_sent"
 	// ReconcileHandedOverAgain: the workflow is missing or closed without delivering; the
 	// row is pending again and a relay starts a new run.
-	ReconcileHandedOverAgain = "handed_over_again"
+	ReconcileHandedOverAgain ReconcileOutcome = "handed_over_again"
 )
 
 // Repair applies a reconciliation outcome to a dispatched row in one transaction, only if
 // the row has not changed since it was read (same status and updated_at), and audits it
 // with detail. ok is false when the row moved on meanwhile.
-func (s *Store) Repair(ctx context.Context, d Dispatched, outcome, detail string) (ok bool, err error) {
+func (s *Store) Repair(ctx context.Context, d Dispatched, outcome ReconcileOutcome, detail string) (ok bool, err error) {
 	var set string
 	switch outcome {
 	case ReconcileRecordedSent:
@@ -89,7 +93,7 @@ WHERE id = $1 AND status = 'dispatched' AND updated_at = $2`, d.ID, d.UpdatedAt)
 			}
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO `+s.audit+` (message_id, action, actor, detail) VALUES ($1, 'reconcile', 'relay', $2)`,
-			d.MessageID, StorableText(outcome+": "+detail))
+			d.MessageID, StorableText(string(outcome)+": "+detail))
 		return err
 	})
 	if err != nil {

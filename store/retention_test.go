@@ -90,7 +90,7 @@ func orphanDeadLetter(t *testing.T, pool *pgxpool.Pool, st *store.Store, discard
 // timestamp far in the past.
 func untouchable(t *testing.T, pool *pgxpool.Pool, st *store.Store) {
 	t.Helper()
-	for _, status := range []string{store.StatusPending, store.StatusClaimed, store.StatusDispatched, store.StatusDead} {
+	for _, status := range []store.Status{store.StatusPending, store.StatusClaimed, store.StatusDispatched, store.StatusDead} {
 		exec(t, pool, `INSERT INTO `+st.Schema()+`.outbox_messages (topic, payload, status, lease_until, claim_token, sent_at, created_at, updated_at)
 			VALUES ('order.created', '{}', $1, now() - interval '400 days', gen_random_uuid(),
 			        now() - interval '400 days', now() - interval '400 days', now() - interval '400 days')`, status)

@@ -11,9 +11,9 @@ import (
 // Stats is a snapshot of the outbox tables.
 type Stats struct {
 	// ByStatus counts messages per status; every status is present.
-	ByStatus map[string]int64 `json:"by_status"`
+	ByStatus map[Status]int64 `json:"by_status"`
 	// ByTopic counts messages per topic and status (statuses with no message left out).
-	ByTopic map[string]map[string]int64 `json:"by_topic"`
+	ByTopic map[string]map[Status]int64 `json:"by_topic"`
 	// OldestPendingAge is the age of the oldest pending message that is due (zero when
 	// there is none): how long the relays are behind.
 	OldestPendingAge time.Duration `json:"oldest_pending_age_ns"`
@@ -44,8 +44,8 @@ type Stats struct {
 // Stats reads the counts in one repeatable-read transaction, so they agree with each
 // other. Counting by topic reads the whole message table.
 func (s *Store) Stats(ctx context.Context) (Stats, error) {
-	st := Stats{ByStatus: map[string]int64{}, ByTopic: map[string]map[string]int64{}}
-	for _, status := range []string{StatusPending, StatusClaimed, StatusDispatched, StatusSent, StatusDead, StatusDiscarded} {
+	st := Stats{ByStatus: map[Status]int64{}, ByTopic: map[string]map[Status]int64{}}
+	for _, status := range Statuses {
 		st.ByStatus[status] = 0
 	}
 	tx, err := s.db.Begin(ctx)
@@ -60,12 +60,13 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	if err != nil {
 		return st, fmt.Errorf("stats: count messages: %w", err)
 	}
-	var topic, status string
+	var topic string
+	var status Status
 	var n int64
 	_, err = pgx.ForEachRow(rows, []any{&topic, &status, &n}, func() error {
 		st.ByStatus[status] += n
 		if st.ByTopic[topic] == nil {
-			st.ByTopic[topic] = map[string]int64{}
+			st.ByTopic[topic] = map[Status]int64{}
 		}
 		st.ByTopic[topic][status] = n
 		return nil

@@ -29,15 +29,21 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 )
 
-// Message statuses, as stored in outbox_messages.status.
+// Status is a message's status, as stored in outbox_messages.status.
+type Status string
+
+// Message statuses.
 const (
-	StatusPending    = "pending"
-	StatusClaimed    = "claimed"
-	StatusDispatched = "dispatched"
-	StatusSent       = "sent"
-	StatusDead       = "dead"
-	StatusDiscarded  = "discarded"
+	StatusPending    Status = "pending"
+	StatusClaimed    Status = "claimed"
+	StatusDispatched Status = "dispatched"
+	StatusSent       Status = "sent"
+	StatusDead       Status = "dead"
+	StatusDiscarded  Status = "discarded"
 )
+
+// Statuses lists every status in the order a message moves through them.
+var Statuses = []Status{StatusPending, StatusClaimed, StatusDispatched, StatusSent, StatusDead, StatusDiscarded}
 
 // DefaultMaxPayloadBytes is the payload size limit when Config.MaxPayloadBytes is zero.
 const DefaultMaxPayloadBytes = 256 << 10

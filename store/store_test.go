@@ -48,7 +48,7 @@ func TestMigrate(t *testing.T) {
 		require.NoError(t, err)
 		var (
 			id            uuid.UUID
-			status        string
+			status        store.Status
 			retryTimes    int
 			maxRetryTimes *int
 			createdAt     time.Time
@@ -353,7 +353,7 @@ func TestClaim(t *testing.T) {
 		n, err := st.MarkDispatchedAll(ctx, claimed)
 		require.NoError(t, err)
 		require.Equal(t, 2, n)
-		want := map[uuid.UUID]string{
+		want := map[uuid.UUID]store.Status{
 			claimed[0].MessageID: store.StatusSent, claimed[1].MessageID: store.StatusClaimed,
 			claimed[2].MessageID: store.StatusDispatched, claimed[3].MessageID: store.StatusDispatched,
 		}

@@ -404,7 +404,7 @@ type DeadLetter struct {
 func (s *Store) DeadLetter(ctx context.Context, d DeadLetter) (ok bool, err error) {
 	d.LastError = StorableText(d.LastError)
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		var status string
+		var status Status
 		var createdAt *time.Time
 		topic, payload, headers := d.Topic, []byte("null"), []byte(nil)
 		err := tx.QueryRow(ctx, `SELECT status, topic, payload, headers, created_at FROM `+s.messages+`

@@ -21,7 +21,7 @@ var (
 func StartSearchAttributes(in DeliveryInput) temporal.SearchAttributes {
 	return temporal.NewSearchAttributes(
 		topicKey.ValueSet(in.Topic),
-		statusKey.ValueSet(SearchStatusDispatched),
+		statusKey.ValueSet(string(SearchStatusDispatched)),
 		messageIDKey.ValueSet(in.MessageID),
 	)
 }
@@ -180,11 +180,11 @@ func (d *delivery) changed(change string) bool {
 }
 
 // setStatus keeps the OutboxStatus search attribute up to date, when it is on.
-func (d *delivery) setStatus(status string) {
+func (d *delivery) setStatus(status SearchStatus) {
 	if !d.in.SearchAttributes {
 		return
 	}
-	if err := workflow.UpsertTypedSearchAttributes(d.ctx, statusKey.ValueSet(status)); err != nil {
+	if err := workflow.UpsertTypedSearchAttributes(d.ctx, statusKey.ValueSet(string(status))); err != nil {
 		d.logger.Warn("Cannot update search attribute", SearchAttrStatus, status, "error", err)
 	}
 }

@@ -50,12 +50,15 @@ const (
 	ErrTypeStoreUnavailable = "OutboxStoreUnavailable"
 )
 
+// SearchStatus is a value of the OutboxStatus search attribute.
+type SearchStatus string
+
 // Values of the OutboxStatus search attribute.
 const (
-	SearchStatusDispatched = "dispatched"
-	SearchStatusRetrying   = "retrying"
-	SearchStatusSent       = "sent"
-	SearchStatusDead       = "dead"
+	SearchStatusDispatched SearchStatus = "dispatched"
+	SearchStatusRetrying   SearchStatus = "retrying"
+	SearchStatusSent       SearchStatus = "sent"
+	SearchStatusDead       SearchStatus = "dead"
 )
 
 // Search attribute names (all Keyword).

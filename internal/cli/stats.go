@@ -13,7 +13,6 @@ import (
 	"github.com/outbox-go/outbox/store"
 )
 
-var statusOrder = []string{store.StatusPending, store.StatusClaimed, store.StatusDispatched, store.StatusSent, store.StatusDead, store.StatusDiscarded}
 
 func newStatsCmd(g *globals) *cobra.Command {
 	var asJSON bool
@@ -45,7 +44,7 @@ func newStatsCmd(g *globals) *cobra.Command {
 				w := cmd.OutOrStdout()
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 				fmt.Fprint(tw, "TOPIC\t")
-				for _, st := range statusOrder {
+				for _, st := range store.Statuses {
 					fmt.Fprintf(tw, "%s\t", st)
 				}
 				fmt.Fprintln(tw)
@@ -56,13 +55,13 @@ func newStatsCmd(g *globals) *cobra.Command {
 				sort.Strings(topics)
 				for _, t := range topics {
 					fmt.Fprintf(tw, "%s\t", t)
-					for _, st := range statusOrder {
+					for _, st := range store.Statuses {
 						fmt.Fprintf(tw, "%d\t", s.ByTopic[t][st])
 					}
 					fmt.Fprintln(tw)
 				}
 				fmt.Fprint(tw, "all\t")
-				for _, st := range statusOrder {
+				for _, st := range store.Statuses {
 					fmt.Fprintf(tw, "%d\t", s.ByStatus[st])
 				}
 				fmt.Fprintln(tw)
