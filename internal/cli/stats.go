@@ -13,7 +13,6 @@ import (
 	"github.com/outbox-go/outbox/store"
 )
 
-
 func newStatsCmd(g *globals) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
