@@ -181,7 +181,7 @@ func check(t *testing.T, e *chaosEnv, l *loader, within time.Duration) result {
 	for id := range rows {
 		require.True(t, committed[id], "row %s is in outbox_messages but its transaction was never started by the loader", id)
 	}
-	snap := e.rcv.snapshot()
+	snap := e.rcv.Snapshot()
 	res.messages = len(committed)
 	var lost []string
 	for id := range committed {
@@ -192,7 +192,7 @@ func check(t *testing.T, e *chaosEnv, l *loader, within time.Duration) result {
 			lost = append(lost, key+" (row missing)")
 		case r.status == store.StatusSent:
 			res.sent++
-			if !snap.effects[key] {
+			if !snap.Effects[key] {
 				lost = append(lost, key+" (sent, never reached the receiver)")
 			}
 		case r.status == store.StatusDead:
@@ -206,16 +206,16 @@ func check(t *testing.T, e *chaosEnv, l *loader, within time.Duration) result {
 	}
 	res.lost = len(lost)
 	sort.Strings(lost)
-	for key, n := range snap.requests {
+	for key, n := range snap.Requests {
 		id, err := uuid.Parse(key)
 		if err != nil || !committed[id] {
 			res.notCommitted = append(res.notCommitted, key)
 		}
 		// A duplicate is a POST that arrives after the message was processed; a retry of
 		// a request the receiver refused or dropped is not one.
-		if d := snap.redelivered[key]; d > 0 {
+		if d := snap.Redelivered[key]; d > 0 {
 			res.dups += d
-			res.duplicated = append(res.duplicated, fmt.Sprintf("%s x%d requests, attempts %v", key, n, snap.attempts[key]))
+			res.duplicated = append(res.duplicated, fmt.Sprintf("%s x%d requests, attempts %v", key, n, snap.Attempts[key]))
 		}
 	}
 	sort.Strings(res.duplicated)
@@ -225,13 +225,13 @@ func check(t *testing.T, e *chaosEnv, l *loader, within time.Duration) result {
 	if len(res.notCommitted) > 0 {
 		t.Errorf("the receiver got %d messages that were never committed, e.g. %v", len(res.notCommitted), first(res.notCommitted, 10))
 	}
-	if len(snap.bad) > 0 {
-		t.Errorf("the receiver got %d requests without Idempotency-Key/X-Outbox-Attempt, e.g. %v", len(snap.bad), first(snap.bad, 5))
+	if len(snap.Bad) > 0 {
+		t.Errorf("the receiver got %d requests without Idempotency-Key/X-Outbox-Attempt, e.g. %v", len(snap.Bad), first(snap.Bad, 5))
 	}
 	if len(res.duplicated) > 0 {
 		t.Logf("duplicates (%d extra requests on %d messages), e.g.:\n  %s", res.dups, len(res.duplicated), strings.Join(first(res.duplicated, 10), "\n  "))
 	}
-	t.Logf("receiver: %d POSTs, %d check_url GETs, %d effects", snap.total, snap.checks, len(snap.effects))
+	t.Logf("receiver: %d POSTs, %d check_url GETs, %d effects", snap.Total, snap.Checks, len(snap.Effects))
 	return res
 }
 

@@ -7,13 +7,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +23,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-go/outbox/internal/pgcluster"
+	"github.com/outbox-go/outbox/internal/testutil"
 	"github.com/outbox-go/outbox/store"
 )
 
@@ -55,19 +55,12 @@ func TestMain(m *testing.M) {
 	}
 	code := func() int {
 		defer os.RemoveAll(tmp)
-		root, err := moduleRoot()
+		outboxBin, err = testutil.BuildOutbox(tmp)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "chaos:", err)
 			return 1
 		}
-		outboxBin = filepath.Join(tmp, "outbox")
-		build := exec.Command("go", "build", "-o", outboxBin, "./cmd/outbox")
-		build.Dir = root
-		if out, err := build.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "chaos: go build ./cmd/outbox: %v\n%s", err, out)
-			return 1
-		}
-		pgBinDir, setupErr = findPGBinDir()
+		pgBinDir, setupErr = pgcluster.FindBinDir(os.Getenv("OUTBOX_PG_BIN_DIR"), exec.LookPath)
 		if setupErr == nil {
 			pgCred, setupErr = unprivilegedUser()
 		}
@@ -76,43 +69,6 @@ func TestMain(m *testing.M) {
 		return code
 	}()
 	os.Exit(code)
-}
-
-// moduleRoot is the folder of go.mod, found from this file.
-func moduleRoot() (string, error) {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "", errors.New("runtime.Caller failed")
-	}
-	root := filepath.Dir(filepath.Dir(file))
-	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		return "", fmt.Errorf("no go.mod above %s: %w", file, err)
-	}
-	return root, nil
-}
-
-func findPGBinDir() (string, error) {
-	if d := os.Getenv("OUTBOX_PG_BIN_DIR"); d != "" {
-		return d, nil
-	}
-	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/postgres")
-	sort.Slice(matches, func(i, j int) bool { return pgVersion(matches[i]) > pgVersion(matches[j]) })
-	for _, m := range matches {
-		if _, err := os.Stat(filepath.Join(filepath.Dir(m), "initdb")); err == nil {
-			return filepath.Dir(m), nil
-		}
-	}
-	if p, err := exec.LookPath("postgres"); err == nil {
-		if _, err := exec.LookPath("initdb"); err == nil {
-			return filepath.Dir(p), nil
-		}
-	}
-	return "", errors.New("no PostgreSQL server programs (initdb, postgres) in /usr/lib/postgresql/*/bin, PATH or OUTBOX_PG_BIN_DIR")
-}
-
-func pgVersion(path string) int {
-	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(path))))
-	return v
 }
 
 // unprivilegedUser is the credential PostgreSQL runs with when the test runs as root.
@@ -138,22 +94,6 @@ func messagesPerFault(t *testing.T) int {
 	require.NoError(t, err, "OUTBOX_CHAOS_MESSAGES=%q", s)
 	require.Positive(t, n)
 	return n
-}
-
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		require.NoError(t, l.Close())
-	}
-	return ports
 }
 
 // ---------------------------------------------------------------------------------------
@@ -348,7 +288,7 @@ func newEnvPolicy(t *testing.T, policy, extraConfig string) *chaosEnv {
 		}
 		_ = os.RemoveAll(base)
 	})
-	ports := freePorts(t, 5)
+	ports := testutil.FreePorts(t, 5)
 	e := &chaosEnv{t: t, base: base, pgPort: ports[0], pgData: filepath.Join(base, "pgdata"),
 		taskQueue: "chaos-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")),
 		starts:    map[string]int{}}

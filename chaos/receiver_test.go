@@ -3,22 +3,22 @@
 package chaos
 
 import (
-	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/outbox-go/outbox/internal/testutil"
 )
 
-// receiver is the downstream: it de-duplicates by Idempotency-Key, records each request's
-// X-Outbox-Attempt, counts requests per message and effects (the first successful request
-// per key), and can be told to misbehave.
+// receiver is the downstream: the idempotent receiver of the tests (requests, attempts
+// and effects per message, check_url), which can be told to misbehave, beside a downstream
+// that always refuses (/poison), ones that refuse with a binary body (/binary422,
+// /binary500) and one that never answers in time (/hang).
 type receiver struct {
-	srv     *httptest.Server
+	*testutil.Receiver
 	url     string
 	closing chan struct{}
 
@@ -26,16 +26,8 @@ type receiver struct {
 	flap  atomic.Bool  // while set, POSTs fail in turn: 503, a reset, a reply too late
 	flaps atomic.Int64
 
-	mu       sync.Mutex
-	requests map[string]int   // POSTs per message ID
-	attempts map[string][]int // X-Outbox-Attempt of each POST
-	effects  map[string]time.Time
-	// redelivered counts POSTs per message that arrived after it was processed.
-	redelivered map[string]int
-	total       int
-	checks      int
-	bad         []string       // requests that broke the contract (no key, bad attempt header)
-	binary      map[string]int // POSTs to the binary-body downstreams, by path
+	mu     sync.Mutex
+	binary map[string]int // POSTs to the binary-body downstreams, by path
 }
 
 // binaryRequests returns the POSTs the binary-body downstreams received, by path.
@@ -50,18 +42,16 @@ func (r *receiver) binaryRequests() map[string]int {
 }
 
 func newReceiver() *receiver {
-	r := &receiver{closing: make(chan struct{}), requests: map[string]int{}, attempts: map[string][]int{}, effects: map[string]time.Time{}, redelivered: map[string]int{}, binary: map[string]int{}}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /events", r.post)
-	mux.HandleFunc("GET /events/{id}", r.get)
-	// A downstream that always refuses, and one that never answers in time.
-	mux.HandleFunc("POST /poison", func(w http.ResponseWriter, req *http.Request) {
+	r := &receiver{Receiver: testutil.NewReceiver(), closing: make(chan struct{}), binary: map[string]int{}}
+	r.url = r.URL
+	r.Before = r.misbehave
+	r.Handle("POST /poison", func(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "this message can never be processed", http.StatusUnprocessableEntity)
 	})
 	// Downstreams that refuse with a binary body, NUL bytes included.
 	for _, code := range []int{http.StatusUnprocessableEntity, http.StatusInternalServerError} {
 		path := "binary" + strconv.Itoa(code)
-		mux.HandleFunc("POST /"+path, func(w http.ResponseWriter, req *http.Request) {
+		r.Handle("POST /"+path, func(w http.ResponseWriter, req *http.Request) {
 			r.mu.Lock()
 			r.binary[path]++
 			r.mu.Unlock()
@@ -70,22 +60,20 @@ func newReceiver() *receiver {
 			_, _ = w.Write([]byte("\x00\x01\x02\xff\xfe\x00 refused \x00"))
 		})
 	}
-	mux.HandleFunc("POST /hang", func(w http.ResponseWriter, req *http.Request) {
+	r.Handle("POST /hang", func(w http.ResponseWriter, req *http.Request) {
 		select {
 		case <-req.Context().Done():
 		case <-r.closing:
 		case <-time.After(time.Minute):
 		}
 	})
-	r.srv = httptest.NewServer(mux)
-	r.url = r.srv.URL
 	return r
 }
 
 // close stops the receiver, releasing the requests it holds.
 func (r *receiver) close() {
 	close(r.closing)
-	r.srv.Close()
+	r.Close()
 }
 
 func (r *receiver) setDelay(d time.Duration) { r.delay.Store(int64(d)) }
@@ -93,30 +81,15 @@ func (r *receiver) setDelay(d time.Duration) { r.delay.Store(int64(d)) }
 // setFlapping makes the receiver misbehave (or stop misbehaving).
 func (r *receiver) setFlapping(on bool) { r.flap.Store(on) }
 
-func (r *receiver) post(w http.ResponseWriter, req *http.Request) {
-	_, _ = io.Copy(io.Discard, req.Body)
-	key := req.Header.Get("Idempotency-Key")
-	attempt, aerr := strconv.Atoi(req.Header.Get("X-Outbox-Attempt"))
-	r.mu.Lock()
-	r.total++
-	if key == "" || aerr != nil || attempt < 1 || !strings.HasPrefix(req.Header.Get("Content-Type"), "application/json") {
-		r.bad = append(r.bad, req.Header.Get("Idempotency-Key")+" attempt="+req.Header.Get("X-Outbox-Attempt"))
-		r.mu.Unlock()
-		http.Error(w, "missing Idempotency-Key or X-Outbox-Attempt", http.StatusBadRequest)
-		return
-	}
-	r.requests[key]++
-	r.attempts[key] = append(r.attempts[key], attempt)
-	if _, done := r.effects[key]; done {
-		r.redelivered[key]++
-	}
-	r.mu.Unlock()
-
+// misbehave runs before a well-formed POST is processed: while flapping, requests fail in
+// turn (503, a connection reset, an answer after the sender's 2s timeout); the delay holds
+// each one before the work.
+func (r *receiver) misbehave(w http.ResponseWriter, _ *http.Request) (answered bool) {
 	if r.flap.Load() {
 		switch r.flaps.Add(1) % 4 {
 		case 0:
 			http.Error(w, "flapping", http.StatusServiceUnavailable)
-			return
+			return true
 		case 1:
 			// A connection reset before anything was processed.
 			if hj, ok := w.(http.Hijacker); ok {
@@ -125,7 +98,7 @@ func (r *receiver) post(w http.ResponseWriter, req *http.Request) {
 						_ = tcp.SetLinger(0)
 					}
 					conn.Close()
-					return
+					return true
 				}
 			}
 		case 2:
@@ -137,60 +110,7 @@ func (r *receiver) post(w http.ResponseWriter, req *http.Request) {
 	if d := time.Duration(r.delay.Load()); d > 0 {
 		time.Sleep(d)
 	}
-	r.mu.Lock()
-	if _, ok := r.effects[key]; !ok {
-		r.effects[key] = time.Now()
-	}
-	r.mu.Unlock()
-	w.WriteHeader(http.StatusOK)
+	return false
 }
 
-// get answers check_url: 200 when the message was processed, else 404.
-func (r *receiver) get(w http.ResponseWriter, req *http.Request) {
-	id := req.PathValue("id")
-	r.mu.Lock()
-	r.checks++
-	_, ok := r.effects[id]
-	r.mu.Unlock()
-	if ok {
-		w.WriteHeader(http.StatusOK)
-		return
-	}
-	http.NotFound(w, req)
-}
-
-func (r *receiver) totalRequests() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.total
-}
-
-type receiverSnapshot struct {
-	requests    map[string]int
-	attempts    map[string][]int
-	effects     map[string]bool
-	redelivered map[string]int
-	total       int
-	checks      int
-	bad         []string
-}
-
-func (r *receiver) snapshot() receiverSnapshot {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	s := receiverSnapshot{requests: map[string]int{}, attempts: map[string][]int{}, effects: map[string]bool{}, redelivered: map[string]int{},
-		total: r.total, checks: r.checks, bad: append([]string(nil), r.bad...)}
-	for k, v := range r.requests {
-		s.requests[k] = v
-	}
-	for k, v := range r.attempts {
-		s.attempts[k] = append([]int(nil), v...)
-	}
-	for k := range r.effects {
-		s.effects[k] = true
-	}
-	for k, v := range r.redelivered {
-		s.redelivered[k] = v
-	}
-	return s
-}
+func (r *receiver) totalRequests() int { return r.Snapshot().Total }

@@ -59,7 +59,7 @@ relay:
 topics:
   order.created:
     url: %s/events
-`, st.Schema(), ts.GetFrontendHostPort(), ts.GetDefaultNamespace(), st.Schema(), recv.srv.URL)), 0o600))
+`, st.Schema(), ts.GetFrontendHostPort(), ts.GetDefaultNamespace(), st.Schema(), recv.URL)), 0o600))
 	env := map[string]string{"DATABASE_URL": testdb.URL()}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 
@@ -102,7 +102,7 @@ topics:
 		require.NoError(t, err)
 		return row.Status == store.StatusSent
 	}, 60*time.Second, 50*time.Millisecond, "worker:\n%s\nrelay:\n%s", workerOut, relayOut)
-	requests, _ := recv.count(id)
+	requests, _ := recv.Count(id.String())
 	require.Equal(t, 1, requests)
 
 	stopRelay()

@@ -149,7 +149,7 @@ func TestCodec(t *testing.T) {
 		id, err := e.store.Enqueue(ctx, e.pool, store.Message{Topic: "order.created", Payload: json.RawMessage(`{"note": "` + marker + `"}`)})
 		require.NoError(t, err)
 		e.waitStatus(t, id, store.StatusSent)
-		requests, _ := e.recv.count(id)
+		requests, _ := e.recv.Count(id.String())
 		require.Equal(t, 1, requests)
 
 		// The raw history, read without the codec.
@@ -175,7 +175,7 @@ func TestCodec(t *testing.T) {
 	})
 
 	t.Run("FailureMessagesAreCiphertext", func(t *testing.T) {
-		e.recv.setStatus("order.failing", http.StatusBadRequest)
+		e.recv.SetStatus("order.failing", http.StatusBadRequest)
 		id := e.enqueueOrderPlain(t, "order.failing", nil)
 		e.waitStatus(t, id, store.StatusDead)
 		dls, err := e.store.DeadLetters(ctx, id)

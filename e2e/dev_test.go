@@ -25,39 +25,9 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/outbox-go/outbox/internal/testutil"
 	"github.com/outbox-go/outbox/workflows"
 )
-
-// buildOutbox builds the outbox binary once per test run.
-var buildOutbox = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "outbox-bin-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "outbox")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/outbox-go/outbox/cmd/outbox").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	return bin, nil
-})
-
-// freePorts returns n distinct free loopback ports.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		require.NoError(t, l.Close())
-	}
-	return ports
-}
 
 // devProcess is a running `outbox dev`.
 type devProcess struct {
@@ -177,7 +147,7 @@ func TestDev(t *testing.T) {
 	t.Cleanup(func() { _ = os.RemoveAll(base) })
 	dir := filepath.Join(base, "dev")
 
-	ports := freePorts(t, 7)
+	ports := testutil.FreePorts(t, 7)
 	args := []string{
 		"--dir", dir,
 		"--port", strconv.Itoa(ports[0]), "--history-port", strconv.Itoa(ports[1]),
@@ -298,7 +268,7 @@ func TestDevWithoutPostgreSQL(t *testing.T) {
 		}
 	}
 	env = append(env, "PATH="+empty)
-	ports := freePorts(t, 1)
+	ports := testutil.FreePorts(t, 1)
 
 	cmd := exec.Command(bin, "dev", "--dir", dir, "--pg-bin-dir", empty, "--port", strconv.Itoa(ports[0]))
 	cmd.Env = env

@@ -25,7 +25,7 @@ func TestRedrive(t *testing.T) {
 	e.startWorker(t)
 	e.startRelay(t)
 
-	e.recv.setStatus("order.failing", http.StatusBadRequest)
+	e.recv.SetStatus("order.failing", http.StatusBadRequest)
 	id := e.enqueueOrderPlain(t, "order.failing", nil)
 	e.waitStatus(t, id, store.StatusDead)
 
@@ -35,14 +35,12 @@ func TestRedrive(t *testing.T) {
 	require.Equal(t, id, open[0].MessageID)
 	firstRun := open[0].RunID
 
-	e.recv.mu.Lock()
-	delete(e.recv.status, "order.failing") // the downstream is fixed
-	e.recv.mu.Unlock()
+	e.recv.ClearStatus("order.failing") // the downstream is fixed
 	r, err := e.store.Redrive(ctx, id, "e2e")
 	require.NoError(t, err)
 	require.Equal(t, 1, r.RedriveCount)
 	e.waitStatus(t, id, store.StatusSent)
-	requests, effects := e.recv.count(id)
+	requests, effects := e.recv.Count(id.String())
 	require.Equal(t, 2, requests, "one 400, then one delivery")
 	require.Equal(t, 1, effects)
 

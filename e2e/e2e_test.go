@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strconv"
 	"sync"
@@ -25,75 +24,18 @@ import (
 	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/internal/temporalx"
 	"github.com/outbox-go/outbox/internal/testdb"
+	"github.com/outbox-go/outbox/internal/testutil"
 	"github.com/outbox-go/outbox/starter"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/worker"
 	"github.com/outbox-go/outbox/workflows"
 )
 
-// receiver is a downstream that de-duplicates by Idempotency-Key, as the outbox's
-// receivers must. It counts every request per message and answers each topic's requests
-// with that topic's status.
-type receiver struct {
-	mu       sync.Mutex
-	requests map[string]int // message ID → requests received
-	effects  map[string]int // message ID → times processed (at most 1)
-	status   map[string]int // topic → status to answer; 200 when absent
-	srv      *httptest.Server
-}
-
-func newReceiver(t *testing.T) *receiver {
-	r := &receiver{requests: map[string]int{}, effects: map[string]int{}, status: map[string]int{}}
-	r.srv = httptest.NewServer(http.HandlerFunc(r.serve))
-	t.Cleanup(r.srv.Close)
+// newReceiver starts an idempotent downstream for the test; it stops when the test ends.
+func newReceiver(t *testing.T) *testutil.Receiver {
+	r := testutil.NewReceiver()
+	t.Cleanup(r.Close)
 	return r
-}
-
-func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
-	var body struct {
-		MessageID string          `json:"message_id"`
-		Topic     string          `json:"topic"`
-		Payload   json.RawMessage `json:"payload"`
-	}
-	if err := json.NewDecoder(req.Body).Decode(&body); err != nil || body.MessageID != req.Header.Get("Idempotency-Key") {
-		w.WriteHeader(http.StatusBadRequest)
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.requests[body.MessageID]++
-	if code, ok := r.status[body.Topic]; ok {
-		w.WriteHeader(code)
-		return
-	}
-	if r.effects[body.MessageID] == 0 {
-		r.effects[body.MessageID] = 1
-	}
-	w.WriteHeader(http.StatusOK)
-}
-
-func (r *receiver) setStatus(topic string, code int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.status[topic] = code
-}
-
-func (r *receiver) count(id uuid.UUID) (requests, effects int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.requests[id.String()], r.effects[id.String()]
-}
-
-func (r *receiver) total() (requests, effects int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, n := range r.requests {
-		requests += n
-	}
-	for _, n := range r.effects {
-		effects += n
-	}
-	return requests, effects
 }
 
 // env is one isolated outbox: its own schema, task queue and receiver, on a shared
@@ -105,7 +47,7 @@ type env struct {
 	namespace string
 	taskQueue string
 	cfg       *config.Config
-	recv      *receiver
+	recv      *testutil.Receiver
 }
 
 var logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn + 4}))
@@ -123,7 +65,7 @@ func newEnv(t *testing.T, ts *temporaltest.TestServer) *env {
 	t.Helper()
 	pool, st := testdb.Schema(t)
 	recv := newReceiver(t)
-	fast := config.Topic{Sink: "http", URL: recv.srv.URL + "/events", InitialInterval: config.Duration(50 * time.Millisecond), MaxInterval: config.Duration(200 * time.Millisecond), Timeout: config.Duration(5 * time.Second)}
+	fast := config.Topic{Sink: "http", URL: recv.URL + "/events", InitialInterval: config.Duration(50 * time.Millisecond), MaxInterval: config.Duration(200 * time.Millisecond), Timeout: config.Duration(5 * time.Second)}
 	cfg := &config.Config{Topics: map[string]config.Topic{"order.created": fast, "order.failing": fast}}
 	return &env{
 		pool: pool, store: st, client: ts.GetDefaultClient(), namespace: ts.GetDefaultNamespace(),
@@ -240,7 +182,7 @@ func TestDelivery(t *testing.T) {
 			require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM `+e.store.Schema()+`.outbox_messages WHERE status = 'sent'`).Scan(&sent))
 			return sent == n
 		}, 120*time.Second, 100*time.Millisecond)
-		requests, effects := e.recv.total()
+		requests, effects := e.recv.Totals()
 		require.Equal(t, n, effects)
 		require.Equal(t, n, requests, "no message was sent twice")
 		for _, id := range ids {
@@ -267,7 +209,7 @@ func TestDelivery(t *testing.T) {
 		require.NoError(t, e.pool.QueryRow(ctx, `INSERT INTO `+e.store.Schema()+`.outbox_messages (topic, payload)
 			VALUES ('order.created', '{"from": "php"}') RETURNING message_id`).Scan(&id))
 		e.waitStatus(t, id, store.StatusSent)
-		requests, effects := e.recv.count(id)
+		requests, effects := e.recv.Count(id.String())
 		require.Equal(t, 1, requests)
 		require.Equal(t, 1, effects)
 	})
@@ -277,7 +219,7 @@ func TestDelivery(t *testing.T) {
 		e := newEnv(t, ts)
 		e.startWorker(t)
 		e.startRelay(t)
-		e.recv.setStatus("order.failing", http.StatusInternalServerError)
+		e.recv.SetStatus("order.failing", http.StatusInternalServerError)
 		two := 2
 		for _, tc := range []struct {
 			name          string
@@ -291,7 +233,7 @@ func TestDelivery(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				id := e.enqueueOrderPlain(t, "order.failing", tc.maxRetryTimes)
 				e.waitStatus(t, id, store.StatusDead)
-				requests, effects := e.recv.count(id)
+				requests, effects := e.recv.Count(id.String())
 				require.Equal(t, tc.requests, requests)
 				require.Zero(t, effects)
 				dls, err := e.store.DeadLetters(ctx, id)
@@ -315,10 +257,10 @@ func TestDelivery(t *testing.T) {
 		e := newEnv(t, ts)
 		e.startWorker(t)
 		e.startRelay(t)
-		e.recv.setStatus("order.failing", http.StatusBadRequest)
+		e.recv.SetStatus("order.failing", http.StatusBadRequest)
 		id := e.enqueueOrderPlain(t, "order.failing", nil)
 		e.waitStatus(t, id, store.StatusDead)
-		requests, _ := e.recv.count(id)
+		requests, _ := e.recv.Count(id.String())
 		require.Equal(t, 1, requests)
 		dls, err := e.store.DeadLetters(ctx, id)
 		require.NoError(t, err)
@@ -355,7 +297,7 @@ func TestDelivery(t *testing.T) {
 			SET status = 'pending', sent_at = NULL WHERE message_id = $1`, id)
 		require.NoError(t, err)
 		e.waitStatus(t, id, store.StatusSent)
-		requests, _ := e.recv.count(id)
+		requests, _ := e.recv.Count(id.String())
 		require.Equal(t, 1, requests, "the completed run is not repeated")
 		require.Equal(t, run, e.describe(t, id).GetWorkflowExecutionInfo().GetExecution().GetRunId(), "no second run")
 	})
@@ -375,7 +317,7 @@ func TestDelivery(t *testing.T) {
 			e.waitStatus(t, id, store.StatusSent)
 		}
 		for _, id := range ids {
-			requests, effects := e.recv.count(id)
+			requests, effects := e.recv.Count(id.String())
 			require.Equal(t, 1, requests, "message %s", id)
 			require.Equal(t, 1, effects)
 		}

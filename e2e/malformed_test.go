@@ -72,7 +72,7 @@ func TestMalformedRows(t *testing.T) {
 
 	t.Run("HealthyRowDelivered", func(t *testing.T) {
 		e.waitStatus(t, healthy, store.StatusSent)
-		requests, effects := e.recv.count(healthy)
+		requests, effects := e.recv.Count(healthy.String())
 		require.Equal(t, 1, requests)
 		require.Equal(t, 1, effects)
 	})
@@ -80,7 +80,7 @@ func TestMalformedRows(t *testing.T) {
 	t.Run("NonObjectPayloadsDelivered", func(t *testing.T) {
 		for _, id := range []uuid.UUID{stringPayload, numberPayload} {
 			e.waitStatus(t, id, store.StatusSent)
-			requests, _ := e.recv.count(id)
+			requests, _ := e.recv.Count(id.String())
 			require.Equal(t, 1, requests, "message %s", id)
 		}
 		row, err := e.store.Get(ctx, stringPayload)
@@ -93,13 +93,13 @@ func TestMalformedRows(t *testing.T) {
 		row, err := e.store.Get(ctx, arrayHeaders)
 		require.NoError(t, err)
 		require.Nil(t, row.Headers)
-		requests, _ := e.recv.count(arrayHeaders)
+		requests, _ := e.recv.Count(arrayHeaders.String())
 		require.Equal(t, 1, requests)
 	})
 
 	t.Run("HugePayloadDeadLetteredWithSizeLimit", func(t *testing.T) {
 		e.waitStatus(t, huge, store.StatusDead)
-		requests, _ := e.recv.count(huge)
+		requests, _ := e.recv.Count(huge.String())
 		require.Zero(t, requests, "an oversized payload is never sent")
 		dls, err := e.store.DeadLetters(ctx, huge)
 		require.NoError(t, err)

@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"context"
-	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,38 +15,9 @@ import (
 	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/internal/app"
 	"github.com/outbox-go/outbox/internal/testdb"
+	"github.com/outbox-go/outbox/internal/testutil"
 	"github.com/outbox-go/outbox/store"
 )
-
-// scrape reads an endpoint in the Prometheus text format into series → value, the series
-// written as the exposition writes it: name{label="value",...}.
-func scrape(t *testing.T, url string) map[string]float64 {
-	t.Helper()
-	code, body := httpGet(t, url)
-	require.Equal(t, http.StatusOK, code, body)
-	out := map[string]float64{}
-	for _, line := range strings.Split(body, "\n") {
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		require.Positive(t, i, "line %q", line)
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		require.NoError(t, err, "line %q", line)
-		out[line[:i]] = v
-	}
-	return out
-}
-
-func httpGet(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, string(body)
-}
 
 // TestMetrics runs the worker and the relay of one App (one registry, one endpoint, as in
 // outbox dev) through a known scenario: three messages delivered, one dead-lettered by a
@@ -58,7 +27,7 @@ func TestMetrics(t *testing.T) {
 	ts := newServer(t)
 	ctx := context.Background()
 	e := newEnv(t, ts)
-	e.recv.setStatus("order.failing", http.StatusBadRequest)
+	e.recv.SetStatus("order.failing", http.StatusBadRequest)
 
 	a, err := app.Open(ctx, &config.Config{
 		DatabaseURL: testdb.URL(),
@@ -91,7 +60,7 @@ func TestMetrics(t *testing.T) {
 	// the rows are recorded sent.
 	var m map[string]float64
 	require.Eventually(t, func() bool {
-		m = scrape(t, base+"/metrics")
+		m = testutil.Scrape(t, base+"/metrics")
 		return m[`outbox_messages_sent_total{topic="order.created"}`] == 3 &&
 			m[`outbox_messages_dead_lettered_total{topic="order.failing"}`] == 1 &&
 			completedDeliveries(m) == 3
@@ -135,10 +104,10 @@ func TestMetrics(t *testing.T) {
 	}
 	require.Positive(t, temporalSeries, "no temporal_* series")
 
-	code, body := httpGet(t, base+"/healthz")
+	code, body := testutil.HTTPGet(t, base+"/healthz")
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, "ok\n", body)
-	code, body = httpGet(t, base+"/readyz")
+	code, body = testutil.HTTPGet(t, base+"/readyz")
 	require.Equal(t, http.StatusOK, code, body)
 	require.Equal(t, "ok\n", body)
 
@@ -154,10 +123,10 @@ func TestMetrics(t *testing.T) {
 		t.Cleanup(down.Close)
 		addr, err := down.ServeMetrics()
 		require.NoError(t, err)
-		code, body := httpGet(t, "http://"+addr.String()+"/readyz")
+		code, body := testutil.HTTPGet(t, "http://"+addr.String()+"/readyz")
 		require.Equal(t, http.StatusServiceUnavailable, code)
 		require.True(t, strings.HasPrefix(body, "database: "), body)
-		code, _ = httpGet(t, "http://"+addr.String()+"/healthz")
+		code, _ = testutil.HTTPGet(t, "http://"+addr.String()+"/healthz")
 		require.Equal(t, http.StatusOK, code)
 	})
 }

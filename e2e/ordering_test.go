@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"sync"
 	"testing"
@@ -17,59 +16,25 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/internal/testutil"
 	"github.com/outbox-go/outbox/store"
 )
 
-// orderReceiver records the order in which messages arrive and rejects the ones it is
-// told to with 400.
-type orderReceiver struct {
-	mu       sync.Mutex
-	arrivals []uuid.UUID
-	seen     map[uuid.UUID]int
-	poison   map[uuid.UUID]bool
-	srv      *httptest.Server
-}
-
-func newOrderReceiver(t *testing.T) *orderReceiver {
-	r := &orderReceiver{seen: map[uuid.UUID]int{}, poison: map[uuid.UUID]bool{}}
-	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		id, err := uuid.Parse(req.Header.Get("Idempotency-Key"))
-		if err != nil {
-			w.WriteHeader(http.StatusBadRequest)
-			return
-		}
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if r.poison[id] {
-			w.WriteHeader(http.StatusBadRequest)
-			return
-		}
-		if r.seen[id] == 0 {
-			r.arrivals = append(r.arrivals, id)
-		}
-		r.seen[id]++
-	}))
-	t.Cleanup(r.srv.Close)
-	return r
-}
-
-// position returns each message's place in the arrival order.
-func (r *orderReceiver) position() map[uuid.UUID]int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// positions returns each message's place in the order the receiver processed them.
+func positions(r *testutil.Receiver) map[uuid.UUID]int {
 	pos := map[uuid.UUID]int{}
-	for i, id := range r.arrivals {
-		pos[id] = i
+	for i, id := range r.Arrivals() {
+		pos[uuid.MustParse(id)] = i
 	}
 	return pos
 }
 
-func orderedEnv(t *testing.T) (*env, *orderReceiver) {
+func orderedEnv(t *testing.T) (*env, *testutil.Receiver) {
 	t.Helper()
 	ts := newServer(t)
 	e := newEnv(t, ts)
-	r := newOrderReceiver(t)
-	e.cfg.Topics["order.event"] = config.Topic{Sink: "http", URL: r.srv.URL + "/events",
+	r := newReceiver(t)
+	e.cfg.Topics["order.event"] = config.Topic{Sink: "http", URL: r.URL + "/events",
 		InitialInterval: config.Duration(50 * time.Millisecond), MaxInterval: config.Duration(200 * time.Millisecond)}
 	e.startWorker(t)
 	e.startRelay(t)
@@ -129,18 +94,16 @@ func TestOrderingEndToEnd(t *testing.T) {
 			e.waitStatus(t, m.MessageID, store.StatusSent)
 		}
 	}
-	pos := recv.position()
+	pos := positions(recv)
 	for key, list := range committed {
 		slices.SortFunc(list, func(a, b store.Enqueued) int { return int(a.OrderingSeq - b.OrderingSeq) })
 		for i := 1; i < len(list); i++ {
 			require.Less(t, pos[list[i-1].MessageID], pos[list[i].MessageID], "key %s: seq %d arrived after seq %d", key, list[i-1].OrderingSeq, list[i].OrderingSeq)
 		}
 	}
-	recv.mu.Lock()
-	for id, n := range recv.seen {
+	for id, n := range recv.Snapshot().Requests {
 		require.Equal(t, 1, n, "message %s received %d times", id, n)
 	}
-	recv.mu.Unlock()
 }
 
 var errRolledBack = fmt.Errorf("rolled back")
@@ -158,9 +121,7 @@ func TestPoisonedKey(t *testing.T) {
 	}
 	// a1 is poisoned before it is committed, so its first delivery fails.
 	a1 := uuid.Must(uuid.NewV7())
-	recv.mu.Lock()
-	recv.poison[a1] = true
-	recv.mu.Unlock()
+	recv.Reject(a1.String(), http.StatusBadRequest)
 	_, err := e.store.EnqueueMessage(ctx, e.pool, store.Message{MessageID: a1, Topic: "order.event", OrderingKey: "A", Payload: json.RawMessage(`{}`)})
 	require.NoError(t, err)
 	a2, a3 := enqueue("A"), enqueue("A")
@@ -180,15 +141,13 @@ func TestPoisonedKey(t *testing.T) {
 	require.Equal(t, int64(2), s.HeldBack)
 	require.Equal(t, int64(1), s.KeysBlockedByDead)
 
-	recv.mu.Lock()
-	delete(recv.poison, a1)
-	recv.mu.Unlock()
+	recv.Reject(a1.String(), 0)
 	_, err = e.store.Redrive(ctx, a1, "e2e")
 	require.NoError(t, err)
 	for _, id := range []uuid.UUID{a1, a2, a3} {
 		e.waitStatus(t, id, store.StatusSent)
 	}
-	pos := recv.position()
+	pos := positions(recv)
 	require.Less(t, pos[a1], pos[a2])
 	require.Less(t, pos[a2], pos[a3])
 	require.Less(t, pos[b1], pos[b2])

@@ -25,6 +25,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/outbox-go/outbox/internal/testutil"
 	"github.com/outbox-go/outbox/workflows"
 )
 
@@ -291,7 +292,7 @@ func portFlags(t *testing.T) []string {
 			l.Close()
 			continue
 		}
-		free := freePorts(t, 1)[0]
+		free := testutil.FreePorts(t, 1)[0]
 		t.Logf("default port %d (%s) is taken here; using %s %d instead", p.port, p.flag, p.flag, free)
 		v := strconv.Itoa(free)
 		if strings.HasSuffix(p.flag, "-addr") {

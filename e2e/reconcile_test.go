@@ -24,14 +24,14 @@ func TestReconcileDeletedWorkflow(t *testing.T) {
 	ctx := context.Background()
 	ts := newServer(t)
 	e := newEnv(t, ts)
-	e.cfg.Topics["order.slow"] = config.Topic{Sink: "http", URL: e.recv.srv.URL + "/events",
+	e.cfg.Topics["order.slow"] = config.Topic{Sink: "http", URL: e.recv.URL + "/events",
 		InitialInterval: config.Duration(time.Hour), Timeout: config.Duration(5 * time.Second)}
 	e.startWorker(t)
 	e.startRelayWith(t, e.store, starter.Config{ReconcileAfter: time.Second, ReconcileInterval: 200 * time.Millisecond})
 
-	e.recv.setStatus("order.slow", http.StatusServiceUnavailable)
+	e.recv.SetStatus("order.slow", http.StatusServiceUnavailable)
 	id := e.enqueueOrderPlain(t, "order.slow", nil)
-	require.Eventually(t, func() bool { requests, _ := e.recv.count(id); return requests == 1 }, 30*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { requests, _ := e.recv.Count(id.String()); return requests == 1 }, 30*time.Second, 20*time.Millisecond)
 	e.waitStatus(t, id, store.StatusDispatched)
 	// The workflow now sleeps an hour before its next attempt. Delete it.
 	_, err := e.client.WorkflowService().DeleteWorkflowExecution(ctx, &workflowservice.DeleteWorkflowExecutionRequest{
@@ -39,12 +39,10 @@ func TestReconcileDeletedWorkflow(t *testing.T) {
 		WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: workflows.WorkflowID(id.String())},
 	})
 	require.NoError(t, err)
-	e.recv.mu.Lock()
-	delete(e.recv.status, "order.slow")
-	e.recv.mu.Unlock()
+	e.recv.ClearStatus("order.slow")
 
 	e.waitStatus(t, id, store.StatusSent)
-	requests, effects := e.recv.count(id)
+	requests, effects := e.recv.Count(id.String())
 	require.Equal(t, 2, requests)
 	require.Equal(t, 1, effects)
 	audit, err := e.store.Audit(ctx, id)

@@ -53,7 +53,7 @@ func TestRecordHistories(t *testing.T) {
 
 	// fast returns a topic on the env's receiver with short waits between attempts.
 	fast := func(e *env) config.Topic {
-		return config.Topic{Sink: "http", URL: e.recv.srv.URL + "/events",
+		return config.Topic{Sink: "http", URL: e.recv.URL + "/events",
 			InitialInterval: config.Duration(50 * time.Millisecond), MaxInterval: config.Duration(200 * time.Millisecond),
 			Timeout: config.Duration(5 * time.Second)}
 	}
@@ -78,7 +78,7 @@ func TestRecordHistories(t *testing.T) {
 			file: "delivery_retries_then_success.json",
 			run: func(t *testing.T, e *env) uuid.UUID {
 				e.cfg.Topics["order.flaky"] = fast(e)
-				e.recv.setStatus("order.flaky", http.StatusServiceUnavailable) // retryable, not ambiguous
+				e.recv.SetStatus("order.flaky", http.StatusServiceUnavailable) // retryable, not ambiguous
 				e.start(t)
 				id := e.enqueueOrderPlain(t, "order.flaky", nil)
 				require.Eventually(t, func() bool {
@@ -86,9 +86,9 @@ func TestRecordHistories(t *testing.T) {
 					require.NoError(t, err)
 					return row.RetryTimes >= 2
 				}, 60*time.Second, 10*time.Millisecond)
-				e.recv.clearStatus("order.flaky")
+				e.recv.ClearStatus("order.flaky")
 				e.waitStatus(t, id, store.StatusSent)
-				requests, _ := e.recv.count(id)
+				requests, _ := e.recv.Count(id.String())
 				require.GreaterOrEqual(t, requests, 3)
 				return id
 			},
@@ -98,7 +98,7 @@ func TestRecordHistories(t *testing.T) {
 			run: func(t *testing.T, e *env) uuid.UUID {
 				// 500 is ambiguous; without a check_url check-processed is unsupported, so
 				// the history holds a send, a timer, a check, a second send and the dead letter.
-				e.recv.setStatus("order.failing", http.StatusInternalServerError)
+				e.recv.SetStatus("order.failing", http.StatusInternalServerError)
 				e.start(t)
 				one := 1
 				id := e.enqueueOrderPlain(t, "order.failing", &one)
@@ -117,11 +117,11 @@ func TestRecordHistories(t *testing.T) {
 				topic := fast(e)
 				topic.CheckURL = check.URL + "/events/{message_id}"
 				e.cfg.Topics["order.checked"] = topic
-				e.recv.setStatus("order.checked", http.StatusInternalServerError) // ambiguous
+				e.recv.SetStatus("order.checked", http.StatusInternalServerError) // ambiguous
 				e.start(t)
 				id := e.enqueueOrderPlain(t, "order.checked", nil)
 				e.waitStatus(t, id, store.StatusSent)
-				requests, _ := e.recv.count(id)
+				requests, _ := e.recv.Count(id.String())
 				require.Equal(t, 1, requests, "check-processed said processed: no second send")
 				return id
 			},
@@ -136,7 +136,7 @@ func TestRecordHistories(t *testing.T) {
 				topic := fast(e)
 				topic.CheckURL = check.URL + "/events/{message_id}"
 				e.cfg.Topics["order.lastchecked"] = topic
-				e.recv.setStatus("order.lastchecked", http.StatusInternalServerError)
+				e.recv.SetStatus("order.lastchecked", http.StatusInternalServerError)
 				e.start(t)
 				zero := 0
 				id := e.enqueueOrderPlain(t, "order.lastchecked", &zero)
@@ -172,7 +172,7 @@ func TestRecordHistories(t *testing.T) {
 				require.NoError(t, err)
 				e.start(t)
 				e.waitStatus(t, id, store.StatusSent)
-				requests, _ := e.recv.count(id)
+				requests, _ := e.recv.Count(id.String())
 				require.Zero(t, requests)
 				return id
 			},
@@ -254,13 +254,6 @@ func (e *env) start(t *testing.T) {
 	t.Helper()
 	e.startWorker(t)
 	e.startRelay(t)
-}
-
-// clearStatus makes the receiver accept the topic's messages again.
-func (r *receiver) clearStatus(topic string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.status, topic)
 }
 
 // proxiedStore returns a Store on the env's schema that reaches PostgreSQL through a proxy

@@ -14,20 +14,11 @@ import (
 	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/internal/app"
 	"github.com/outbox-go/outbox/internal/testdb"
+	"github.com/outbox-go/outbox/internal/testutil"
 	"github.com/outbox-go/outbox/store"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-func get(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, string(body)
-}
 
 func TestMetricsEndpoint(t *testing.T) {
 	t.Parallel()
@@ -62,16 +53,16 @@ func TestMetricsEndpoint(t *testing.T) {
 		require.NotNil(t, a.Metrics())
 		base := "http://" + addr.String()
 
-		code, body := get(t, base+"/healthz")
+		code, body := testutil.HTTPGet(t, base+"/healthz")
 		require.Equal(t, http.StatusOK, code)
 		require.Equal(t, "ok\n", body)
 
-		code, body = get(t, base+"/readyz")
+		code, body = testutil.HTTPGet(t, base+"/readyz")
 		require.Equal(t, http.StatusServiceUnavailable, code)
 		require.Equal(t, "temporal: not connected\n", body)
 
 		a.Metrics().Redriven("order.created")
-		code, body = get(t, base+"/metrics")
+		code, body = testutil.HTTPGet(t, base+"/metrics")
 		require.Equal(t, http.StatusOK, code)
 		for _, line := range []string{
 			"outbox_messages_pending 0",
@@ -101,12 +92,12 @@ func TestMetricsEndpoint(t *testing.T) {
 		addr, err := down.ServeMetrics()
 		require.NoError(t, err)
 
-		code, body := get(t, "http://"+addr.String()+"/readyz")
+		code, body := testutil.HTTPGet(t, "http://"+addr.String()+"/readyz")
 		require.Equal(t, http.StatusServiceUnavailable, code)
 		require.True(t, strings.HasPrefix(body, "database: "), body)
-		code, _ = get(t, "http://"+addr.String()+"/healthz")
+		code, _ = testutil.HTTPGet(t, "http://"+addr.String()+"/healthz")
 		require.Equal(t, http.StatusOK, code)
-		code, body = get(t, "http://"+addr.String()+"/metrics")
+		code, body = testutil.HTTPGet(t, "http://"+addr.String()+"/metrics")
 		require.Equal(t, http.StatusOK, code)
 		require.Contains(t, body, "outbox_backlog_query_failures_total 1")
 		require.NotContains(t, body, "outbox_messages_pending ")
