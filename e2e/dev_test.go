@@ -198,8 +198,7 @@ func TestDev(t *testing.T) {
 	// The workflow, through the Temporal frontend.
 	c, err := client.Dial(client.Options{HostPort: frontend, Namespace: "default"})
 	require.NoError(t, err)
-	desc, err := c.DescribeWorkflowExecution(ctx, workflows.WorkflowID(order.MessageID.String()), "")
-	require.NoError(t, err)
+	desc := describeClosed(t, c, workflows.WorkflowID(order.MessageID.String()))
 	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, desc.GetWorkflowExecutionInfo().GetStatus())
 	c.Close()
 

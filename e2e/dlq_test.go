@@ -44,7 +44,7 @@ func TestRedrive(t *testing.T) {
 	require.Equal(t, 2, requests, "one 400, then one delivery")
 	require.Equal(t, 1, effects)
 
-	desc := e.describe(t, id)
+	desc := describeClosed(t, e.client, workflows.WorkflowID(id.String()))
 	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, desc.GetWorkflowExecutionInfo().GetStatus())
 	require.NotEqual(t, firstRun, desc.GetWorkflowExecutionInfo().GetExecution().GetRunId())
 

@@ -147,6 +147,18 @@ func (e *env) waitStatus(t *testing.T, id uuid.UUID, status store.Status) {
 		"message %s never became %s", id, status)
 }
 
+// describeClosed waits for the workflow's current run to close (a row is recorded sent
+// before its workflow's last step) and describes it.
+func describeClosed(t *testing.T, c client.Client, workflowID string) *workflowservice.DescribeWorkflowExecutionResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_ = c.GetWorkflow(ctx, workflowID, "").Get(ctx, nil) // its outcome is in the description
+	desc, err := c.DescribeWorkflowExecution(ctx, workflowID, "")
+	require.NoError(t, err)
+	return desc
+}
+
 func (e *env) describe(t *testing.T, id uuid.UUID) *workflowservice.DescribeWorkflowExecutionResponse {
 	desc, err := e.client.DescribeWorkflowExecution(context.Background(), workflows.WorkflowID(id.String()), "")
 	require.NoError(t, err)
@@ -186,7 +198,7 @@ func TestDelivery(t *testing.T) {
 		require.Equal(t, n, effects)
 		require.Equal(t, n, requests, "no message was sent twice")
 		for _, id := range ids {
-			require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, e.describe(t, id).GetWorkflowExecutionInfo().GetStatus())
+			require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, describeClosed(t, e.client, workflows.WorkflowID(id.String())).GetWorkflowExecutionInfo().GetStatus())
 		}
 
 		// The delivery is found in the UI by topic and status.
@@ -245,7 +257,7 @@ func TestDelivery(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, tc.requests, row.RetryTimes)
 
-				desc := e.describe(t, id)
+				desc := describeClosed(t, e.client, workflows.WorkflowID(id.String()))
 				require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, desc.GetWorkflowExecutionInfo().GetStatus())
 				require.Equal(t, dls[0].RunID, desc.GetWorkflowExecutionInfo().GetExecution().GetRunId())
 			})
