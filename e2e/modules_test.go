@@ -23,7 +23,7 @@ func TestLibraryWithoutTemporalServer(t *testing.T) {
 		dir := t.TempDir()
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte(`module example.com/team
 
-go 1.26.8
+go 1.26.0
 
 require github.com/outbox-go/outbox v0.0.0-00010101000000-000000000000
 
