@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -156,10 +157,32 @@ type Relay struct {
 	reconciler *Reconciler
 
 	// refused counts the consecutive passes in which Temporal refused every start;
-	// lastRefusal is the error of the latest.
+	// lastRefusal is the error of the latest; lasting counts the consecutive ones whose
+	// refusal will not heal without an operator (see lastingRefusal).
 	mu          sync.Mutex
 	refused     int
 	lastRefusal error
+	lasting     int
+}
+
+// lastingPasses is how many consecutive passes Temporal must refuse every start, for a
+// reason that will not heal by itself, before Run gives up and returns the error.
+const lastingPasses = 3
+
+// lastingRefusal reports whether Temporal refused a start for a reason that waiting will
+// not cure: the caller may not start workflows, the namespace does not exist, or the
+// search attributes the start sets are not registered.
+func lastingRefusal(err error) bool {
+	var denied *serviceerror.PermissionDenied
+	var noNamespace *serviceerror.NamespaceNotFound
+	var invalid *serviceerror.InvalidArgument
+	switch {
+	case errors.As(err, &denied), errors.As(err, &noNamespace):
+		return true
+	case errors.As(err, &invalid):
+		return strings.Contains(strings.ToLower(invalid.Message), "search attribute")
+	}
+	return false
 }
 
 // New returns a relay that claims rows through st, listens for notifications on a
@@ -227,15 +250,22 @@ func (r *Relay) sweepLoop(ctx context.Context, wake chan<- struct{}) {
 }
 
 // Run relays rows until ctx is cancelled, then finishes the batch in hand and returns
-// nil.
+// nil. When Temporal refuses every start of three passes in a row for a reason that
+// waiting will not cure (permission denied, no such namespace, search attributes not
+// registered), Run returns that error instead; the claimed rows are handed over by the
+// next relay after their lease.
 //
 // It claims every PollInterval, and with WakeupNotify on every notification too. When a
 // pending message has a "deliver not before" time ahead (next_retry_at, see
 // store.Message's DeliverAfter), it also wakes when the earliest such message falls due,
 // so delayed messages are handed over on time without polling faster.
 func (r *Relay) Run(ctx context.Context) error {
+	// The background loops stop when Run returns, whichever way it does.
+	ctx, stop := context.WithCancel(ctx)
 	wake := make(chan struct{}, 1)
 	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stop()
 	if r.cfg.Wakeup == WakeupNotify {
 		if on, err := r.store.NotifyEnabled(ctx); err == nil && !on {
 			r.log.WarnContext(ctx, "relay.wakeup is notify, but the NOTIFY trigger of the table is off: no notification will come, the relay polls every poll_interval; run outbox migrate with relay.wakeup: notify to turn it on",
@@ -247,7 +277,6 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.listen(ctx, wake)
 		}()
 	}
-	defer wg.Wait()
 
 	r.log.InfoContext(ctx, "Relay started", slog.String("task_queue", r.cfg.TaskQueue), slog.String("wakeup", string(r.cfg.Wakeup)),
 		slog.String("channel", r.store.Channel()), slog.Duration("poll_interval", r.cfg.PollInterval))
@@ -283,6 +312,10 @@ func (r *Relay) Run(ctx context.Context) error {
 			if err != nil || n < r.cfg.BatchSize {
 				break
 			}
+		}
+		if err := r.gaveUp(); err != nil {
+			r.log.ErrorContext(ctx, "Temporal keeps refusing every workflow start; the relay stops", slog.Any("error", err))
+			return err
 		}
 		sleep := r.cfg.PollInterval
 		if delayed {
@@ -377,7 +410,7 @@ func (r *Relay) noteStarts(ctx context.Context, attempted, refused int, first *e
 		if r.refused > 0 {
 			r.log.InfoContext(ctx, "Temporal accepts workflow starts again", slog.Int("passes_refused", r.refused))
 		}
-		r.refused, r.lastRefusal = 0, nil
+		r.refused, r.lastRefusal, r.lasting = 0, nil, 0
 		if refused > 0 {
 			r.log.WarnContext(ctx, "Some workflow starts failed; their rows are retried after the lease",
 				slog.Int("failed", refused), slog.Int("attempted", attempted), slog.Any("error", *first))
@@ -386,9 +419,25 @@ func (r *Relay) noteStarts(ctx context.Context, attempted, refused int, first *e
 	}
 	r.refused++
 	r.lastRefusal = fmt.Errorf("temporal refused all %d workflow starts of the last pass: %w", attempted, *first)
+	if lastingRefusal(*first) {
+		r.lasting++
+	} else {
+		r.lasting = 0
+	}
 	r.log.WarnContext(ctx, "Temporal refused every workflow start of this pass; backing off",
 		slog.Int("refused", refused), slog.Int("passes", r.refused), slog.Duration("next_pass_in", refusalBackoff(r.refused)),
 		slog.Any("error", *first))
+}
+
+// gaveUp returns the refusal Run stops with: Temporal refused every start of the last
+// lastingPasses passes for a reason that will not heal.
+func (r *Relay) gaveUp() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lasting < lastingPasses {
+		return nil
+	}
+	return fmt.Errorf("relay stopped: %w (after %d passes; this does not heal by waiting: check the API key's permissions, the namespace and the search attributes)", r.lastRefusal, r.lasting)
 }
 
 func (r *Relay) refusedPasses() int {

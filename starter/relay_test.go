@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -281,5 +282,56 @@ func TestRelay(t *testing.T) {
 		pool, st := testdb.Schema(t)
 		_, err := starter.New(st, pool, newRecorder(), starter.Config{ReconcileInterval: -time.Second})
 		require.ErrorContains(t, err, "reconcile interval must be at least 10ms, got -1s")
+	})
+}
+
+func TestRelayGivesUpOnLastingRefusals(t *testing.T) {
+	t.Parallel()
+	for name, refusal := range map[string]error{
+		"PermissionDenied":       serviceerror.NewPermissionDenied("request unauthorized", ""),
+		"NamespaceNotFound":      serviceerror.NewNamespaceNotFound("orders"),
+		"SearchAttributeMissing": serviceerror.NewInvalidArgument("search attribute OutboxTopic is not defined"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			rec := newRecorder()
+			rec.startErr = func(string) error { return refusal }
+			// A refused row is claimed again after its lease.
+			r, st := setup(t, rec, starter.Config{PollInterval: 10 * time.Millisecond, Lease: time.Second})
+			enqueue(t, st, "t", nil)
+			err := r.Run(ctx)
+			require.ErrorIs(t, err, refusal)
+			require.ErrorContains(t, err, "does not heal by waiting")
+			require.NoError(t, ctx.Err(), "Run returned on its own")
+		})
+	}
+
+	t.Run("UnavailableKeepsTrying", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		rec := newRecorder()
+		var refusals atomic.Int32
+		rec.startErr = func(string) error {
+			if refusals.Add(1) <= 2 {
+				return serviceerror.NewUnavailable("frontend restarting")
+			}
+			return nil
+		}
+		r, st := setup(t, rec, starter.Config{PollInterval: 10 * time.Millisecond, Lease: time.Second})
+		id := enqueue(t, st, "t", nil)
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- r.Run(runCtx) }()
+		select {
+		case started := <-rec.started:
+			require.Equal(t, workflows.WorkflowID(id.String()), started)
+		case err := <-done:
+			t.Fatalf("Run returned %v while Temporal was only unavailable", err)
+		}
+		stop()
+		require.NoError(t, <-done)
 	})
 }
