@@ -54,10 +54,12 @@ func TestOrderingEndToEnd(t *testing.T) {
 		committed = map[string][]store.Enqueued{}
 		wg        sync.WaitGroup
 	)
+	seed := testutil.Seed(t)
 	for w := range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			rand := rand.New(rand.NewPCG(seed, uint64(w)))
 			for i := range 15 {
 				key := keys[rand.IntN(len(keys))]
 				rollback := rand.IntN(6) == 0
@@ -132,8 +134,14 @@ func TestPoisonedKey(t *testing.T) {
 	for _, id := range []uuid.UUID{b1, b2, plain} {
 		e.waitStatus(t, id, store.StatusSent)
 	}
-	// Key A stays blocked: a2 and a3 wait while a1 is dead.
-	time.Sleep(time.Second)
+	// Key A stays blocked: a relay's claim finds a2 and a3 behind the dead a1 and parks
+	// them, and they stay pending.
+	require.Eventually(t, func() bool {
+		var parked int
+		require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM `+e.store.Schema()+`.outbox_messages
+			WHERE message_id = ANY($1) AND held_back`, []uuid.UUID{a2, a3}).Scan(&parked))
+		return parked == 2
+	}, 30*time.Second, 20*time.Millisecond, "the relay never parked a2 and a3 behind the dead a1")
 	require.Equal(t, store.StatusPending, e.status(t, a2))
 	require.Equal(t, store.StatusPending, e.status(t, a3))
 	s, err := e.store.Stats(ctx)

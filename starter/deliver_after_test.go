@@ -165,9 +165,9 @@ func TestRelayDeliverAfter(t *testing.T) {
 		mu.Unlock()
 		t.Logf("started %s after its time, %d claims since the enqueue", started.Sub(at), claims)
 		require.False(t, started.Before(*row.NextRetryAt), "started at %s, before its time %s", started, row.NextRetryAt)
-		require.Less(t, started.Sub(at), 1500*time.Millisecond, "started %s after its time", started.Sub(at))
-		// The wake on the insert's notification, the wake at the due time, and one pass
-		// of slack.
+		// With an hour between polls, the start within the 10s above came from a wake at
+		// the due time: the wake on the insert's notification, that wake, and one pass of
+		// slack.
 		require.GreaterOrEqual(t, claims, int64(1))
 		require.LessOrEqual(t, claims, int64(3), "claims between the enqueue and the start")
 		require.Empty(t, rec.started, "the message an hour ahead is not started")

@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/outbox-go/outbox/internal/testdb"
+	"github.com/outbox-go/outbox/internal/testutil"
 	"github.com/outbox-go/outbox/starter"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/workflows"
@@ -57,7 +58,8 @@ func (d *deliverer) ExecuteWorkflow(_ context.Context, opts client.StartWorkflow
 		}
 		d.inFlight[key] = true
 		d.mu.Unlock()
-		time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
+		// Deliveries take a while, some longer than others, so that they overlap.
+		time.Sleep(time.Duration(id[15]%30) * 100 * time.Microsecond)
 		d.mu.Lock()
 		d.delivered[key] = append(d.delivered[key], seq)
 		d.count[id]++
@@ -102,10 +104,12 @@ func TestOrdering(t *testing.T) {
 				unordered []uuid.UUID
 				writers   sync.WaitGroup
 			)
+			seed := testutil.Seed(t)
 			for w := range 8 {
 				writers.Add(1)
 				go func() {
 					defer writers.Done()
+					rand := rand.New(rand.NewPCG(seed, uint64(w)))
 					for i := range 25 {
 						key := keys[rand.IntN(len(keys))]
 						rollback := rand.IntN(7) == 0

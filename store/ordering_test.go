@@ -73,9 +73,16 @@ func TestOrderingDeadlock(t *testing.T) {
 			tx  pgx.Tx
 			err error
 		}
+		var tx1PID int32
+		require.NoError(t, tx1.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&tx1PID))
 		results := make(chan result, 2)
 		go func() { _, err := st.Enqueue(ctx, tx1, keyed("B", 2)); results <- result{tx1, err} }() // waits for tx2
-		time.Sleep(100 * time.Millisecond)                                                         // tx1 waits; now close the cycle
+		// Once tx1 waits for B's lock, close the cycle.
+		require.Eventually(t, func() bool {
+			var waiting bool
+			require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, tx1PID).Scan(&waiting))
+			return waiting
+		}, 10*time.Second, 5*time.Millisecond, "tx1 never waited for key B's lock")
 		go func() { _, err := st.Enqueue(ctx, tx2, keyed("A", 2)); results <- result{tx2, err} }()
 		var failed []error
 		for range 2 {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -95,4 +96,19 @@ func Scrape(t testing.TB, url string) map[string]float64 {
 		out[line[:i]] = v
 	}
 	return out
+}
+
+// Seed returns the seed of a test's random choices: OUTBOX_TEST_SEED when set, else a new
+// one. It logs the seed, so a failing run can be repeated with the same choices.
+func Seed(t testing.TB) uint64 {
+	t.Helper()
+	if s := os.Getenv("OUTBOX_TEST_SEED"); s != "" {
+		seed, err := strconv.ParseUint(s, 10, 64)
+		require.NoError(t, err, "OUTBOX_TEST_SEED=%q is not an unsigned integer", s)
+		t.Logf("random choices from OUTBOX_TEST_SEED=%d", seed)
+		return seed
+	}
+	seed := rand.Uint64()
+	t.Logf("random choices from seed %d (OUTBOX_TEST_SEED=%d repeats them)", seed, seed)
+	return seed
 }
