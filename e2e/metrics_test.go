@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
+	"github.com/outbox-go/outbox/app"
 	"github.com/outbox-go/outbox/config"
-	"github.com/outbox-go/outbox/internal/app"
 	"github.com/outbox-go/outbox/internal/testdb"
 	"github.com/outbox-go/outbox/internal/testutil"
 	"github.com/outbox-go/outbox/store"
@@ -43,7 +43,7 @@ func TestMetrics(t *testing.T) {
 	addr, err := a.ServeMetrics()
 	require.NoError(t, err)
 	base := "http://" + addr.String()
-	e.run(t, func(ctx context.Context) error { return a.RunWorker(ctx, nil) })
+	e.run(t, func(ctx context.Context) error { return a.RunWorker(ctx, app.Handlers{}) })
 	e.run(t, a.RunRelay)
 
 	var delivered []uuid.UUID

@@ -13,8 +13,8 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/server/temporaltest"
 
+	"github.com/outbox-go/outbox/app"
 	"github.com/outbox-go/outbox/config"
-	"github.com/outbox-go/outbox/internal/app"
 	"github.com/outbox-go/outbox/internal/testdb"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/worker"
@@ -44,7 +44,7 @@ func (e *env) startAppWorker(t *testing.T, cfg *config.Config, gate <-chan struc
 	require.NoError(t, a.DialTemporal(ctx))
 	e.run(t, func(ctx context.Context) error {
 		<-gate
-		return a.RunWorker(ctx, nil)
+		return a.RunWorker(ctx, app.Handlers{})
 	})
 }
 

@@ -16,8 +16,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/outbox-go/outbox/app"
 	"github.com/outbox-go/outbox/config"
-	"github.com/outbox-go/outbox/internal/app"
 	"github.com/outbox-go/outbox/internal/testdb"
 	"github.com/outbox-go/outbox/store"
 )
@@ -57,7 +57,7 @@ func TestTracing(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(a.Close)
 	require.NoError(t, a.DialTemporal(ctx))
-	e.run(t, func(ctx context.Context) error { return a.RunWorker(ctx, nil) })
+	e.run(t, func(ctx context.Context) error { return a.RunWorker(ctx, app.Handlers{}) })
 	e.run(t, a.RunRelay)
 
 	enqCtx, enqSpan := tp.Tracer("shop").Start(ctx, "place order")

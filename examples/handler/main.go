@@ -1,5 +1,8 @@
-// Command handler is a worker with a topic handler written in Go: loyalty.points messages
-// are handled by code, every other topic by the sinks in the config file.
+// Command handler is a team's worker with a topic handler written in Go: loyalty.points
+// messages are handled by code, every other topic by the sinks in the config file. It gets
+// everything outbox worker gets from the same file (the Temporal connection with its TLS,
+// API key and codec, the search-attribute check, the topics' policies, alert webhooks,
+// metrics and readiness, the retention schedule) and adds the outbox to a worker of its own.
 //
 //	go run ./examples/handler --config outbox.yaml
 package main
@@ -12,13 +15,11 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/app"
 	"github.com/outbox-go/outbox/config"
-	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/worker"
 )
 
@@ -47,32 +48,21 @@ func main() {
 		log.Fatal(err)
 	}
 	cfg.ApplyEnv(os.LookupEnv)
-	c := cfg.WithDefaults()
+	a, err := app.Connect(ctx, cfg, slog.Default())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer a.Close()
+	deps, err := a.PrepareWorker(ctx, app.Handlers{Topics: map[string]activities.Handler{
+		"loyalty.points": activities.HandlerFunc(loyaltyPoints),
+	}})
+	if err != nil {
+		log.Fatal(err)
+	}
 
-	pool, err := pgxpool.New(ctx, c.DatabaseURL)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer pool.Close()
-	st, err := store.New(pool, store.Config{Schema: c.Schema})
-	if err != nil {
-		log.Fatal(err)
-	}
-	handlers, err := activities.RegistryFromConfig(&c, nil)
-	if err != nil {
-		log.Fatal(err)
-	}
-	handlers.Handle("loyalty.points", activities.HandlerFunc(loyaltyPoints))
-
-	tc, err := client.Dial(client.Options{HostPort: c.Temporal.Address, Namespace: c.Temporal.Namespace})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer tc.Close()
-
-	// An existing worker of the team's: the outbox's workflow and activities join it.
-	w := sdkworker.New(tc, c.Temporal.TaskQueue, sdkworker.Options{})
-	worker.Register(w, worker.Deps{Store: st, Handlers: handlers})
+	// The team's worker: the outbox's workflow and activities join it.
+	w := sdkworker.New(a.Temporal, a.Config.Temporal.TaskQueue, a.Config.Worker.WorkerOptions())
+	worker.Register(w, deps)
 	if err := w.Run(sdkworker.InterruptCh()); err != nil {
 		log.Fatal(err)
 	}

@@ -14,8 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/outbox-go/outbox/app"
 	"github.com/outbox-go/outbox/config"
-	"github.com/outbox-go/outbox/internal/app"
 	"github.com/outbox-go/outbox/internal/demo"
 	"github.com/outbox-go/outbox/store"
 )
@@ -126,17 +126,14 @@ func (g *globals) open(ctx context.Context, withTemporal bool) (*app.App, error)
 	if err != nil {
 		return nil, err
 	}
+	if withTemporal {
+		return app.Connect(ctx, cfg, logger)
+	}
 	a, err := app.Open(ctx, cfg, logger)
 	if err != nil {
 		return nil, err
 	}
 	a.StartTracing(ctx)
-	if withTemporal {
-		if err := a.DialTemporal(ctx); err != nil {
-			a.Close()
-			return nil, err
-		}
-	}
 	return a, nil
 }
 
@@ -181,7 +178,7 @@ func newWorkerCmd(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.withApp(cmd.Context(), true, func(a *app.App) error {
-				return a.RunWorker(cmd.Context(), nil)
+				return a.RunWorker(cmd.Context(), app.Handlers{})
 			})
 		},
 	}

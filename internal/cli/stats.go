@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/outbox-go/outbox/internal/app"
+	"github.com/outbox-go/outbox/app"
 
 	"github.com/outbox-go/outbox/store"
 )

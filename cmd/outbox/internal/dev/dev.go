@@ -23,8 +23,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
+	"github.com/outbox-go/outbox/app"
 	"github.com/outbox-go/outbox/config"
-	"github.com/outbox-go/outbox/internal/app"
 	"github.com/outbox-go/outbox/internal/cli"
 	"github.com/outbox-go/outbox/internal/demo"
 	"github.com/outbox-go/outbox/internal/pgcluster"
@@ -322,7 +322,7 @@ func (s *session) runWorkerAndRelay(ctx context.Context) <-chan error {
 		name string
 		run  func(context.Context) error
 	}{
-		{"worker", func(ctx context.Context) error { return s.app.RunWorker(ctx, nil) }},
+		{"worker", func(ctx context.Context) error { return s.app.RunWorker(ctx, app.Handlers{}) }},
 		{"relay", func(ctx context.Context) error {
 			// The worker runs on the same client: eager start saves a round trip.
 			return s.app.RunRelayWith(ctx, func(c *starter.Config) { c.EagerStart = true })

@@ -1,6 +1,12 @@
-// Package app wires the outbox's parts together from a config: the database pool, the
-// store, the Temporal client, the worker and the relay. cmd/outbox is a thin layer of
-// flags over it.
+// Package app runs the outbox from a config, exactly as outbox worker and outbox relay do,
+// in a process of the team's own: the database pool and store, the Temporal client (TLS,
+// API key, payload codec, tracing interceptor, the search-attribute check), the worker with
+// the config's topic handlers and alert webhooks, the relay, the retention schedule,
+// metrics and readiness. cmd/outbox is a thin layer of flags over it.
+//
+//	a, err := app.Connect(ctx, cfg, logger) // cfg from config.Load, after ApplyEnv
+//	defer a.Close()
+//	err = a.RunRelay(ctx)                   // or a.RunWorker, or a.PrepareWorker for a worker of your own
 package app
 
 import (
@@ -36,6 +42,8 @@ type App struct {
 }
 
 // Open validates cfg (after defaults), connects to PostgreSQL and checks that it answers.
+// sinks names the sink kinds besides http that the config's topics may use (those a
+// Handlers.Sinks provides).
 func Open(ctx context.Context, cfg *config.Config, logger *slog.Logger, sinks ...string) (*App, error) {
 	c := cfg.WithDefaults()
 	if err := c.Validate(sinks...); err != nil {
@@ -68,6 +76,21 @@ func Open(ctx context.Context, cfg *config.Config, logger *slog.Logger, sinks ..
 		return nil, err
 	}
 	return &App{Config: c, Logger: logger, Pool: pool, Store: st}, nil
+}
+
+// Connect is Open, then StartTracing (when the OTEL_* environment asks for traces), then
+// DialTemporal: everything a worker or a relay needs, in one call.
+func Connect(ctx context.Context, cfg *config.Config, logger *slog.Logger, sinks ...string) (*App, error) {
+	a, err := Open(ctx, cfg, logger, sinks...)
+	if err != nil {
+		return nil, err
+	}
+	a.StartTracing(ctx)
+	if err := a.DialTemporal(ctx); err != nil {
+		a.Close()
+		return nil, err
+	}
+	return a, nil
 }
 
 // DialTemporal connects to Temporal and, unless search attributes are off, makes sure
@@ -129,30 +152,55 @@ func (a *App) Close() {
 	a.Pool.Close()
 }
 
-// RunWorker runs the worker until ctx is cancelled. sinks adds sink kinds besides http.
-func (a *App) RunWorker(ctx context.Context, sinks map[string]activities.SinkFactory) error {
+// Handlers is what a process adds to the config's topics: sink kinds besides http (by
+// the name a topic's sink: names), and handlers written in Go for topics of their own.
+type Handlers struct {
+	Sinks  map[string]activities.SinkFactory
+	Topics map[string]activities.Handler
+}
+
+// PrepareWorker does what RunWorker does before the worker runs: it builds the topic
+// handlers of the config (with h's), serves /metrics, /healthz and /readyz when
+// metrics.address is set, and makes sure the retention schedule exists when retention is
+// on. It returns what the outbox's workflow and activities need on a worker:
+// worker.Register(w, deps) adds the outbox to a worker the team already runs, exactly as
+// outbox worker runs it.
+func (a *App) PrepareWorker(ctx context.Context, h Handlers) (worker.Deps, error) {
 	if a.Temporal == nil {
-		return errors.New("run worker: not connected to Temporal")
+		return worker.Deps{}, errors.New("prepare worker: not connected to Temporal")
 	}
-	reg, err := activities.RegistryFromConfig(&a.Config, sinks)
+	reg, err := activities.RegistryFromConfig(&a.Config, h.Sinks)
 	if err != nil {
-		return fmt.Errorf("build topic handlers: %w", err)
+		return worker.Deps{}, fmt.Errorf("build topic handlers: %w", err)
+	}
+	for topic, handler := range h.Topics {
+		reg.Handle(topic, handler)
 	}
 	if _, err := a.ServeMetrics(); err != nil {
-		return err
+		return worker.Deps{}, err
 	}
 	if a.Config.Retention.Enabled {
 		if err := a.EnsureRetentionSchedule(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil // stopped while starting
-			}
-			return err
+			return worker.Deps{}, err
 		}
+	}
+	return worker.Deps{Store: a.Store, Handlers: reg, Logger: a.Logger, Alerts: activities.AlertWebhooksFromConfig(&a.Config), Metrics: a.Metrics()}, nil
+}
+
+// RunWorker runs a worker of its own (the config's task queue and worker options) until
+// ctx is cancelled, after PrepareWorker.
+func (a *App) RunWorker(ctx context.Context, h Handlers) error {
+	deps, err := a.PrepareWorker(ctx, h)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
+		return err
 	}
 	return worker.Run(ctx, worker.Config{
 		Client:    a.Temporal,
 		TaskQueue: a.Config.Temporal.TaskQueue,
-		Deps:      worker.Deps{Store: a.Store, Handlers: reg, Logger: a.Logger, Alerts: activities.AlertWebhooksFromConfig(&a.Config), Metrics: a.Metrics()},
+		Deps:      deps,
 		Options:   a.Config.Worker.WorkerOptions(),
 	})
 }
