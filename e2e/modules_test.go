@@ -11,7 +11,7 @@ import (
 )
 
 // TestLibraryWithoutTemporalServer builds a team's worker module that imports the outbox
-// packages a worker needs, as a consumer does (its own go.mod, no workspace), and checks
+// packages a worker needs (app and config included), as a consumer does (its own go.mod, no workspace), and checks
 // that its module graph holds neither the Temporal server nor the UI server; and that the
 // production build of the command (-tags nodev) links neither.
 func TestLibraryWithoutTemporalServer(t *testing.T) {
@@ -32,6 +32,8 @@ replace github.com/outbox-go/outbox => `+root+"\n"), 0o644))
 
 import (
 	_ "github.com/outbox-go/outbox/activities"
+	_ "github.com/outbox-go/outbox/app"
+	_ "github.com/outbox-go/outbox/config"
 	_ "github.com/outbox-go/outbox/store"
 	_ "github.com/outbox-go/outbox/worker"
 	_ "github.com/outbox-go/outbox/workflows"
