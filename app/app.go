@@ -229,24 +229,12 @@ func (a *App) RunRelayWith(ctx context.Context, adjust func(*starter.Config)) er
 	return r.Run(ctx)
 }
 
-// RelayConfig returns the relay's configuration.
+// RelayConfig returns the relay's configuration: the file's (config.RelayConfig) with the
+// App's logger and metrics.
 func (a *App) RelayConfig() starter.Config {
-	c := a.Config
-	return starter.Config{
-		TaskQueue:          c.Temporal.TaskQueue,
-		BatchSize:          c.Relay.BatchSize,
-		Wakeup:             starter.Wakeup(c.Relay.Wakeup),
-		PollInterval:       time.Duration(c.Relay.PollInterval),
-		Lease:              time.Duration(c.Relay.Lease),
-		StartConcurrency:   c.Relay.StartConcurrency,
-		NoSearchAttributes: !c.SearchAttributesEnabled(),
-		Policy:             c.Policy,
-		Ordering:           c.OrderingRules(),
-		ReconcileAfter:     time.Duration(c.Relay.ReconcileAfter),
-		ReconcileInterval:  time.Duration(c.Relay.ReconcileInterval),
-		Logger:             a.Logger,
-		Metrics:            a.Metrics(),
-	}
+	r := a.Config.RelayConfig()
+	r.Logger, r.Metrics = a.Logger, a.Metrics()
+	return r
 }
 
 // Migrate applies the migrations the schema lacks and turns the table's NOTIFY trigger on

@@ -254,9 +254,6 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 const (
 	DefaultTemporalAddress  = "127.0.0.1:7233"
 	DefaultNamespace        = "default"
-	DefaultBatchSize        = 100
-	DefaultLease            = 30 * time.Second
-	DefaultStartConcurrency = 16
 	DefaultMaxActivities    = 200
 	DefaultUIURL            = "http://127.0.0.1:8233"
 	DefaultSentRetention    = 7 * 24 * time.Hour
@@ -334,16 +331,12 @@ func (c Config) WithDefaults() Config {
 	c.Temporal.Address = cmp.Or(c.Temporal.Address, DefaultTemporalAddress)
 	c.Temporal.Namespace = cmp.Or(c.Temporal.Namespace, DefaultNamespace)
 	c.Temporal.TaskQueue = cmp.Or(c.Temporal.TaskQueue, workflows.DefaultTaskQueue)
-	c.Relay.BatchSize = cmp.Or(c.Relay.BatchSize, DefaultBatchSize)
-	c.Relay.Wakeup = cmp.Or(c.Relay.Wakeup, string(starter.WakeupPoll))
-	if c.Relay.Wakeup == string(starter.WakeupNotify) {
-		c.Relay.PollInterval = cmp.Or(c.Relay.PollInterval, Duration(starter.NotifyPollIntervalDefault))
+	// The relay's defaults are starter's.
+	r := c.Relay.starterConfig().WithDefaults()
+	c.Relay = Relay{
+		BatchSize: r.BatchSize, Wakeup: string(r.Wakeup), PollInterval: Duration(r.PollInterval), Lease: Duration(r.Lease),
+		StartConcurrency: r.StartConcurrency, ReconcileAfter: Duration(r.ReconcileAfter), ReconcileInterval: Duration(r.ReconcileInterval),
 	}
-	c.Relay.PollInterval = cmp.Or(c.Relay.PollInterval, Duration(starter.PollIntervalDefault))
-	c.Relay.Lease = cmp.Or(c.Relay.Lease, Duration(DefaultLease))
-	c.Relay.StartConcurrency = cmp.Or(c.Relay.StartConcurrency, DefaultStartConcurrency)
-	c.Relay.ReconcileAfter = cmp.Or(c.Relay.ReconcileAfter, Duration(5*time.Minute))
-	c.Relay.ReconcileInterval = cmp.Or(c.Relay.ReconcileInterval, Duration(time.Minute))
 	c.Worker.MaxConcurrentActivities = cmp.Or(c.Worker.MaxConcurrentActivities, DefaultMaxActivities)
 	c.UIURL = cmp.Or(c.UIURL, DefaultUIURL)
 	c.Retention.SentAfter = cmp.Or(c.Retention.SentAfter, Duration(DefaultSentRetention))
@@ -351,6 +344,41 @@ func (c Config) WithDefaults() Config {
 	c.Retention.BatchSize = cmp.Or(c.Retention.BatchSize, DefaultRetentionBatch)
 	c.Retention.Interval = cmp.Or(c.Retention.Interval, Duration(DefaultRetentionEvery))
 	return c
+}
+
+// relayKeys maps starter.Config's field names to the relay: keys of the file.
+var relayKeys = map[string]string{
+	"BatchSize": "batch_size", "Wakeup": "wakeup", "PollInterval": "poll_interval", "Lease": "lease",
+	"StartConcurrency": "start_concurrency", "ReconcileAfter": "reconcile_after", "ReconcileInterval": "reconcile_interval",
+}
+
+// starterConfig is the relay: section as a starter.Config, before defaults.
+func (r Relay) starterConfig() starter.Config {
+	return starter.Config{
+		BatchSize: r.BatchSize, Wakeup: starter.Wakeup(r.Wakeup), PollInterval: time.Duration(r.PollInterval),
+		Lease: time.Duration(r.Lease), StartConcurrency: r.StartConcurrency,
+		ReconcileAfter: time.Duration(r.ReconcileAfter), ReconcileInterval: time.Duration(r.ReconcileInterval),
+	}
+}
+
+// RelayConfig maps the file onto the relay's configuration: the relay: section, the task
+// queue, the search attributes, and the topics' policies and ordering settings. A relay
+// embedded in Go gets from it exactly what outbox relay gets (add a Logger and Metrics).
+func (c *Config) RelayConfig() starter.Config {
+	r := c.Relay.starterConfig()
+	r.TaskQueue = c.Temporal.TaskQueue
+	r.NoSearchAttributes = !c.SearchAttributesEnabled()
+	r.Policy = c.Policy
+	r.Ordering = c.OrderingRules()
+	return r
+}
+
+// unjoin returns the errors errors.Join joined, or err alone.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // SearchAttributesEnabled reports whether the search attributes are on.
@@ -368,26 +396,16 @@ func (c *Config) Validate(sinks ...string) error {
 	if _, err := store.New(nil, store.Config{Schema: c.Schema, MaxPayloadBytes: c.MaxPayloadBytes}); err != nil {
 		bad("schema/max_payload_bytes", "%v", strings.TrimPrefix(err.Error(), "store config: "))
 	}
-	if c.Relay.BatchSize < 1 || c.Relay.BatchSize > 10000 {
-		bad("relay.batch_size", "must be between 1 and 10000, got %d", c.Relay.BatchSize)
-	}
-	if c.Relay.Wakeup != string(starter.WakeupPoll) && c.Relay.Wakeup != string(starter.WakeupNotify) {
-		bad("relay.wakeup", "must be %q or %q, got %q", starter.WakeupPoll, starter.WakeupNotify, c.Relay.Wakeup)
-	}
-	if c.Relay.PollInterval < Duration(10*time.Millisecond) {
-		bad("relay.poll_interval", "must be at least 10ms, got %s", time.Duration(c.Relay.PollInterval))
-	}
-	if c.Relay.Lease < Duration(time.Second) {
-		bad("relay.lease", "must be at least 1s, got %s", time.Duration(c.Relay.Lease))
-	}
-	if c.Relay.StartConcurrency < 1 || c.Relay.StartConcurrency > 1000 {
-		bad("relay.start_concurrency", "must be between 1 and 1000, got %d", c.Relay.StartConcurrency)
-	}
-	if c.Relay.ReconcileAfter < Duration(time.Second) {
-		bad("relay.reconcile_after", "must be at least 1s, got %s", time.Duration(c.Relay.ReconcileAfter))
-	}
-	if c.Relay.ReconcileInterval < Duration(100*time.Millisecond) {
-		bad("relay.reconcile_interval", "must be at least 100ms, got %s", time.Duration(c.Relay.ReconcileInterval))
+	// The relay's limits are starter's; its errors name the field, mapped here to its key.
+	if err := c.Relay.starterConfig().WithDefaults().Validate(); err != nil {
+		for _, e := range unjoin(err) {
+			var fe *starter.FieldError
+			if errors.As(e, &fe) {
+				bad("relay."+relayKeys[fe.Field], "%s", fe.Problem)
+			} else {
+				bad("relay", "%v", e)
+			}
+		}
 	}
 	for _, p := range []struct {
 		name string

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/starter"
 	"github.com/outbox-go/outbox/workflows"
 )
 
@@ -90,6 +91,9 @@ func TestParse(t *testing.T) {
 			{"relay: {poll_interval: 5}\n", `want a duration such as "1s" or "1m30s", got "5"`},
 			{"relay: {poll_interval: fast}\n", `got "fast"`},
 			{"relay: {lease: 100ms}\n", "relay.lease: must be at least 1s, got 100ms"},
+			{"relay: {start_concurrency: 2000}\n", "relay.start_concurrency: must be between 1 and 1000, got 2000"},
+			{"relay: {reconcile_interval: 5ms}\n", "relay.reconcile_interval: must be at least 10ms, got 5ms"},
+			{"relay: {wakeup: often}\n", `relay.wakeup: must be "poll" or "notify", got "often"`},
 			{"schema: Bad-Schema\n", `got "Bad-Schema"`},
 			{"topics: {a: {url: 'not a url'}}\n", `topics["a"].url: must be an absolute http or https URL, got "not a url"`},
 			{"topics: {a: {url: 'http://x', check_url: 'http://x/check'}}\n", `topics["a"].check_url: must contain {message_id}, got "http://x/check"`},
@@ -145,4 +149,23 @@ func TestWorkerOptions(t *testing.T) {
 		d := c.WithDefaults()
 		require.ErrorContains(t, d.Validate(), "worker.", bad)
 	}
+}
+
+// TestRelayConfigIsStarters: the file's relay settings become exactly the starter.Config an
+// embedded relay gets, with starter's defaults.
+func TestRelayConfigIsStarters(t *testing.T) {
+	t.Parallel()
+	c, err := config.Parse(strings.NewReader("temporal: {task_queue: orders}\nsearch_attributes: false\nrelay: {batch_size: 7, wakeup: notify}\n"))
+	require.NoError(t, err)
+	d := c.WithDefaults()
+	r := d.RelayConfig()
+	require.Equal(t, "orders", r.TaskQueue)
+	require.Equal(t, 7, r.BatchSize)
+	require.Equal(t, starter.WakeupNotify, r.Wakeup)
+	require.Equal(t, starter.NotifyPollIntervalDefault, r.PollInterval)
+	require.Equal(t, starter.DefaultLease, r.Lease)
+	require.Equal(t, starter.DefaultStartConcurrency, r.StartConcurrency)
+	require.Equal(t, starter.ReconcileAfterDefault, r.ReconcileAfter)
+	require.True(t, r.NoSearchAttributes)
+	require.Equal(t, r.WithDefaults().BatchSize, r.BatchSize)
 }

@@ -26,6 +26,12 @@ const (
 	ReconcileConcurrencyDefault = 16
 )
 
+// Reconciler limits.
+const (
+	MinReconcileAfter    = time.Second
+	MinReconcileInterval = 10 * time.Millisecond
+)
+
 // ReconcilerConfig configures a Reconciler.
 type ReconcilerConfig struct {
 	// After is how long a row may stay dispatched without change before the reconciler
@@ -66,10 +72,10 @@ func (c ReconcilerConfig) withDefaults() ReconcilerConfig {
 
 func (c ReconcilerConfig) validate() error {
 	switch {
-	case c.After < time.Second:
-		return fmt.Errorf("reconcile after must be at least 1s, got %s", c.After)
-	case c.Interval < 10*time.Millisecond:
-		return fmt.Errorf("reconcile interval must be at least 10ms, got %s", c.Interval)
+	case c.After < MinReconcileAfter:
+		return fieldError("After", "must be at least %s, got %s", MinReconcileAfter, c.After)
+	case c.Interval < MinReconcileInterval:
+		return fieldError("Interval", "must be at least %s, got %s", MinReconcileInterval, c.Interval)
 	case c.BatchSize < 1 || c.BatchSize > 10_000:
 		return fmt.Errorf("reconcile batch size must be between 1 and 10000, got %d", c.BatchSize)
 	case c.Concurrency < 1 || c.Concurrency > 256:

@@ -97,25 +97,51 @@ const (
 	WakeupNotify Wakeup = "notify"
 )
 
-// Poll interval defaults.
+// Relay defaults: what a zero Config field becomes.
 const (
-	PollIntervalDefault       = 50 * time.Millisecond
-	NotifyPollIntervalDefault = time.Second
+	DefaultBatchSize          = 100
+	PollIntervalDefault       = 50 * time.Millisecond // with WakeupPoll
+	NotifyPollIntervalDefault = time.Second           // with WakeupNotify
+	DefaultLease              = 30 * time.Second
+	DefaultStartConcurrency   = 16
+	DefaultStartTimeout       = 10 * time.Second
 )
 
-func (c Config) withDefaults() Config {
+// Relay limits: Validate refuses values outside them.
+const (
+	MaxBatchSize        = 10000
+	MinPollInterval     = 10 * time.Millisecond
+	MinLease            = time.Second
+	MaxStartConcurrency = 1000
+)
+
+// A FieldError names the Config (or ReconcilerConfig) field whose value is not allowed,
+// and says what is. The YAML configuration maps Field to its key.
+type FieldError struct {
+	Field   string // the Go field name, such as "BatchSize"
+	Problem string // such as "must be between 1 and 10000, got 0"
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Problem }
+
+func fieldError(field, format string, args ...any) error {
+	return &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
 	c.TaskQueue = cmp.Or(c.TaskQueue, workflows.DefaultTaskQueue)
-	c.BatchSize = cmp.Or(c.BatchSize, 100)
+	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
 	c.Wakeup = cmp.Or(c.Wakeup, WakeupPoll)
 	if c.Wakeup == WakeupNotify {
 		c.PollInterval = cmp.Or(c.PollInterval, NotifyPollIntervalDefault)
 	}
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
-	c.Lease = cmp.Or(c.Lease, 30*time.Second)
-	c.StartConcurrency = cmp.Or(c.StartConcurrency, 16)
-	c.StartTimeout = cmp.Or(c.StartTimeout, 10*time.Second)
-	c.ReconcileAfter = cmp.Or(c.ReconcileAfter, 5*time.Minute)
-	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, time.Minute)
+	c.Lease = cmp.Or(c.Lease, DefaultLease)
+	c.StartConcurrency = cmp.Or(c.StartConcurrency, DefaultStartConcurrency)
+	c.StartTimeout = cmp.Or(c.StartTimeout, DefaultStartTimeout)
+	c.ReconcileAfter = cmp.Or(c.ReconcileAfter, ReconcileAfterDefault)
+	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, ReconcileIntervalDefault)
 	if c.Policy == nil {
 		c.Policy = func(string) workflows.Policy { return workflows.Policy{} }
 	}
@@ -125,20 +151,35 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-func (c Config) validate() error {
-	switch {
-	case c.BatchSize < 1:
-		return fmt.Errorf("batch size must be at least 1, got %d", c.BatchSize)
-	case c.Wakeup != WakeupPoll && c.Wakeup != WakeupNotify:
-		return fmt.Errorf("wakeup must be %q or %q, got %q", WakeupPoll, WakeupNotify, c.Wakeup)
-	case c.PollInterval <= 0:
-		return fmt.Errorf("poll interval must be positive, got %s", c.PollInterval)
-	case c.Lease < time.Second:
-		return fmt.Errorf("lease must be at least 1s, got %s", c.Lease)
-	case c.StartConcurrency < 1:
-		return fmt.Errorf("start concurrency must be at least 1, got %d", c.StartConcurrency)
+// Validate checks c (after WithDefaults). It returns every field that is not allowed, each
+// as a *FieldError, joined.
+func (c Config) Validate() error {
+	var errs []error
+	if c.BatchSize < 1 || c.BatchSize > MaxBatchSize {
+		errs = append(errs, fieldError("BatchSize", "must be between 1 and %d, got %d", MaxBatchSize, c.BatchSize))
 	}
-	return nil
+	if c.Wakeup != WakeupPoll && c.Wakeup != WakeupNotify {
+		errs = append(errs, fieldError("Wakeup", "must be %q or %q, got %q", WakeupPoll, WakeupNotify, c.Wakeup))
+	}
+	if c.PollInterval < MinPollInterval {
+		errs = append(errs, fieldError("PollInterval", "must be at least %s, got %s", MinPollInterval, c.PollInterval))
+	}
+	if c.Lease < MinLease {
+		errs = append(errs, fieldError("Lease", "must be at least %s, got %s", MinLease, c.Lease))
+	}
+	if c.StartConcurrency < 1 || c.StartConcurrency > MaxStartConcurrency {
+		errs = append(errs, fieldError("StartConcurrency", "must be between 1 and %d, got %d", MaxStartConcurrency, c.StartConcurrency))
+	}
+	if c.StartTimeout <= 0 {
+		errs = append(errs, fieldError("StartTimeout", "must be positive, got %s", c.StartTimeout))
+	}
+	if c.ReconcileAfter < MinReconcileAfter {
+		errs = append(errs, fieldError("ReconcileAfter", "must be at least %s, got %s", MinReconcileAfter, c.ReconcileAfter))
+	}
+	if c.ReconcileInterval < MinReconcileInterval {
+		errs = append(errs, fieldError("ReconcileInterval", "must be at least %s, got %s", MinReconcileInterval, c.ReconcileInterval))
+	}
+	return errors.Join(errs...)
 }
 
 // Starter starts workflows; client.Client satisfies it.
@@ -188,8 +229,8 @@ func lastingRefusal(err error) bool {
 // New returns a relay that claims rows through st, listens for notifications on a
 // connection from pool, and starts workflows with c.
 func New(st *store.Store, pool *pgxpool.Pool, c Starter, cfg Config) (*Relay, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("relay config: %w", err)
 	}
 	rc, err := NewReconciler(st, c, ReconcilerConfig{

@@ -281,7 +281,7 @@ func TestRelay(t *testing.T) {
 		t.Parallel()
 		pool, st := testdb.Schema(t)
 		_, err := starter.New(st, pool, newRecorder(), starter.Config{ReconcileInterval: -time.Second})
-		require.ErrorContains(t, err, "reconcile interval must be at least 10ms, got -1s")
+		require.ErrorContains(t, err, "ReconcileInterval: must be at least 10ms, got -1s")
 	})
 }
 
