@@ -28,9 +28,9 @@ func TestActivities(t *testing.T) {
 		_, st := testdb.Schema(t)
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(status) }))
 		t.Cleanup(srv.Close)
-		reg, err := activities.RegistryFromConfig(&config.Config{Topics: map[string]config.Topic{
+		reg, err := (&config.Config{Topics: map[string]config.Topic{
 			"order.created": {Sink: "http", URL: srv.URL},
-		}}, nil)
+		}}).Registry(nil)
 		require.NoError(t, err)
 		return &activities.Activities{Store: st, Handlers: reg}, st
 	}

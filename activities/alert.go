@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"time"
-
-	"github.com/outbox-go/outbox/config"
 )
 
 // DeadLetterAlert is the JSON body an alert webhook receives for each dead letter.
@@ -28,23 +26,6 @@ type AlertWebhooks struct {
 	Global string
 	Topics map[string]string
 	Client *http.Client
-}
-
-// AlertWebhooksFromConfig returns the webhooks of cfg, or nil when none is configured.
-func AlertWebhooksFromConfig(cfg *config.Config) *AlertWebhooks {
-	w := &AlertWebhooks{Global: cfg.Alerts.WebhookURL, Topics: map[string]string{}, Client: &http.Client{Timeout: 10 * time.Second}}
-	for topic, t := range cfg.Topics {
-		if t.AlertWebhook != "" {
-			w.Topics[topic] = t.AlertWebhook
-		}
-	}
-	if cfg.Default != nil && cfg.Default.AlertWebhook != "" && w.Global == "" {
-		w.Global = cfg.Default.AlertWebhook
-	}
-	if w.Global == "" && len(w.Topics) == 0 {
-		return nil
-	}
-	return w
 }
 
 // Send posts alert to the webhook of its topic. It reports an error for a transport

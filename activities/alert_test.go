@@ -38,13 +38,13 @@ func TestDeadLetterAlert(t *testing.T) {
 	}))
 	defer srv.Close()
 	_, st := testdb.Schema(t)
-	webhooks := activities.AlertWebhooksFromConfig(&config.Config{
+	webhooks := (&config.Config{
 		Alerts: config.Alerts{WebhookURL: srv.URL + "/global"},
 		Topics: map[string]config.Topic{
 			"order.paid":   {URL: "http://x", AlertWebhook: srv.URL + "/payments"},
 			"order.broken": {URL: "http://x", AlertWebhook: srv.URL + "/broken"},
 		},
-	})
+	}).AlertWebhooks()
 	a := &activities.Activities{Store: st, Handlers: activities.NewRegistry(), Alerts: webhooks}
 
 	deadLetter := func(topic string) string {
@@ -68,5 +68,5 @@ func TestDeadLetterAlert(t *testing.T) {
 	require.Equal(t, "gave up after 4 attempts: HTTP 500", alerts[0].Reason)
 	require.Equal(t, paid, alerts[1].MessageID)
 
-	require.Nil(t, activities.AlertWebhooksFromConfig(&config.Config{}), "no webhook configured")
+	require.Nil(t, (&config.Config{}).AlertWebhooks(), "no webhook configured")
 }

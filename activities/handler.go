@@ -21,8 +21,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/outbox-go/outbox/config"
 )
 
 // Delivery is one send attempt of a message, as a handler receives it.
@@ -90,8 +88,36 @@ func Retryable(err error, retryAfter time.Duration) error {
 // workflow asks the handler's Checker before it sends again.
 func Ambiguous(err error) error { return &HandlerError{Err: err, kind: kindAmbiguous} }
 
-// SinkFactory builds the handler of a topic from its configuration.
-type SinkFactory func(topic string, cfg config.Topic) (Handler, error)
+// SinkConfig is what a sink is built from: a topic's sink settings.
+type SinkConfig struct {
+	// Sink names the kind: "http" (or empty) is built in; a worker may register others.
+	Sink string
+	// URL receives the http sink's POSTs.
+	URL string
+	// CheckURL, with {message_id} in it, answers 200 when the downstream already has a
+	// message and 404 when it does not (http sink). Optional.
+	CheckURL string
+	// Headers are added to every request of the http sink.
+	Headers map[string]string
+	// Options holds the settings of sinks other than http.
+	Options map[string]string
+}
+
+// SinkFactory builds the handler of a topic from its sink settings.
+type SinkFactory func(topic string, cfg SinkConfig) (Handler, error)
+
+// NewSink builds the handler of a topic's sink settings: the built-in http sink, or the
+// sink kind sinks names.
+func NewSink(topic string, cfg SinkConfig, sinks map[string]SinkFactory) (Handler, error) {
+	if cfg.Sink == "" || cfg.Sink == "http" {
+		return NewHTTPSink(cfg)
+	}
+	f, ok := sinks[cfg.Sink]
+	if !ok {
+		return nil, fmt.Errorf("unknown sink %q", cfg.Sink)
+	}
+	return f(topic, cfg)
+}
 
 // Registry maps topics to handlers. It is safe for concurrent use.
 type Registry struct {
@@ -137,36 +163,4 @@ func (r *Registry) Topics() []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// RegistryFromConfig builds the handlers of the configured topics and of the default
-// entry. sinks adds sink kinds besides the built-in "http".
-func RegistryFromConfig(cfg *config.Config, sinks map[string]SinkFactory) (*Registry, error) {
-	r := NewRegistry()
-	build := func(topic string, t config.Topic) (Handler, error) {
-		kind := t.Sink
-		if kind == "" || kind == "http" {
-			return NewHTTPSink(t)
-		}
-		f, ok := sinks[kind]
-		if !ok {
-			return nil, fmt.Errorf("unknown sink %q", kind)
-		}
-		return f(topic, t)
-	}
-	for topic, t := range cfg.Topics {
-		h, err := build(topic, t)
-		if err != nil {
-			return nil, fmt.Errorf("topics[%q]: %w", topic, err)
-		}
-		r.Handle(topic, h)
-	}
-	if cfg.Default != nil {
-		h, err := build("", *cfg.Default)
-		if err != nil {
-			return nil, fmt.Errorf("default: %w", err)
-		}
-		r.HandleDefault(h)
-	}
-	return r, nil
 }

@@ -16,7 +16,6 @@ import (
 
 	"go.opentelemetry.io/otel/propagation"
 
-	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/internal/tracing"
 )
 
@@ -36,8 +35,8 @@ type HTTPSink struct {
 	Client   *http.Client
 }
 
-// NewHTTPSink returns the http sink of a topic's configuration.
-func NewHTTPSink(t config.Topic) (*HTTPSink, error) {
+// NewHTTPSink returns the http sink of a topic's sink settings.
+func NewHTTPSink(t SinkConfig) (*HTTPSink, error) {
 	if t.URL == "" {
 		return nil, errors.New("url: the http sink needs a url")
 	}

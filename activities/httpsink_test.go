@@ -14,8 +14,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
-
-	"github.com/outbox-go/outbox/config"
 )
 
 func testDelivery() Delivery {
@@ -30,7 +28,7 @@ func sinkFor(t *testing.T, h http.HandlerFunc) *HTTPSink {
 	t.Helper()
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	s, err := NewHTTPSink(config.Topic{URL: srv.URL + "/events", CheckURL: srv.URL + "/events/{message_id}", Headers: map[string]string{"Authorization": "Bearer t"}})
+	s, err := NewHTTPSink(SinkConfig{URL: srv.URL + "/events", CheckURL: srv.URL + "/events/{message_id}", Headers: map[string]string{"Authorization": "Bearer t"}})
 	require.NoError(t, err)
 	return s
 }
@@ -95,7 +93,7 @@ func TestHTTPSink(t *testing.T) {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }))
 		defer srv.Close()
 		u := strings.Replace(srv.URL, "http://", "http://user:hunter2@", 1) + "/events?api_key=s3cr3t"
-		s, err := NewHTTPSink(config.Topic{URL: u})
+		s, err := NewHTTPSink(SinkConfig{URL: u})
 		require.NoError(t, err)
 		err = s.Send(ctx, testDelivery())
 		require.Error(t, err)
@@ -133,7 +131,7 @@ func TestHTTPSink(t *testing.T) {
 		require.NoError(t, err)
 		addr := l.Addr().String()
 		require.NoError(t, l.Close())
-		s, err := NewHTTPSink(config.Topic{URL: "http://" + addr + "/events"})
+		s, err := NewHTTPSink(SinkConfig{URL: "http://" + addr + "/events"})
 		require.NoError(t, err)
 		require.Equal(t, kindRetryable, kindOf(t, s.Send(ctx, testDelivery())).kind)
 	})

@@ -34,9 +34,9 @@ func TestSendPayloadLimit(t *testing.T) {
 	var requests atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { requests.Add(1) }))
 	t.Cleanup(srv.Close)
-	reg, err := activities.RegistryFromConfig(&config.Config{Topics: map[string]config.Topic{
+	reg, err := (&config.Config{Topics: map[string]config.Topic{
 		"order.created": {Sink: "http", URL: srv.URL},
-	}}, nil)
+	}}).Registry(nil)
 	require.NoError(t, err)
 	a := &activities.Activities{Store: st, Handlers: reg}
 

@@ -44,9 +44,9 @@ func setupObserved(t *testing.T, status int) *observed {
 		w.WriteHeader(status)
 	}))
 	t.Cleanup(srv.Close)
-	handlers, err := activities.RegistryFromConfig(&config.Config{Topics: map[string]config.Topic{
+	handlers, err := (&config.Config{Topics: map[string]config.Topic{
 		"order.created": {Sink: "http", URL: srv.URL},
-	}}, nil)
+	}}).Registry(nil)
 	require.NoError(t, err)
 	m, err := metrics.New(o.reg)
 	require.NoError(t, err)

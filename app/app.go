@@ -169,7 +169,7 @@ func (a *App) PrepareWorker(ctx context.Context, h Handlers) (worker.Deps, error
 	if a.Temporal == nil {
 		return worker.Deps{}, errors.New("prepare worker: not connected to Temporal")
 	}
-	reg, err := activities.RegistryFromConfig(&a.Config, h.Sinks)
+	reg, err := a.Config.Registry(h.Sinks)
 	if err != nil {
 		return worker.Deps{}, fmt.Errorf("build topic handlers: %w", err)
 	}
@@ -184,7 +184,7 @@ func (a *App) PrepareWorker(ctx context.Context, h Handlers) (worker.Deps, error
 			return worker.Deps{}, err
 		}
 	}
-	return worker.Deps{Store: a.Store, Handlers: reg, Logger: a.Logger, Alerts: activities.AlertWebhooksFromConfig(&a.Config), Metrics: a.Metrics()}, nil
+	return worker.Deps{Store: a.Store, Handlers: reg, Logger: a.Logger, Alerts: a.Config.AlertWebhooks(), Metrics: a.Metrics()}, nil
 }
 
 // RunWorker runs a worker of its own (the config's task queue and worker options) until

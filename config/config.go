@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"slices"
@@ -39,6 +40,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"gopkg.in/yaml.v3"
 
+	"github.com/outbox-go/outbox/activities"
 	"github.com/outbox-go/outbox/starter"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/workflows"
@@ -216,6 +218,50 @@ type Topic struct {
 
 	// Options holds settings of sinks other than http.
 	Options map[string]string `yaml:"options"`
+}
+
+// SinkConfig returns the topic's sink settings.
+func (t Topic) SinkConfig() activities.SinkConfig {
+	return activities.SinkConfig{Sink: t.Sink, URL: t.URL, CheckURL: t.CheckURL, Headers: t.Headers, Options: t.Options}
+}
+
+// Registry builds the handlers of the configured topics and of the default entry, as
+// outbox worker does. sinks adds sink kinds besides the built-in "http".
+func (c *Config) Registry(sinks map[string]activities.SinkFactory) (*activities.Registry, error) {
+	r := activities.NewRegistry()
+	for topic, t := range c.Topics {
+		h, err := activities.NewSink(topic, t.SinkConfig(), sinks)
+		if err != nil {
+			return nil, fmt.Errorf("topics[%q]: %w", topic, err)
+		}
+		r.Handle(topic, h)
+	}
+	if c.Default != nil {
+		h, err := activities.NewSink("", c.Default.SinkConfig(), sinks)
+		if err != nil {
+			return nil, fmt.Errorf("default: %w", err)
+		}
+		r.HandleDefault(h)
+	}
+	return r, nil
+}
+
+// AlertWebhooks returns the dead-letter alert webhooks of c (alerts.webhook_url and the
+// topics' alert_webhook), or nil when none is configured.
+func (c *Config) AlertWebhooks() *activities.AlertWebhooks {
+	w := &activities.AlertWebhooks{Global: c.Alerts.WebhookURL, Topics: map[string]string{}, Client: &http.Client{Timeout: 10 * time.Second}}
+	for topic, t := range c.Topics {
+		if t.AlertWebhook != "" {
+			w.Topics[topic] = t.AlertWebhook
+		}
+	}
+	if c.Default != nil && c.Default.AlertWebhook != "" && w.Global == "" {
+		w.Global = c.Default.AlertWebhook
+	}
+	if w.Global == "" && len(w.Topics) == 0 {
+		return nil
+	}
+	return w
 }
 
 // Policy returns the topic's delivery policy, defaults filled.

@@ -20,7 +20,6 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/server/temporaltest"
 
-	"github.com/outbox-go/outbox/activities"
 	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/internal/temporalx"
 	"github.com/outbox-go/outbox/internal/testdb"
@@ -76,7 +75,7 @@ func newEnv(t *testing.T, ts *temporaltest.TestServer) *env {
 // startWorker runs a worker for the env until the test ends.
 func (e *env) startWorker(t *testing.T) {
 	t.Helper()
-	reg, err := activities.RegistryFromConfig(e.cfg, nil)
+	reg, err := e.cfg.Registry(nil)
 	require.NoError(t, err)
 	e.run(t, func(ctx context.Context) error {
 		return worker.Run(ctx, worker.Config{Client: e.client, TaskQueue: e.taskQueue, Deps: worker.Deps{Store: e.store, Handlers: reg, Logger: logger}})

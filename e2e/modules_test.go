@@ -31,7 +31,6 @@ replace github.com/outbox-go/outbox => `+root+"\n"), 0o644))
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(`package main
 
 import (
-	_ "github.com/outbox-go/outbox/activities"
 	_ "github.com/outbox-go/outbox/app"
 	_ "github.com/outbox-go/outbox/config"
 	_ "github.com/outbox-go/outbox/store"

@@ -19,7 +19,6 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/temporalproto"
 
-	"github.com/outbox-go/outbox/activities"
 	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/internal/testdb"
 	"github.com/outbox-go/outbox/store"
@@ -278,7 +277,7 @@ func proxiedStore(t *testing.T, e *env) (*store.Store, *pgProxy) {
 // startWorkerWith runs a worker for the env on st until the test ends.
 func (e *env) startWorkerWith(t *testing.T, st *store.Store) {
 	t.Helper()
-	reg, err := activities.RegistryFromConfig(e.cfg, nil)
+	reg, err := e.cfg.Registry(nil)
 	require.NoError(t, err)
 	e.run(t, func(ctx context.Context) error {
 		return worker.Run(ctx, worker.Config{Client: e.client, TaskQueue: e.taskQueue, Deps: worker.Deps{Store: st, Handlers: reg, Logger: logger}})

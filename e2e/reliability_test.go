@@ -57,7 +57,7 @@ func TestNULInErrors(t *testing.T) {
 	e.cfg.Topics["order.binary422"] = topic()
 	e.cfg.Topics["order.binary500"] = topic()
 
-	reg, err := activities.RegistryFromConfig(e.cfg, nil)
+	reg, err := e.cfg.Registry(nil)
 	require.NoError(t, err)
 	reg.Handle("order.nul", activities.HandlerFunc(func(context.Context, activities.Delivery) error {
 		return activities.Permanent(errors.New("rejected: field \x00 is not allowed"))

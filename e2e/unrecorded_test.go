@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-go/outbox/activities"
 	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/starter"
 	"github.com/outbox-go/outbox/store"
@@ -39,7 +38,7 @@ func TestDeliveredNotRecorded(t *testing.T) {
 		proxy.down() // the downstream has the message; now the worker's database is gone
 	}))
 	t.Cleanup(recv.Close)
-	reg, err := activities.RegistryFromConfig(&config.Config{Topics: map[string]config.Topic{"order.created": {URL: recv.URL}}}, nil)
+	reg, err := (&config.Config{Topics: map[string]config.Topic{"order.created": {URL: recv.URL}}}).Registry(nil)
 	require.NoError(t, err)
 	e.run(t, func(ctx context.Context) error {
 		return worker.Run(ctx, worker.Config{Client: e.client, TaskQueue: e.taskQueue, Deps: worker.Deps{Store: workerStore, Handlers: reg, Logger: logger}})
