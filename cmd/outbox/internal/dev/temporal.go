@@ -85,6 +85,47 @@ func (o *TemporalOptions) withDefaults() {
 // StartTemporal starts the server (and the UI when asked) and returns once both listen.
 func StartTemporal(o TemporalOptions) (*TemporalServer, error) {
 	o.withDefaults()
+	if err := o.checkPorts(); err != nil {
+		return nil, err
+	}
+	scratch, err := o.placeState()
+	if err != nil {
+		return nil, err
+	}
+	started := false
+	defer func() {
+		if !started && scratch != "" {
+			_ = os.RemoveAll(scratch)
+		}
+	}()
+	sqlCfg, err := o.prepareState(scratch != "")
+	if err != nil {
+		return nil, err
+	}
+	frontend := net.JoinHostPort(o.IP, strconv.Itoa(o.FrontendPort))
+	srv, err := o.newServer(sqlCfg, frontend)
+	if err != nil {
+		return nil, fmt.Errorf("create Temporal server: %w", err)
+	}
+	if err := srv.Start(); err != nil {
+		return nil, fmt.Errorf("start Temporal server: %w", err)
+	}
+	started = true
+	t := &TemporalServer{server: srv, address: frontend, scratch: scratch}
+	if o.UIPort != 0 {
+		if err := t.startUI(o); err != nil {
+			t.Stop()
+			return nil, fmt.Errorf("start the Temporal UI: %w", err)
+		}
+	}
+	return t, nil
+}
+
+// clusterName names the one cluster of the in-process server.
+const clusterName = "active"
+
+// checkPorts makes sure every port the server and the UI listen on is free.
+func (o TemporalOptions) checkPorts() error {
 	ports := map[string]int{
 		"--port": o.FrontendPort, "--history-port": o.HistoryPort,
 		"--matching-port": o.MatchingPort, "--worker-port": o.WorkerPort,
@@ -94,49 +135,50 @@ func StartTemporal(o TemporalOptions) (*TemporalServer, error) {
 	}
 	for flag, p := range ports {
 		if err := checkPort(o.IP, p); err != nil {
-			return nil, fmt.Errorf("%s %d (a Temporal service port): %w", flag, p, err)
+			return fmt.Errorf("%s %d (a Temporal service port): %w", flag, p, err)
 		}
 	}
 	if o.UIPort != 0 {
 		if err := checkPort(o.UIIP, o.UIPort); err != nil {
-			return nil, fmt.Errorf("--ui-port %d (the Temporal UI): %w", o.UIPort, err)
+			return fmt.Errorf("--ui-port %d (the Temporal UI): %w", o.UIPort, err)
 		}
 	}
+	return nil
+}
 
-	// The state lives in a SQLite file in WAL mode (the plugin passes every attribute that
-	// is not a URI parameter as a pragma). "In memory" is a throwaway file on tmpfs when
-	// there is one, without fsync, removed at Stop: SQLite's own memory mode keeps a
-	// rollback journal in memory whose allocations cost the server half its CPU.
-	var scratch string
-	if o.DatabaseFile == "" {
-		dir, err := scratchDir()
-		if err != nil {
-			return nil, fmt.Errorf("a folder for the Temporal state: %w", err)
-		}
-		scratch, o.DatabaseFile = dir, filepath.Join(dir, "temporal.db")
+// placeState decides where the state lives: o.DatabaseFile, or (when it is empty) a
+// throwaway file in a scratch folder it returns, on tmpfs when there is one.
+func (o *TemporalOptions) placeState() (scratch string, err error) {
+	if o.DatabaseFile != "" {
+		return "", nil
 	}
-	started := false
-	defer func() {
-		if !started && scratch != "" {
-			_ = os.RemoveAll(scratch)
-		}
-	}()
-	// WAL with synchronous=normal survives a crash of this process (a power loss may lose
-	// the last transactions); a throwaway file needs no flush at all.
+	dir, err := scratchDir()
+	if err != nil {
+		return "", fmt.Errorf("a folder for the Temporal state: %w", err)
+	}
+	o.DatabaseFile = filepath.Join(dir, "temporal.db")
+	return dir, nil
+}
+
+// prepareState opens the state as a SQLite file in WAL mode (the plugin passes every
+// attribute that is not a URI parameter as a pragma), creates the schema in a new file and
+// the namespace. WAL with synchronous=normal survives a crash of this process (a power
+// loss may lose the last transactions); a throwaway file needs no flush at all. (SQLite's
+// own memory mode keeps a rollback journal in memory whose allocations cost the server
+// half its CPU, hence a file even for throwaway state.)
+func (o TemporalOptions) prepareState(throwaway bool) (*config.SQL, error) {
 	synchronous := "normal"
-	if scratch != "" {
+	if throwaway {
 		synchronous = "off"
 	}
 	sqlCfg := &config.SQL{PluginName: sqliteplugin.PluginName, DatabaseName: o.DatabaseFile, ConnectAttributes: map[string]string{
 		"mode": "rwc", "journal_mode": "wal", "synchronous": synchronous,
 	}}
-	// A new file needs the schema.
 	if _, err := os.Stat(o.DatabaseFile); errors.Is(err, os.ErrNotExist) {
 		if err := sqlite.SetupSchema(sqlCfg); err != nil {
 			return nil, fmt.Errorf("create Temporal schema in %s: %w", o.DatabaseFile, err)
 		}
 	}
-	const clusterName = "active"
 	ns, err := sqlite.NewNamespaceConfig(clusterName, o.Namespace, false, searchAttributes())
 	if err != nil {
 		return nil, err
@@ -145,8 +187,12 @@ func StartTemporal(o TemporalOptions) (*TemporalServer, error) {
 	if err := sqlite.CreateNamespaces(sqlCfg, ns); err != nil {
 		return nil, fmt.Errorf("create namespace %s: %w", o.Namespace, err)
 	}
+	return sqlCfg, nil
+}
 
-	frontend := net.JoinHostPort(o.IP, strconv.Itoa(o.FrontendPort))
+// newServer builds the server: every service in this process on its own port, one
+// history shard, the state in sqlCfg, archival off.
+func (o TemporalOptions) newServer(sqlCfg *config.SQL, frontend string) (temporal.Server, error) {
 	service := func(port, httpPort int) config.Service {
 		return config.Service{RPC: config.RPC{GRPCPort: port, HTTPPort: httpPort, BindOnIP: o.IP}}
 	}
@@ -186,9 +232,7 @@ func StartTemporal(o TemporalOptions) (*TemporalServer, error) {
 		}},
 		PublicClient: config.PublicClient{HostPort: frontend},
 	}
-
 	logCfg := log.Config{Level: "warn", Stdout: o.LogFile == "", OutputFile: o.LogFile}
-	logger := log.NewZapLogger(log.BuildZapLogger(logCfg))
 	hosts := func(port int) static.Hosts { return static.SingleLocalHost(net.JoinHostPort(o.IP, strconv.Itoa(port))) }
 	dyn := dynamicconfig.StaticClient{
 		// One process, one shard: keep the server's footprint small.
@@ -197,7 +241,7 @@ func StartTemporal(o TemporalOptions) (*TemporalServer, error) {
 		dynamicconfig.MatchingNumTaskqueueReadPartitions.Key():  1,
 		dynamicconfig.MatchingNumTaskqueueWritePartitions.Key(): 1,
 	}
-	srv, err := temporal.NewServer(
+	return temporal.NewServer(
 		temporal.WithConfig(cfg),
 		temporal.ForServices(temporal.DefaultServices),
 		temporal.WithStaticHosts(map[primitives.ServiceName]static.Hosts{
@@ -206,41 +250,31 @@ func StartTemporal(o TemporalOptions) (*TemporalServer, error) {
 			primitives.MatchingService: hosts(o.MatchingPort),
 			primitives.WorkerService:   hosts(o.WorkerPort),
 		}),
-		temporal.WithLogger(logger),
+		temporal.WithLogger(log.NewZapLogger(log.BuildZapLogger(logCfg))),
 		temporal.WithDynamicConfigClient(dyn),
 	)
-	if err != nil {
-		return nil, fmt.Errorf("create Temporal server: %w", err)
-	}
-	if err := srv.Start(); err != nil {
-		return nil, fmt.Errorf("start Temporal server: %w", err)
-	}
-	started = true
-	t := &TemporalServer{server: srv, address: frontend, scratch: scratch}
+}
 
-	if o.UIPort != 0 {
-		t.ui = uiserver.NewServer(server_options.WithConfigProvider(&uiconfig.Config{
-			Host:                o.UIIP,
-			Port:                o.UIPort,
-			TemporalGRPCAddress: frontend,
-			EnableUI:            true,
-			DefaultNamespace:    o.Namespace,
-			HideLogs:            true,
-			Distribution:        "outbox-dev",
-			CORS:                uiconfig.CORS{CookieInsecure: true},
-		}))
-		t.uiDone = make(chan struct{})
-		go func() {
-			defer close(t.uiDone)
-			_ = t.ui.Start()
-		}()
-		t.uiURL = "http://" + net.JoinHostPort(o.UIIP, strconv.Itoa(o.UIPort))
-		if err := waitListening(net.JoinHostPort(o.UIIP, strconv.Itoa(o.UIPort)), 10*time.Second); err != nil {
-			t.Stop()
-			return nil, fmt.Errorf("start the Temporal UI: %w", err)
-		}
-	}
-	return t, nil
+// startUI serves the Temporal Web UI on o.UIIP:o.UIPort and waits until it listens.
+func (t *TemporalServer) startUI(o TemporalOptions) error {
+	t.ui = uiserver.NewServer(server_options.WithConfigProvider(&uiconfig.Config{
+		Host:                o.UIIP,
+		Port:                o.UIPort,
+		TemporalGRPCAddress: t.address,
+		EnableUI:            true,
+		DefaultNamespace:    o.Namespace,
+		HideLogs:            true,
+		Distribution:        "outbox-dev",
+		CORS:                uiconfig.CORS{CookieInsecure: true},
+	}))
+	t.uiDone = make(chan struct{})
+	go func() {
+		defer close(t.uiDone)
+		_ = t.ui.Start()
+	}()
+	addr := net.JoinHostPort(o.UIIP, strconv.Itoa(o.UIPort))
+	t.uiURL = "http://" + addr
+	return waitListening(addr, 10*time.Second)
 }
 
 // Address returns the frontend's host:port.
