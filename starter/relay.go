@@ -307,29 +307,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer stop()
-	if r.cfg.Wakeup == WakeupNotify {
-		if on, err := r.store.NotifyEnabled(ctx); err == nil && !on {
-			r.log.WarnContext(ctx, "relay.wakeup is notify, but the NOTIFY trigger of the table is off: no notification will come, the relay polls every poll_interval; run outbox migrate with relay.wakeup: notify to turn it on",
-				slog.Duration("poll_interval", r.cfg.PollInterval))
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.listen(ctx, wake)
-		}()
-	}
-
+	r.startBackground(ctx, &wg, wake)
 	r.log.InfoContext(ctx, "Relay started", slog.String("task_queue", r.cfg.TaskQueue), slog.String("wakeup", string(r.cfg.Wakeup)),
 		slog.String("channel", r.store.Channel()), slog.Duration("poll_interval", r.cfg.PollInterval))
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		_ = r.reconciler.Run(ctx)
-	}()
-	go func() {
-		defer wg.Done()
-		r.sweepLoop(ctx, wake)
-	}()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -344,16 +324,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		// claims run is then either taken by them or counted in the wait, never missed.
 		asked := time.Now()
 		due, delayed := r.nextDue(ctx)
-		// Drain the batches that are due; a full batch means more may be waiting.
-		for ctx.Err() == nil {
-			n, err := r.RunOnce(ctx)
-			if err != nil && !errors.Is(err, context.Canceled) {
-				r.log.ErrorContext(ctx, "Relay pass failed", slog.Any("error", err))
-			}
-			if err != nil || n < r.cfg.BatchSize {
-				break
-			}
-		}
+		r.drainDue(ctx)
 		if err := r.gaveUp(); err != nil {
 			r.log.ErrorContext(ctx, "Temporal keeps refusing every workflow start; the relay stops", slog.Any("error", err))
 			return err
@@ -372,6 +343,34 @@ func (r *Relay) Run(ctx context.Context) error {
 			sleep = 0
 		}
 		resetTimer(timer, sleep)
+	}
+}
+
+// startBackground starts, in wg, what runs beside the claims: the listener (with
+// WakeupNotify), reconciliation and the sweep for parked rows.
+func (r *Relay) startBackground(ctx context.Context, wg *sync.WaitGroup, wake chan<- struct{}) {
+	if r.cfg.Wakeup == WakeupNotify {
+		if on, err := r.store.NotifyEnabled(ctx); err == nil && !on {
+			r.log.WarnContext(ctx, "relay.wakeup is notify, but the NOTIFY trigger of the table is off: no notification will come, the relay polls every poll_interval; run outbox migrate with relay.wakeup: notify to turn it on",
+				slog.Duration("poll_interval", r.cfg.PollInterval))
+		}
+		wg.Go(func() { r.listen(ctx, wake) })
+	}
+	wg.Go(func() { _ = r.reconciler.Run(ctx) })
+	wg.Go(func() { r.sweepLoop(ctx, wake) })
+}
+
+// drainDue claims and hands over the batches that are due: a full batch means more may be
+// waiting.
+func (r *Relay) drainDue(ctx context.Context) {
+	for ctx.Err() == nil {
+		n, err := r.RunOnce(ctx)
+		if err != nil && !errors.Is(err, context.Canceled) {
+			r.log.ErrorContext(ctx, "Relay pass failed", slog.Any("error", err))
+		}
+		if err != nil || n < r.cfg.BatchSize {
+			return
+		}
 	}
 }
 
