@@ -537,8 +537,8 @@ func (t Topic) validate(field string, sinks []string) error {
 			bad("alert_webhook", "%v", err)
 		}
 	}
-	if t.MaxAttempts < 0 || t.MaxAttempts > 101 {
-		bad("max_attempts", "must be between 1 and 101 (unset: 12), got %d", t.MaxAttempts)
+	if t.MaxAttempts < 0 || t.MaxAttempts > workflows.MaxAttemptsLimit {
+		bad("max_attempts", "must be between 1 and %d (unset: %d), got %d", workflows.MaxAttemptsLimit, workflows.DefaultMaxAttempts, t.MaxAttempts)
 	}
 	if t.Backoff != 0 && t.Backoff < 1 {
 		bad("backoff", "must be at least 1, got %g", t.Backoff)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/starter"
+	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/workflows"
 )
 
@@ -168,4 +169,10 @@ func TestRelayConfigIsStarters(t *testing.T) {
 	require.Equal(t, starter.ReconcileAfterDefault, r.ReconcileAfter)
 	require.True(t, r.NoSearchAttributes)
 	require.Equal(t, r.WithDefaults().BatchSize, r.BatchSize)
+}
+
+// TestAttemptLimitsAgree: a topic's max_attempts and a row's max_retry_times (retries
+// after the first attempt) allow the same number of attempts.
+func TestAttemptLimitsAgree(t *testing.T) {
+	require.Equal(t, store.MaxRetryTimesLimit+1, workflows.MaxAttemptsLimit)
 }

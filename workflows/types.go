@@ -106,6 +106,10 @@ const (
 	DefaultMarkSentTimeout    = 10 * time.Minute
 )
 
+// MaxAttemptsLimit is the most attempts a policy may allow: the first and 100 retries, as
+// a row's max_retry_times allows (store.MaxRetryTimesLimit).
+const MaxAttemptsLimit = 101
+
 // WithDefaults fills the zero fields of p.
 func (p Policy) WithDefaults() Policy {
 	p.MaxAttempts = cmp.Or(p.MaxAttempts, DefaultMaxAttempts)
@@ -120,8 +124,8 @@ func (p Policy) WithDefaults() Policy {
 // Validate reports the first field of p that is out of range.
 func (p Policy) Validate() error {
 	switch {
-	case p.MaxAttempts < 1 || p.MaxAttempts > 101:
-		return fmt.Errorf("max_attempts must be between 1 and 101, got %d", p.MaxAttempts)
+	case p.MaxAttempts < 1 || p.MaxAttempts > MaxAttemptsLimit:
+		return fmt.Errorf("max_attempts must be between 1 and %d, got %d", MaxAttemptsLimit, p.MaxAttempts)
 	case p.InitialInterval <= 0:
 		return fmt.Errorf("initial_interval must be positive, got %s", p.InitialInterval)
 	case p.BackoffCoefficient < 1:
