@@ -14,16 +14,16 @@ import (
 // [store.Store.PurgeBatch]) for the retention workflow. An input out of range fails
 // without retries; a database error is retried by the workflow's retry policy.
 func (a *Activities) PurgeBatch(ctx context.Context, in workflows.RetentionInput) (workflows.PurgeBatchResult, error) {
-	if err := in.Validate(); err != nil {
+	opts := store.PurgeOptions{SentAfter: in.SentAfter, DiscardedAfter: in.DiscardedAfter, Archive: in.Archive, Limit: in.BatchSize}
+	err := in.Validate()
+	if err == nil {
+		err = opts.Validate()
+	}
+	if err != nil {
 		return workflows.PurgeBatchResult{}, temporal.NewNonRetryableApplicationError(
 			"invalid retention input: "+err.Error(), workflows.ErrTypeInvalidRetention, nil)
 	}
-	res, err := a.Store.PurgeBatch(ctx, store.PurgeOptions{
-		SentAfter:      in.SentAfter,
-		DiscardedAfter: in.DiscardedAfter,
-		Archive:        in.Archive,
-		Limit:          in.BatchSize,
-	})
+	res, err := a.Store.PurgeBatch(ctx, opts)
 	if err != nil {
 		return workflows.PurgeBatchResult{}, err
 	}

@@ -160,6 +160,24 @@ type Retention struct {
 	Interval Duration `yaml:"interval"`
 }
 
+// PurgeOptions maps the retention settings (after defaults) onto the store's purge
+// options, for running retention without Temporal (outbox retention run).
+func (r Retention) PurgeOptions() store.PurgeOptions {
+	return store.PurgeOptions{
+		SentAfter:      time.Duration(r.SentAfter),
+		DiscardedAfter: time.Duration(r.DiscardedAfter),
+		Archive:        r.Archive,
+		Limit:          r.BatchSize,
+	}
+}
+
+// WorkflowInput maps the retention settings (after defaults) onto the input of the
+// OutboxRetention workflow that the outbox-retention schedule starts.
+func (r Retention) WorkflowInput() workflows.RetentionInput {
+	p := r.PurgeOptions()
+	return workflows.RetentionInput{SentAfter: p.SentAfter, DiscardedAfter: p.DiscardedAfter, Archive: p.Archive, BatchSize: p.Limit}
+}
+
 // Metrics configures the Prometheus endpoint of the worker and the relay.
 type Metrics struct {
 	// Address serves /metrics, /healthz and /readyz, e.g. "127.0.0.1:9090". Empty turns
@@ -304,7 +322,7 @@ const (
 	DefaultUIURL            = "http://127.0.0.1:8233"
 	DefaultSentRetention    = 7 * 24 * time.Hour
 	DefaultDiscardRetention = 30 * 24 * time.Hour
-	DefaultRetentionBatch   = 1000
+	DefaultRetentionBatch   = store.DefaultPurgeLimit
 	DefaultRetentionEvery   = time.Hour
 )
 
@@ -476,8 +494,8 @@ func (c *Config) Validate(sinks ...string) error {
 	if c.Retention.DiscardedAfter < Duration(time.Minute) {
 		bad("retention.discarded_after", "must be at least 1m, got %s", time.Duration(c.Retention.DiscardedAfter))
 	}
-	if c.Retention.BatchSize < 1 || c.Retention.BatchSize > 100000 {
-		bad("retention.batch_size", "must be between 1 and 100000, got %d", c.Retention.BatchSize)
+	if c.Retention.BatchSize < 1 || c.Retention.BatchSize > store.MaxPurgeLimit {
+		bad("retention.batch_size", "must be between 1 and %d, got %d", store.MaxPurgeLimit, c.Retention.BatchSize)
 	}
 	if c.Retention.Interval < Duration(time.Minute) {
 		bad("retention.interval", "must be at least 1m, got %s", time.Duration(c.Retention.Interval))

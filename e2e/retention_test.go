@@ -164,7 +164,7 @@ func TestRetention(t *testing.T) {
 		return updated.Equal(before)
 	}, 30*time.Second, 10*time.Millisecond)
 	c := changed.WithDefaults()
-	require.NoError(t, worker.EnsureRetentionSchedule(ctx, e.client, e.taskQueue, app.RetentionInput(c.Retention), 2*time.Hour))
+	require.NoError(t, worker.EnsureRetentionSchedule(ctx, e.client, e.taskQueue, c.Retention.WorkflowInput(), 2*time.Hour))
 	again, err := handle.Describe(ctx)
 	require.NoError(t, err)
 	require.Equal(t, updated, again.Info.LastUpdateAt)

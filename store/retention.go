@@ -11,8 +11,11 @@ import (
 )
 
 // DefaultPurgeLimit is the number of rows one purge batch removes when
-// PurgeOptions.Limit is zero.
-const DefaultPurgeLimit = 1000
+// PurgeOptions.Limit is zero; MaxPurgeLimit is the most it may remove.
+const (
+	DefaultPurgeLimit = 1000
+	MaxPurgeLimit     = 100000
+)
 
 // PurgeOptions says which rows retention removes and how.
 type PurgeOptions struct {
@@ -32,19 +35,21 @@ type PurgeOptions struct {
 	Limit int
 }
 
-func (o PurgeOptions) withDefaults() PurgeOptions {
+// WithDefaults returns o with a zero Limit set to DefaultPurgeLimit.
+func (o PurgeOptions) WithDefaults() PurgeOptions {
 	o.Limit = cmp.Or(o.Limit, DefaultPurgeLimit)
 	return o
 }
 
-func (o PurgeOptions) validate() error {
+// Validate reports the first field of o (after WithDefaults) that is out of range.
+func (o PurgeOptions) Validate() error {
 	switch {
 	case o.SentAfter <= 0:
 		return fmt.Errorf("retention: sent_after must be positive, got %s", o.SentAfter)
 	case o.DiscardedAfter <= 0:
 		return fmt.Errorf("retention: discarded_after must be positive, got %s", o.DiscardedAfter)
-	case o.Limit < 1:
-		return fmt.Errorf("retention: limit must be at least 1, got %d", o.Limit)
+	case o.Limit < 1 || o.Limit > MaxPurgeLimit:
+		return fmt.Errorf("retention: limit must be between 1 and %d, got %d", MaxPurgeLimit, o.Limit)
 	}
 	return nil
 }
@@ -196,8 +201,8 @@ func (s *Store) purgeSQL(archive bool) purgeSQL {
 // Rows in any other status (pending, claimed, dispatched, dead) are never touched. The
 // result's More is true when the batch was full, so another batch may find more.
 func (s *Store) PurgeBatch(ctx context.Context, opts PurgeOptions) (PurgeResult, error) {
-	opts = opts.withDefaults()
-	if err := opts.validate(); err != nil {
+	opts = opts.WithDefaults()
+	if err := opts.Validate(); err != nil {
 		return PurgeResult{}, err
 	}
 	q := s.purgeSQL(opts.Archive)

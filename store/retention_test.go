@@ -271,7 +271,7 @@ func TestPurge(t *testing.T) {
 		}{
 			{store.PurgeOptions{DiscardedAfter: time.Hour}, "sent_after must be positive, got 0s"},
 			{store.PurgeOptions{SentAfter: time.Hour, DiscardedAfter: -time.Second}, "discarded_after must be positive, got -1s"},
-			{store.PurgeOptions{SentAfter: time.Hour, DiscardedAfter: time.Hour, Limit: -5}, "limit must be at least 1, got -5"},
+			{store.PurgeOptions{SentAfter: time.Hour, DiscardedAfter: time.Hour, Limit: -5}, "limit must be between 1 and 100000, got -5"},
 		} {
 			_, err := st.Purge(ctx, tc.opts)
 			require.ErrorContains(t, err, tc.want)
