@@ -205,7 +205,8 @@ func (a *App) RunWorker(ctx context.Context, h Handlers) error {
 	})
 }
 
-// RunRelay runs the relay until ctx is cancelled.
+// RunRelay runs the relay, and the reconciler beside it, until ctx is cancelled or the
+// relay gives up (see starter.Relay.Run).
 func (a *App) RunRelay(ctx context.Context) error { return a.RunRelayWith(ctx, nil) }
 
 // RunRelayWith is RunRelay with the relay's configuration adjusted by adjust.
@@ -224,9 +225,25 @@ func (a *App) RunRelayWith(ctx context.Context, adjust func(*starter.Config)) er
 	if err != nil {
 		return err
 	}
+	rcCfg := a.Config.ReconcilerConfig()
+	rcCfg.Logger, rcCfg.Metrics = a.Logger, a.Metrics()
+	rc, err := starter.NewReconciler(a.Store, a.Temporal, rcCfg)
+	if err != nil {
+		return err
+	}
 	a.relay.Store(r)
 	defer a.relay.Store(nil)
-	return r.Run(ctx)
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	reconciled := make(chan struct{})
+	go func() {
+		defer close(reconciled)
+		_ = rc.Run(ctx)
+	}()
+	err = r.Run(ctx)
+	stop()
+	<-reconciled
+	return err
 }
 
 // RelayConfig returns the relay's configuration: the file's (config.RelayConfig) with the

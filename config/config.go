@@ -397,9 +397,10 @@ func (c Config) WithDefaults() Config {
 	c.Temporal.TaskQueue = cmp.Or(c.Temporal.TaskQueue, workflows.DefaultTaskQueue)
 	// The relay's defaults are starter's.
 	r := c.Relay.starterConfig().WithDefaults()
+	rc := c.Relay.reconcilerConfig().WithDefaults()
 	c.Relay = Relay{
 		BatchSize: r.BatchSize, Wakeup: string(r.Wakeup), PollInterval: Duration(r.PollInterval), Lease: Duration(r.Lease),
-		StartConcurrency: r.StartConcurrency, ReconcileAfter: Duration(r.ReconcileAfter), ReconcileInterval: Duration(r.ReconcileInterval),
+		StartConcurrency: r.StartConcurrency, ReconcileAfter: Duration(rc.After), ReconcileInterval: Duration(rc.Interval),
 	}
 	c.Worker.MaxConcurrentActivities = cmp.Or(c.Worker.MaxConcurrentActivities, DefaultMaxActivities)
 	c.UIURL = cmp.Or(c.UIURL, DefaultUIURL)
@@ -410,20 +411,31 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// relayKeys maps starter.Config's field names to the relay: keys of the file.
+// relayKeys maps the field names of starter.Config and starter.ReconcilerConfig to the
+// relay: keys of the file.
 var relayKeys = map[string]string{
 	"BatchSize": "batch_size", "Wakeup": "wakeup", "PollInterval": "poll_interval", "Lease": "lease",
-	"StartConcurrency": "start_concurrency", "ReconcileAfter": "reconcile_after", "ReconcileInterval": "reconcile_interval",
+	"StartConcurrency": "start_concurrency", "SweepInterval": "reconcile_interval",
+	"After": "reconcile_after", "Interval": "reconcile_interval",
 }
 
-// starterConfig is the relay: section as a starter.Config, before defaults.
+// starterConfig is the relay: section as a starter.Config, before defaults. The relay
+// sweeps for parked rows as often as the reconciler looks for stale ones.
 func (r Relay) starterConfig() starter.Config {
 	return starter.Config{
 		BatchSize: r.BatchSize, Wakeup: starter.Wakeup(r.Wakeup), PollInterval: time.Duration(r.PollInterval),
-		Lease: time.Duration(r.Lease), StartConcurrency: r.StartConcurrency,
-		ReconcileAfter: time.Duration(r.ReconcileAfter), ReconcileInterval: time.Duration(r.ReconcileInterval),
+		Lease: time.Duration(r.Lease), StartConcurrency: r.StartConcurrency, SweepInterval: time.Duration(r.ReconcileInterval),
 	}
 }
+
+// reconcilerConfig is the relay: section's reconciliation settings, before defaults.
+func (r Relay) reconcilerConfig() starter.ReconcilerConfig {
+	return starter.ReconcilerConfig{After: time.Duration(r.ReconcileAfter), Interval: time.Duration(r.ReconcileInterval)}
+}
+
+// ReconcilerConfig maps the file onto the configuration of the reconciler that runs
+// beside each relay (add a Logger and Metrics).
+func (c *Config) ReconcilerConfig() starter.ReconcilerConfig { return c.Relay.reconcilerConfig() }
 
 // RelayConfig maps the file onto the relay's configuration: the relay: section, the task
 // queue, the search attributes, and the topics' policies and ordering settings. A relay
@@ -437,12 +449,17 @@ func (c *Config) RelayConfig() starter.Config {
 	return r
 }
 
-// unjoin returns the errors errors.Join joined, or err alone.
-func unjoin(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
+// unjoinAll returns the errors errors.Join joined, nested joins flattened.
+func unjoinAll(err error) []error {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
 	}
-	return []error{err}
+	var out []error
+	for _, e := range j.Unwrap() {
+		out = append(out, unjoinAll(e)...)
+	}
+	return out
 }
 
 // SearchAttributesEnabled reports whether the search attributes are on.
@@ -460,14 +477,20 @@ func (c *Config) Validate(sinks ...string) error {
 	if _, err := store.New(nil, store.Config{Schema: c.Schema, MaxPayloadBytes: c.MaxPayloadBytes}); err != nil {
 		bad("schema/max_payload_bytes", "%v", strings.TrimPrefix(err.Error(), "store config: "))
 	}
-	// The relay's limits are starter's; its errors name the field, mapped here to its key.
-	if err := c.Relay.starterConfig().WithDefaults().Validate(); err != nil {
-		for _, e := range unjoin(err) {
+	// The relay's and the reconciler's limits are starter's; their errors name the field,
+	// mapped here to its key (reconcile_interval sets two fields: one line for both).
+	relayErr := errors.Join(c.Relay.starterConfig().WithDefaults().Validate(), c.Relay.reconcilerConfig().WithDefaults().Validate())
+	if relayErr != nil {
+		seen := map[string]bool{}
+		for _, e := range unjoinAll(relayErr) {
+			key, problem := "relay", e.Error()
 			var fe *starter.FieldError
 			if errors.As(e, &fe) {
-				bad("relay."+relayKeys[fe.Field], "%s", fe.Problem)
-			} else {
-				bad("relay", "%v", e)
+				key, problem = "relay."+relayKeys[fe.Field], fe.Problem
+			}
+			if !seen[key+problem] {
+				seen[key+problem] = true
+				bad(key, "%s", problem)
 			}
 		}
 	}

@@ -166,7 +166,8 @@ func TestRelayConfigIsStarters(t *testing.T) {
 	require.Equal(t, starter.NotifyPollIntervalDefault, r.PollInterval)
 	require.Equal(t, starter.DefaultLease, r.Lease)
 	require.Equal(t, starter.DefaultStartConcurrency, r.StartConcurrency)
-	require.Equal(t, starter.ReconcileAfterDefault, r.ReconcileAfter)
+	require.Equal(t, starter.DefaultSweepInterval, r.SweepInterval)
+	require.Equal(t, starter.ReconcilerConfig{After: starter.ReconcileAfterDefault, Interval: starter.ReconcileIntervalDefault}, d.ReconcilerConfig())
 	require.True(t, r.NoSearchAttributes)
 	require.Equal(t, r.WithDefaults().BatchSize, r.BatchSize)
 }

@@ -99,6 +99,15 @@ func (e *env) startRelayWith(t *testing.T, st *store.Store, cfg starter.Config) 
 	e.run(t, r.Run)
 }
 
+// startReconciler runs a reconciler of st's rows, as outbox relay runs one beside each
+// relay, looking at rows dispatched longer than after, every interval.
+func (e *env) startReconciler(t *testing.T, st *store.Store, after, interval time.Duration) {
+	t.Helper()
+	rc, err := starter.NewReconciler(st, e.client, starter.ReconcilerConfig{After: after, Interval: interval, Logger: logger})
+	require.NoError(t, err)
+	e.run(t, rc.Run)
+}
+
 func (e *env) run(t *testing.T, fn func(context.Context) error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -27,7 +27,8 @@ func TestReconcileDeletedWorkflow(t *testing.T) {
 	e.cfg.Topics["order.slow"] = config.Topic{Sink: "http", URL: e.recv.URL + "/events",
 		InitialInterval: config.Duration(time.Hour), Timeout: config.Duration(5 * time.Second)}
 	e.startWorker(t)
-	e.startRelayWith(t, e.store, starter.Config{ReconcileAfter: time.Second, ReconcileInterval: 200 * time.Millisecond})
+	e.startRelay(t)
+	e.startReconciler(t, e.store, time.Second, 200*time.Millisecond)
 
 	e.recv.SetStatus("order.slow", http.StatusServiceUnavailable)
 	id := e.enqueueOrderPlain(t, "order.slow", nil)

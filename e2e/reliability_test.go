@@ -183,7 +183,8 @@ func TestCheckFirstOnANewRun(t *testing.T) {
 	e.cfg.Topics["order.slow"] = config.Topic{Sink: "http", URL: recv.URL + "/events", CheckURL: recv.URL + "/events/{message_id}",
 		InitialInterval: config.Duration(time.Hour), Timeout: config.Duration(5 * time.Second)}
 	e.startWorker(t)
-	e.startRelayWith(t, e.store, starter.Config{ReconcileAfter: time.Second, ReconcileInterval: 200 * time.Millisecond})
+	e.startRelay(t)
+	e.startReconciler(t, e.store, time.Second, 200*time.Millisecond)
 
 	id := e.enqueueOrderPlain(t, "order.slow", nil)
 	require.Eventually(t, func() bool { return posts.Load() == 1 }, 30*time.Second, 20*time.Millisecond)

@@ -45,11 +45,11 @@ func TestDeliveredNotRecorded(t *testing.T) {
 	})
 	r, err := starter.New(e.store, e.pool, e.client, starter.Config{
 		TaskQueue: e.taskQueue, PollInterval: 200 * time.Millisecond, Lease: 5 * time.Second, Logger: logger,
-		Policy:         func(string) workflows.Policy { return workflows.Policy{MarkSentTimeout: 2 * time.Second} },
-		ReconcileAfter: time.Second, ReconcileInterval: 200 * time.Millisecond,
+		Policy: func(string) workflows.Policy { return workflows.Policy{MarkSentTimeout: 2 * time.Second} },
 	})
 	require.NoError(t, err)
 	e.run(t, r.Run)
+	e.startReconciler(t, e.store, time.Second, 200*time.Millisecond)
 
 	id := e.enqueueOrderPlain(t, "order.created", nil)
 	require.Eventually(t, func() bool { return e.status(t, id) == store.StatusDispatched || e.status(t, id) == store.StatusSent }, 30*time.Second, 20*time.Millisecond)

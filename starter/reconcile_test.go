@@ -19,8 +19,15 @@ func TestReconcile(t *testing.T) {
 	ctx := context.Background()
 	rec := newRecorder()
 	pool, st := testdb.Schema(t)
-	r, err := starter.New(st, pool, rec, starter.Config{ReconcileAfter: time.Minute})
+	r, err := starter.New(st, pool, rec, starter.Config{})
 	require.NoError(t, err)
+	rc, err := starter.NewReconciler(st, rec, starter.ReconcilerConfig{After: time.Minute})
+	require.NoError(t, err)
+	reconcile := func() int {
+		res, err := rc.RunOnce(ctx)
+		require.NoError(t, err)
+		return res.Total()
+	}
 
 	missing := enqueue(t, st, "t", nil)
 	completed := enqueue(t, st, "t", nil)
@@ -37,9 +44,7 @@ func TestReconcile(t *testing.T) {
 	rec.status[workflows.WorkflowID(terminated.String())] = enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED
 	rec.status[workflows.WorkflowID(fresh.String())] = enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED
 
-	n, err := r.Reconcile(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 3, n)
+	require.Equal(t, 3, reconcile())
 	require.Equal(t, store.StatusPending, status(t, st, missing), "a missing workflow: handed over again")
 	require.Equal(t, store.StatusSent, status(t, st, completed), "a completed workflow: recorded sent")
 	require.Equal(t, store.StatusDispatched, status(t, st, running))
@@ -55,9 +60,7 @@ func TestReconcile(t *testing.T) {
 	require.Equal(t, int64(3), s.RepairedLastDay)
 
 	// The running one was touched, so a second pass right away repairs nothing.
-	n, err = r.Reconcile(ctx)
-	require.NoError(t, err)
-	require.Zero(t, n)
+	require.Zero(t, reconcile())
 
 	// The repaired rows are claimed and started again.
 	before := len(rec.starts)

@@ -58,7 +58,8 @@ type ReconcilerConfig struct {
 	OnPass func(ReconcileResult)
 }
 
-func (c ReconcilerConfig) withDefaults() ReconcilerConfig {
+// WithDefaults returns c with every zero field set to its default.
+func (c ReconcilerConfig) WithDefaults() ReconcilerConfig {
 	c.After = cmp.Or(c.After, ReconcileAfterDefault)
 	c.Interval = cmp.Or(c.Interval, ReconcileIntervalDefault)
 	c.BatchSize = cmp.Or(c.BatchSize, ReconcileBatchSizeDefault)
@@ -70,18 +71,20 @@ func (c ReconcilerConfig) withDefaults() ReconcilerConfig {
 	return c
 }
 
-func (c ReconcilerConfig) validate() error {
+// Validate checks c (after WithDefaults) and returns the first field that is not allowed
+// as a *FieldError.
+func (c ReconcilerConfig) Validate() error {
 	switch {
 	case c.After < MinReconcileAfter:
 		return fieldError("After", "must be at least %s, got %s", MinReconcileAfter, c.After)
 	case c.Interval < MinReconcileInterval:
 		return fieldError("Interval", "must be at least %s, got %s", MinReconcileInterval, c.Interval)
 	case c.BatchSize < 1 || c.BatchSize > 10_000:
-		return fmt.Errorf("reconcile batch size must be between 1 and 10000, got %d", c.BatchSize)
+		return fieldError("BatchSize", "must be between 1 and 10000, got %d", c.BatchSize)
 	case c.Concurrency < 1 || c.Concurrency > 256:
-		return fmt.Errorf("reconcile concurrency must be between 1 and 256, got %d", c.Concurrency)
+		return fieldError("Concurrency", "must be between 1 and 256, got %d", c.Concurrency)
 	case c.DescribeTimeout <= 0:
-		return fmt.Errorf("reconcile describe timeout must be positive, got %s", c.DescribeTimeout)
+		return fieldError("DescribeTimeout", "must be positive, got %s", c.DescribeTimeout)
 	}
 	return nil
 }
@@ -100,8 +103,9 @@ type Describer interface {
 // finish them: completed → recorded sent; missing, or closed any other way → pending, so
 // a relay starts a new run. Every repair is logged, counted and audited.
 //
-// Several reconcilers (one per relay) share the work: each pass claims its rows with SKIP
-// LOCKED and touches them, so no two look at the same row.
+// It runs beside the relay: app.RunRelay (and so outbox relay) runs one with each relay;
+// a relay wired by hand runs its own with Run. Several reconcilers share the work: each
+// pass claims its rows with SKIP LOCKED and touches them, so no two look at the same row.
 type Reconciler struct {
 	cfg    ReconcilerConfig
 	store  *store.Store
@@ -110,8 +114,8 @@ type Reconciler struct {
 
 // NewReconciler returns a reconciler of st's rows that asks c about their workflows.
 func NewReconciler(st *store.Store, c Describer, cfg ReconcilerConfig) (*Reconciler, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("reconciler config: %w", err)
 	}
 	return &Reconciler{cfg: cfg, store: st, client: c}, nil

@@ -72,13 +72,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics records claims, starts and their failures. Nil records nothing.
 	Metrics *metrics.Metrics
-	// ReconcileAfter is how long a row may stay dispatched without change before the
-	// relay asks Temporal about its workflow: a missing workflow (namespace reset,
-	// retention expired, history lost) or one that closed without delivering gets the row
-	// handed over again; a completed one gets it recorded sent. Defaults to 5m.
-	ReconcileAfter time.Duration
-	// ReconcileInterval is how often the relay looks for such rows. Defaults to 1m.
-	ReconcileInterval time.Duration
+	// SweepInterval is how often the relay unparks held-back rows that nothing holds back
+	// any more, which also picks up a change of a topic's ordering settings. Defaults to
+	// 1m.
+	SweepInterval time.Duration
 	// Ordering are the per-topic ordering settings of the claim. The zero value hands
 	// each key's messages over one at a time in commit order, and a dead message blocks
 	// its key until it is redriven or discarded.
@@ -105,6 +102,7 @@ const (
 	DefaultLease              = 30 * time.Second
 	DefaultStartConcurrency   = 16
 	DefaultStartTimeout       = 10 * time.Second
+	DefaultSweepInterval      = time.Minute
 )
 
 // Relay limits: Validate refuses values outside them.
@@ -113,6 +111,7 @@ const (
 	MinPollInterval     = 10 * time.Millisecond
 	MinLease            = time.Second
 	MaxStartConcurrency = 1000
+	MinSweepInterval    = 10 * time.Millisecond
 )
 
 // A FieldError names the Config (or ReconcilerConfig) field whose value is not allowed,
@@ -140,8 +139,7 @@ func (c Config) WithDefaults() Config {
 	c.Lease = cmp.Or(c.Lease, DefaultLease)
 	c.StartConcurrency = cmp.Or(c.StartConcurrency, DefaultStartConcurrency)
 	c.StartTimeout = cmp.Or(c.StartTimeout, DefaultStartTimeout)
-	c.ReconcileAfter = cmp.Or(c.ReconcileAfter, ReconcileAfterDefault)
-	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, ReconcileIntervalDefault)
+	c.SweepInterval = cmp.Or(c.SweepInterval, DefaultSweepInterval)
 	if c.Policy == nil {
 		c.Policy = func(string) workflows.Policy { return workflows.Policy{} }
 	}
@@ -173,11 +171,8 @@ func (c Config) Validate() error {
 	if c.StartTimeout <= 0 {
 		errs = append(errs, fieldError("StartTimeout", "must be positive, got %s", c.StartTimeout))
 	}
-	if c.ReconcileAfter < MinReconcileAfter {
-		errs = append(errs, fieldError("ReconcileAfter", "must be at least %s, got %s", MinReconcileAfter, c.ReconcileAfter))
-	}
-	if c.ReconcileInterval < MinReconcileInterval {
-		errs = append(errs, fieldError("ReconcileInterval", "must be at least %s, got %s", MinReconcileInterval, c.ReconcileInterval))
+	if c.SweepInterval < MinSweepInterval {
+		errs = append(errs, fieldError("SweepInterval", "must be at least %s, got %s", MinSweepInterval, c.SweepInterval))
 	}
 	return errors.Join(errs...)
 }
@@ -190,12 +185,11 @@ type Starter interface {
 
 // Relay hands committed outbox rows to Temporal.
 type Relay struct {
-	cfg        Config
-	store      *store.Store
-	pool       *pgxpool.Pool
-	client     Starter
-	log        *slog.Logger
-	reconciler *Reconciler
+	cfg    Config
+	store  *store.Store
+	pool   *pgxpool.Pool
+	client Starter
+	log    *slog.Logger
 
 	// refused counts the consecutive passes in which Temporal refused every start;
 	// lastRefusal is the error of the latest; lasting counts the consecutive ones whose
@@ -233,21 +227,7 @@ func New(st *store.Store, pool *pgxpool.Pool, c Starter, cfg Config) (*Relay, er
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("relay config: %w", err)
 	}
-	rc, err := NewReconciler(st, c, ReconcilerConfig{
-		After: cfg.ReconcileAfter, Interval: cfg.ReconcileInterval, DescribeTimeout: cfg.StartTimeout,
-		Logger: cfg.Logger, Metrics: cfg.Metrics,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("relay config: %w", err)
-	}
-	return &Relay{cfg: cfg, store: st, pool: pool, client: c, log: cfg.Logger, reconciler: rc}, nil
-}
-
-// Reconcile runs one reconciliation pass (see Reconciler) and returns the number of rows
-// it repaired.
-func (r *Relay) Reconcile(ctx context.Context) (int, error) {
-	res, err := r.reconciler.RunOnce(ctx)
-	return res.Total(), err
+	return &Relay{cfg: cfg, store: st, pool: pool, client: c, log: cfg.Logger}, nil
 }
 
 // StartsRefused returns the latest error while Temporal refuses every workflow start
@@ -268,10 +248,10 @@ func refusalBackoff(n int) time.Duration {
 	return min(time.Second<<min(n-1, 9), 5*time.Minute)
 }
 
-// sweepLoop unparks, every ReconcileInterval, the held-back rows that nothing holds back
+// sweepLoop unparks, every SweepInterval, the held-back rows that nothing holds back
 // any more (see store.Store.Unpark).
 func (r *Relay) sweepLoop(ctx context.Context, wake chan<- struct{}) {
-	t := time.NewTicker(r.cfg.ReconcileInterval)
+	t := time.NewTicker(r.cfg.SweepInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -347,7 +327,7 @@ func (r *Relay) Run(ctx context.Context) error {
 }
 
 // startBackground starts, in wg, what runs beside the claims: the listener (with
-// WakeupNotify), reconciliation and the sweep for parked rows.
+// WakeupNotify) and the sweep for parked rows.
 func (r *Relay) startBackground(ctx context.Context, wg *sync.WaitGroup, wake chan<- struct{}) {
 	if r.cfg.Wakeup == WakeupNotify {
 		if on, err := r.store.NotifyEnabled(ctx); err == nil && !on {
@@ -356,7 +336,6 @@ func (r *Relay) startBackground(ctx context.Context, wg *sync.WaitGroup, wake ch
 		}
 		wg.Go(func() { r.listen(ctx, wake) })
 	}
-	wg.Go(func() { _ = r.reconciler.Run(ctx) })
 	wg.Go(func() { r.sweepLoop(ctx, wake) })
 }
 

@@ -277,11 +277,11 @@ func TestRelay(t *testing.T) {
 		}, 10*time.Second, 100*time.Millisecond)
 	})
 
-	t.Run("NegativeReconcileIntervalIsAnError", func(t *testing.T) {
+	t.Run("NegativeSweepIntervalIsAnError", func(t *testing.T) {
 		t.Parallel()
 		pool, st := testdb.Schema(t)
-		_, err := starter.New(st, pool, newRecorder(), starter.Config{ReconcileInterval: -time.Second})
-		require.ErrorContains(t, err, "ReconcileInterval: must be at least 10ms, got -1s")
+		_, err := starter.New(st, pool, newRecorder(), starter.Config{SweepInterval: -time.Second})
+		require.ErrorContains(t, err, "SweepInterval: must be at least 10ms, got -1s")
 	})
 }
 
