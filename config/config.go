@@ -511,11 +511,11 @@ func (c *Config) Validate(sinks ...string) error {
 	if err := checkURL(c.UIURL); err != nil {
 		bad("ui_url", "%v", err)
 	}
-	if c.Retention.SentAfter < Duration(time.Minute) {
-		bad("retention.sent_after", "must be at least 1m, got %s", time.Duration(c.Retention.SentAfter))
+	if c.Retention.SentAfter < Duration(store.MinRetentionAge) {
+		bad("retention.sent_after", "must be at least %s, got %s", store.MinRetentionAge, time.Duration(c.Retention.SentAfter))
 	}
-	if c.Retention.DiscardedAfter < Duration(time.Minute) {
-		bad("retention.discarded_after", "must be at least 1m, got %s", time.Duration(c.Retention.DiscardedAfter))
+	if c.Retention.DiscardedAfter < Duration(store.MinRetentionAge) {
+		bad("retention.discarded_after", "must be at least %s, got %s", store.MinRetentionAge, time.Duration(c.Retention.DiscardedAfter))
 	}
 	if c.Retention.BatchSize < 1 || c.Retention.BatchSize > store.MaxPurgeLimit {
 		bad("retention.batch_size", "must be between 1 and %d, got %d", store.MaxPurgeLimit, c.Retention.BatchSize)

@@ -17,15 +17,19 @@ const (
 	MaxPurgeLimit     = 100000
 )
 
+// MinRetentionAge is the shortest SentAfter and DiscardedAfter: a shorter one would remove
+// rows that a relay, a worker or an operator may still be looking at.
+const MinRetentionAge = time.Minute
+
 // PurgeOptions says which rows retention removes and how.
 type PurgeOptions struct {
 	// SentAfter is the age (since sent_at, by the database clock) after which sent
-	// messages are removed. Required: it must be positive.
+	// messages are removed. Required: at least MinRetentionAge.
 	SentAfter time.Duration
 	// DiscardedAfter is the age (since the message was discarded, by the database clock)
 	// after which discarded messages and their dead letters are removed, as are dead
-	// letters discarded that long ago whose message row no longer exists. Required: it
-	// must be positive.
+	// letters discarded that long ago whose message row no longer exists. Required: at
+	// least MinRetentionAge.
 	DiscardedAfter time.Duration
 	// Archive moves the rows to outbox_messages_archive and outbox_dead_letters_archive
 	// instead of deleting them.
@@ -44,10 +48,10 @@ func (o PurgeOptions) WithDefaults() PurgeOptions {
 // Validate reports the first field of o (after WithDefaults) that is out of range.
 func (o PurgeOptions) Validate() error {
 	switch {
-	case o.SentAfter <= 0:
-		return fmt.Errorf("retention: sent_after must be positive, got %s", o.SentAfter)
-	case o.DiscardedAfter <= 0:
-		return fmt.Errorf("retention: discarded_after must be positive, got %s", o.DiscardedAfter)
+	case o.SentAfter < MinRetentionAge:
+		return fmt.Errorf("retention: sent_after must be at least %s, got %s", MinRetentionAge, o.SentAfter)
+	case o.DiscardedAfter < MinRetentionAge:
+		return fmt.Errorf("retention: discarded_after must be at least %s, got %s", MinRetentionAge, o.DiscardedAfter)
 	case o.Limit < 1 || o.Limit > MaxPurgeLimit:
 		return fmt.Errorf("retention: limit must be between 1 and %d, got %d", MaxPurgeLimit, o.Limit)
 	}

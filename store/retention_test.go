@@ -269,8 +269,8 @@ func TestPurge(t *testing.T) {
 			opts store.PurgeOptions
 			want string
 		}{
-			{store.PurgeOptions{DiscardedAfter: time.Hour}, "sent_after must be positive, got 0s"},
-			{store.PurgeOptions{SentAfter: time.Hour, DiscardedAfter: -time.Second}, "discarded_after must be positive, got -1s"},
+			{store.PurgeOptions{DiscardedAfter: time.Hour}, "sent_after must be at least 1m0s, got 0s"},
+			{store.PurgeOptions{SentAfter: time.Hour, DiscardedAfter: -time.Second}, "discarded_after must be at least 1m0s, got -1s"},
 			{store.PurgeOptions{SentAfter: time.Hour, DiscardedAfter: time.Hour, Limit: -5}, "limit must be between 1 and 100000, got -5"},
 		} {
 			_, err := st.Purge(ctx, tc.opts)
