@@ -100,7 +100,7 @@ func (a *App) DialTemporal(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	opts, err := TemporalOptions(a.Config)
+	opts, err := temporalOptions(a.Config)
 	if err != nil {
 		return err
 	}
@@ -121,9 +121,31 @@ func (a *App) DialTemporal(ctx context.Context) error {
 	return nil
 }
 
-// TemporalOptions returns where Temporal is and how to reach it securely, from cfg: TLS,
+// ClientOptions returns the Temporal SDK client options outbox worker and outbox relay dial
+// with, from cfg: the address and namespace, TLS, the API key, the payload codec's data and
+// failure converters, and the OpenTelemetry tracing interceptor. A team that dials its own
+// client gets the same connection from them.
+func ClientOptions(cfg config.Config) (client.Options, error) {
+	o, err := temporalOptions(cfg)
+	if err != nil {
+		return client.Options{}, err
+	}
+	return temporalx.ClientOptions(o)
+}
+
+// Dial connects to Temporal with ClientOptions(cfg) and checks that it answers; a failed
+// TLS handshake is explained with the setting to look at.
+func Dial(ctx context.Context, cfg config.Config) (client.Client, error) {
+	o, err := temporalOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return temporalx.Dial(ctx, o)
+}
+
+// temporalOptions returns where Temporal is and how to reach it securely, from cfg: TLS,
 // the API key and the payload codec.
-func TemporalOptions(cfg config.Config) (temporalx.Options, error) {
+func temporalOptions(cfg config.Config) (temporalx.Options, error) {
 	t := cfg.Temporal
 	tlsCfg, err := t.TLSConfig()
 	if err != nil {

@@ -30,7 +30,6 @@ import (
 
 	"github.com/outbox-go/outbox/app"
 	"github.com/outbox-go/outbox/config"
-	"github.com/outbox-go/outbox/internal/temporalx"
 )
 
 // testPKI is a throwaway CA with a server certificate for 127.0.0.1 and localhost and a
@@ -133,11 +132,9 @@ func dialFromEnv(t *testing.T, ts *temporaltest.TestServer, env map[string]strin
 	cfg.ApplyEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	c := cfg.WithDefaults()
 	require.NoError(t, c.Validate())
-	opts, err := app.TemporalOptions(c)
-	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	cl, err := temporalx.Dial(ctx, opts)
+	cl, err := app.Dial(ctx, c)
 	if err == nil {
 		t.Cleanup(cl.Close)
 	}
