@@ -88,6 +88,33 @@ func Retryable(err error, retryAfter time.Duration) error {
 // workflow asks the handler's Checker before it sends again.
 func Ambiguous(err error) error { return &HandlerError{Err: err, kind: kindAmbiguous} }
 
+// IsPermanent reports whether err, or an error it wraps, was marked with Permanent.
+func IsPermanent(err error) bool { return markOf(err) == kindPermanent }
+
+// IsRetryable reports whether err, or an error it wraps, was marked with Retryable, and
+// the least wait it asked for before the next attempt.
+func IsRetryable(err error) (retryAfter time.Duration, ok bool) {
+	var herr *HandlerError
+	if !errors.As(err, &herr) || herr.kind != kindRetryable {
+		return 0, false
+	}
+	return herr.RetryAfter, true
+}
+
+// IsAmbiguous reports whether err is a failure after which the downstream may have the
+// message: one marked with Ambiguous, or one not marked at all, which the workflow treats
+// the same way. A nil err is not a failure.
+func IsAmbiguous(err error) bool { return err != nil && markOf(err) == kindAmbiguous }
+
+// markOf returns the kind err was marked with; an unmarked error is ambiguous.
+func markOf(err error) int {
+	var herr *HandlerError
+	if errors.As(err, &herr) {
+		return herr.kind
+	}
+	return kindAmbiguous
+}
+
 // SinkConfig is what a sink is built from: a topic's sink settings.
 type SinkConfig struct {
 	// Sink names the kind: "http" (or empty) is built in; a worker may register others.
