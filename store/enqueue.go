@@ -41,6 +41,11 @@ type Message struct {
 	// the relay hands it over once the database clock has passed it. Zero means now. At
 	// most one year ahead; a time in the past means now.
 	DeliverAfter time.Time
+	// IdempotencyKey, when set, is a key the application chooses for the message, such as
+	// "order-42-created": while a row with the key is in the table, another Enqueue with it
+	// writes nothing and reports Enqueued.Duplicate, without an error, so the caller's
+	// transaction goes on. At most 200 bytes of text. Retention frees a key with its row.
+	IdempotencyKey string
 }
 
 // TopicPattern is the form a topic must have.
@@ -51,7 +56,7 @@ const MaxRetryTimesLimit = 100
 
 // ValidationError reports a message that cannot be enqueued. Nothing was written.
 type ValidationError struct {
-	Field  string // "topic", "payload", "headers", "max_retry_times", "ordering_key" or "deliver_after"
+	Field  string // "topic", "payload", "headers", "max_retry_times", "ordering_key", "deliver_after" or "idempotency_key"
 	Reason string // what was wrong, with the value
 }
 
@@ -79,6 +84,9 @@ func validate(msg Message, maxPayload int) error {
 	}
 	if k := msg.OrderingKey; len(k) > 200 || strings.ContainsRune(k, 0) || !utf8.ValidString(k) || (k != "" && strings.TrimSpace(k) == "") {
 		return &ValidationError{"ordering_key", fmt.Sprintf("must be at most 200 bytes of text, not blank and without NUL, got %s", quoteShort(k))}
+	}
+	if k := msg.IdempotencyKey; len(k) > 200 || strings.ContainsRune(k, 0) || !utf8.ValidString(k) || (k != "" && strings.TrimSpace(k) == "") {
+		return &ValidationError{"idempotency_key", fmt.Sprintf("must be at most 200 bytes of text, not blank and without NUL, got %s", quoteShort(k))}
 	}
 	if r := msg.MaxRetryTimes; r != nil && (*r < 0 || *r > MaxRetryTimesLimit) {
 		return &ValidationError{"max_retry_times", fmt.Sprintf("must be between 0 and %d, got %d", MaxRetryTimesLimit, *r)}
@@ -218,9 +226,13 @@ func quoteShort(s string) string {
 	return fmt.Sprintf("%q", s)
 }
 
-const enqueueSQL = `INSERT INTO %s (message_id, topic, payload, headers, max_retry_times, next_retry_at, ordering_key)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+const enqueueSQL = `INSERT INTO %s (message_id, topic, payload, headers, max_retry_times, next_retry_at, ordering_key, idempotency_key)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING ordering_seq`
+
+// byIdempotencyKeySQL finds the messages that hold idempotency keys.
+const byIdempotencyKeySQL = `SELECT idempotency_key, message_id FROM %s WHERE idempotency_key = ANY($1)`
 
 // Enqueued is what EnqueueMessage wrote.
 type Enqueued struct {
@@ -229,6 +241,10 @@ type Enqueued struct {
 	// than the number of every message of the key that committed before it (numbers come
 	// from one sequence, so they have gaps); 0 without a key.
 	OrderingSeq int64
+	// Duplicate reports that a row with the message's IdempotencyKey was already in the
+	// table, so nothing was written; MessageID is then that row's message ID (zero when
+	// the caller's snapshot cannot see it, as at REPEATABLE READ when it committed later).
+	Duplicate bool
 }
 
 // Enqueue validates msg and inserts it as a pending row with one INSERT on db, which is
@@ -263,7 +279,15 @@ func (s *Store) EnqueueMessage(ctx context.Context, db DB, msg Message) (Enqueue
 		return Enqueued{}, err
 	}
 	var seq *int64
-	if err := db.QueryRow(ctx, s.enqueue, r.id, r.topic, r.payload, r.headers, r.maxRetryTimes, r.deliverAfter, r.orderingKey).Scan(&seq); err != nil {
+	err = db.QueryRow(ctx, s.enqueue, r.id, r.topic, r.payload, r.headers, r.maxRetryTimes, r.deliverAfter, r.orderingKey, r.idempotencyKey).Scan(&seq)
+	if errors.Is(err, pgx.ErrNoRows) && r.idempotencyKey != nil {
+		held, err := s.idempotencyHolders(ctx, db, []string{*r.idempotencyKey})
+		if err != nil {
+			return Enqueued{}, enqueueError(msg.Topic, msg.OrderingKey, err)
+		}
+		return Enqueued{MessageID: held[*r.idempotencyKey], Duplicate: true}, nil
+	}
+	if err != nil {
 		return Enqueued{}, enqueueError(msg.Topic, msg.OrderingKey, err)
 	}
 	res := Enqueued{MessageID: r.id}
@@ -275,13 +299,14 @@ func (s *Store) EnqueueMessage(ctx context.Context, db DB, msg Message) (Enqueue
 
 // insertRow is one validated message as its row's column values.
 type insertRow struct {
-	id            uuid.UUID
-	topic         string
-	payload       string
-	headers       []byte
-	maxRetryTimes *int
-	deliverAfter  *time.Time // NULL: due at once
-	orderingKey   *string
+	id             uuid.UUID
+	topic          string
+	payload        string
+	headers        []byte
+	maxRetryTimes  *int
+	deliverAfter   *time.Time // NULL: due at once
+	orderingKey    *string
+	idempotencyKey *string
 }
 
 // prepare validates msg and turns it into the values of its row.
@@ -305,7 +330,24 @@ func (s *Store) prepare(ctx context.Context, msg Message) (insertRow, error) {
 	if msg.OrderingKey != "" {
 		r.orderingKey = &msg.OrderingKey
 	}
+	if msg.IdempotencyKey != "" {
+		r.idempotencyKey = &msg.IdempotencyKey
+	}
 	return r, nil
+}
+
+// idempotencyHolders returns the message IDs of the rows that hold keys, as db's snapshot
+// sees them.
+func (s *Store) idempotencyHolders(ctx context.Context, db DB, keys []string) (map[string]uuid.UUID, error) {
+	rows, err := db.Query(ctx, fmt.Sprintf(byIdempotencyKeySQL, s.messages), keys)
+	if err != nil {
+		return nil, err
+	}
+	held := map[string]uuid.UUID{}
+	var key string
+	var id uuid.UUID
+	_, err = pgx.ForEachRow(rows, []any{&key, &id}, func() error { held[key] = id; return nil })
+	return held, err
 }
 
 // ErrOrderingDeadlock is what an Enqueue error wraps when PostgreSQL aborted the
@@ -342,6 +384,7 @@ func (s *Store) EnqueueBatch(ctx context.Context, db DB, msgs []Message) ([]Enqu
 		retries  = make([]*int, len(msgs))
 		after    = make([]*time.Time, len(msgs))
 		keys     = make([]*string, len(msgs))
+		idemKeys = make([]*string, len(msgs))
 		byID     = make(map[uuid.UUID]int, len(msgs))
 		distinct []string
 	)
@@ -359,7 +402,7 @@ func (s *Store) EnqueueBatch(ctx context.Context, db DB, msgs []Message) ([]Enqu
 			return nil, &ValidationError{Field: fmt.Sprintf("messages[%d].message_id", i), Reason: fmt.Sprintf("repeats %s, which an earlier message of the batch has", r.id)}
 		}
 		byID[r.id] = i
-		ids[i], topics[i], payloads[i], retries[i], after[i], keys[i] = r.id, r.topic, r.payload, r.maxRetryTimes, r.deliverAfter, r.orderingKey
+		ids[i], topics[i], payloads[i], retries[i], after[i], keys[i], idemKeys[i] = r.id, r.topic, r.payload, r.maxRetryTimes, r.deliverAfter, r.orderingKey, r.idempotencyKey
 		if r.headers != nil {
 			h := string(r.headers)
 			headers[i] = &h
@@ -374,16 +417,17 @@ func (s *Store) EnqueueBatch(ctx context.Context, db DB, msgs []Message) ([]Enqu
 			return nil, enqueueError(topics[0], distinct[0], err)
 		}
 	}
-	rows, err := db.Query(ctx, s.enqueueBatch, ids, topics, payloads, headers, retries, after, keys)
+	rows, err := db.Query(ctx, s.enqueueBatch, ids, topics, payloads, headers, retries, after, keys, idemKeys)
 	if err != nil {
 		return nil, fmt.Errorf("enqueue %d messages: %w", len(msgs), err)
 	}
 	out := make([]Enqueued, len(msgs))
+	written := make([]bool, len(msgs))
 	var id uuid.UUID
 	var seq *int64
 	_, err = pgx.ForEachRow(rows, []any{&id, &seq}, func() error {
 		i := byID[id]
-		out[i] = Enqueued{MessageID: id}
+		out[i], written[i] = Enqueued{MessageID: id}, true
 		if seq != nil {
 			out[i].OrderingSeq = *seq
 		}
@@ -391,6 +435,25 @@ func (s *Store) EnqueueBatch(ctx context.Context, db DB, msgs []Message) ([]Enqu
 	})
 	if err != nil {
 		return nil, fmt.Errorf("enqueue %d messages: %w", len(msgs), err)
+	}
+	// A message not written had an idempotency key a row already held (possibly one
+	// written by this very batch).
+	var dupKeys []string
+	for i, ok := range written {
+		if !ok {
+			dupKeys = append(dupKeys, *idemKeys[i])
+		}
+	}
+	if len(dupKeys) > 0 {
+		held, err := s.idempotencyHolders(ctx, db, dupKeys)
+		if err != nil {
+			return nil, fmt.Errorf("enqueue %d messages: %w", len(msgs), err)
+		}
+		for i, ok := range written {
+			if !ok {
+				out[i] = Enqueued{MessageID: held[*idemKeys[i]], Duplicate: true}
+			}
+		}
 	}
 	return out, nil
 }
@@ -400,11 +463,12 @@ func (s *Store) EnqueueBatch(ctx context.Context, db DB, msgs []Message) ([]Enqu
 const lockKeysSQL = `SELECT count(pg_advisory_xact_lock(hashtext($1), h))
 FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS k ORDER BY 1) AS keys`
 
-const enqueueBatchSQL = `INSERT INTO %s (message_id, topic, payload, headers, max_retry_times, next_retry_at, ordering_key)
-SELECT id, topic, payload, headers, max_retry_times, next_retry_at, ordering_key
-FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::jsonb[], $5::int[], $6::timestamptz[], $7::text[])
-     WITH ORDINALITY AS m(id, topic, payload, headers, max_retry_times, next_retry_at, ordering_key, n)
+const enqueueBatchSQL = `INSERT INTO %s (message_id, topic, payload, headers, max_retry_times, next_retry_at, ordering_key, idempotency_key)
+SELECT id, topic, payload, headers, max_retry_times, next_retry_at, ordering_key, idempotency_key
+FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::jsonb[], $5::int[], $6::timestamptz[], $7::text[], $8::text[])
+     WITH ORDINALITY AS m(id, topic, payload, headers, max_retry_times, next_retry_at, ordering_key, idempotency_key, n)
 ORDER BY n
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING message_id, ordering_seq`
 
 // Enqueue validates msg and inserts it into public.outbox_messages with the default payload
