@@ -264,6 +264,24 @@ func (s *Store) Enqueue(ctx context.Context, db DB, msg Message) (uuid.UUID, err
 	return res.MessageID, err
 }
 
+// EnqueueJSON is EnqueueMessage with v, marshalled with encoding/json, as msg's payload:
+//
+//	res, err := st.EnqueueJSON(ctx, tx, store.Message{Topic: "order.created", IdempotencyKey: "order-42-created"}, order)
+//
+// A value that does not marshal, or a msg that sets Payload too, returns a
+// *ValidationError and writes nothing.
+func (s *Store) EnqueueJSON(ctx context.Context, db DB, msg Message, v any) (Enqueued, error) {
+	if msg.Payload != nil {
+		return Enqueued{}, &ValidationError{"payload", "is set, and EnqueueJSON sets it from its value: leave Message.Payload empty"}
+	}
+	payload, err := json.Marshal(v)
+	if err != nil {
+		return Enqueued{}, &ValidationError{"payload", fmt.Sprintf("cannot be marshalled from a %T: %v", v, err)}
+	}
+	msg.Payload = payload
+	return s.EnqueueMessage(ctx, db, msg)
+}
+
 // EnqueueMessage is Enqueue that also returns the message's ordering sequence number.
 //
 // A message with an ordering key takes the key's lock until the transaction ends, so a

@@ -121,3 +121,31 @@ func TestIdempotencyKey(t *testing.T) {
 		}
 	})
 }
+
+func TestEnqueueJSON(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, st := testdb.Schema(t)
+	type order struct {
+		OrderID int64  `json:"order_id"`
+		SKU     string `json:"sku"`
+	}
+	res, err := st.EnqueueJSON(ctx, pool, store.Message{Topic: "order.created", IdempotencyKey: "order-7-created"}, order{OrderID: 7, SKU: "SKU-1"})
+	require.NoError(t, err)
+	row, err := st.Get(ctx, res.MessageID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"order_id": 7, "sku": "SKU-1"}`, string(row.Payload))
+
+	again, err := st.EnqueueJSON(ctx, pool, store.Message{Topic: "order.created", IdempotencyKey: "order-7-created"}, order{OrderID: 7})
+	require.NoError(t, err)
+	require.True(t, again.Duplicate)
+
+	var verr *store.ValidationError
+	_, err = st.EnqueueJSON(ctx, pool, store.Message{Topic: "order.created"}, make(chan int))
+	require.ErrorAs(t, err, &verr)
+	require.Equal(t, "payload", verr.Field)
+	require.Contains(t, verr.Reason, "cannot be marshalled from a chan int")
+	_, err = st.EnqueueJSON(ctx, pool, store.Message{Topic: "order.created", Payload: json.RawMessage(`{}`)}, order{})
+	require.ErrorAs(t, err, &verr)
+	require.Contains(t, verr.Reason, "leave Message.Payload empty")
+}
