@@ -42,6 +42,7 @@ func (a *Activities) Register(r interface {
 	r.RegisterActivityWithOptions(a.MarkSent, activity.RegisterOptions{Name: workflows.ActivityMarkSent})
 	r.RegisterActivityWithOptions(a.DeadLetter, activity.RegisterOptions{Name: workflows.ActivityDeadLetter})
 	r.RegisterActivityWithOptions(a.PurgeBatch, activity.RegisterOptions{Name: workflows.ActivityPurgeBatch})
+	r.RegisterActivityWithOptions(a.LoadMessage, activity.RegisterOptions{Name: workflows.ActivityLoadMessage})
 }
 
 func (a *Activities) logger() *slog.Logger {

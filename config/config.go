@@ -236,6 +236,22 @@ type Topic struct {
 
 	// Options holds settings of sinks other than http.
 	Options map[string]string `yaml:"options"`
+
+	// Activity delivers the topic with a team's own activity of this type name, on
+	// TaskQueue, instead of a sink: the outbox's worker needs no handler for the topic.
+	// Its input is a delivery.Message. Optional.
+	Activity string `yaml:"activity"`
+	// TaskQueue is the task queue of the team's worker that registers Activity.
+	TaskQueue string `yaml:"task_queue"`
+	// StartToClose bounds one attempt of Activity once started; running out is an
+	// ambiguous failure. Defaults to timeout.
+	StartToClose Duration `yaml:"start_to_close"`
+	// ScheduleToStart bounds the wait for a worker to start an attempt; running out (no
+	// worker polling) is a retryable failure. Defaults to 5m.
+	ScheduleToStart Duration `yaml:"schedule_to_start"`
+	// CheckActivity is the team's check-processed activity on the same task queue:
+	// (processed bool, err error) for a delivery.Message. Optional.
+	CheckActivity string `yaml:"check_activity"`
 }
 
 // SinkConfig returns the topic's sink settings.
@@ -248,6 +264,9 @@ func (t Topic) SinkConfig() activities.SinkConfig {
 func (c *Config) Registry(sinks map[string]activities.SinkFactory) (*activities.Registry, error) {
 	r := activities.NewRegistry()
 	for topic, t := range c.Topics {
+		if t.Activity != "" {
+			continue // delivered by the team's activity, not by a handler of this worker
+		}
 		h, err := activities.NewSink(topic, t.SinkConfig(), sinks)
 		if err != nil {
 			return nil, fmt.Errorf("topics[%q]: %w", topic, err)
@@ -291,7 +310,19 @@ func (t Topic) Policy() workflows.Policy {
 		MaxInterval:        time.Duration(t.MaxInterval),
 		SendTimeout:        time.Duration(t.Timeout),
 		MarkSentTimeout:    time.Duration(t.MarkSentTimeout),
+		Activity:           t.activityHandler(),
 	}.WithDefaults()
+}
+
+// activityHandler is the team's activity that delivers the topic, or nil.
+func (t Topic) activityHandler() *workflows.ActivityHandler {
+	if t.Activity == "" {
+		return nil
+	}
+	return &workflows.ActivityHandler{
+		Activity: t.Activity, TaskQueue: t.TaskQueue, CheckActivity: t.CheckActivity,
+		StartToClose: time.Duration(t.StartToClose), ScheduleToStart: time.Duration(t.ScheduleToStart),
+	}
 }
 
 // Duration is a time.Duration written as in Go ("1s", "1m30s").
@@ -558,6 +589,17 @@ func (t Topic) validate(field string, sinks []string) error {
 		errs = append(errs, fmt.Errorf("%s.%s: "+format, append([]any{field, sub}, args...)...))
 	}
 	switch sink := cmp.Or(t.Sink, "http"); {
+	case t.Activity != "":
+		if t.TaskQueue == "" {
+			bad("task_queue", "must name the task queue of activity %s, got an empty name", t.Activity)
+		}
+		for _, k := range []struct{ key, value string }{{"sink", t.Sink}, {"url", t.URL}, {"check_url", t.CheckURL}} {
+			if k.value != "" {
+				bad(k.key, "must be empty for a topic delivered by activity %s, got %q", t.Activity, k.value)
+			}
+		}
+	case t.TaskQueue != "" || t.CheckActivity != "" || t.StartToClose != 0 || t.ScheduleToStart != 0:
+		bad("activity", "must name the activity that task_queue, check_activity, start_to_close and schedule_to_start are for, got an empty name")
 	case sink == "http":
 		if err := checkURL(t.URL); err != nil {
 			bad("url", "%v", err)
@@ -587,7 +629,7 @@ func (t Topic) validate(field string, sinks []string) error {
 	for _, d := range []struct {
 		name  string
 		value Duration
-	}{{"initial_interval", t.InitialInterval}, {"max_interval", t.MaxInterval}, {"timeout", t.Timeout}, {"mark_sent_timeout", t.MarkSentTimeout}} {
+	}{{"initial_interval", t.InitialInterval}, {"max_interval", t.MaxInterval}, {"timeout", t.Timeout}, {"mark_sent_timeout", t.MarkSentTimeout}, {"start_to_close", t.StartToClose}, {"schedule_to_start", t.ScheduleToStart}} {
 		if d.value < 0 {
 			bad(d.name, "must be positive, got %s", time.Duration(d.value))
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -143,11 +144,13 @@ type delivery struct {
 	// checkable is false once check-processed said the topic's handler cannot tell.
 	checkable bool
 	versions  map[string]bool
+	// loaded is the message, for a topic delivered by a team's activity, once read.
+	loaded *LoadMessageResult
 }
 
 func newDelivery(ctx workflow.Context, in DeliveryInput) *delivery {
 	policy := in.Policy.WithDefaults()
-	return &delivery{
+	d := &delivery{
 		ctx:         ctx,
 		in:          in,
 		policy:      policy,
@@ -162,6 +165,21 @@ func newDelivery(ctx workflow.Context, in DeliveryInput) *delivery {
 		checkable: true,
 		versions:  map[string]bool{},
 	}
+	if a := policy.Activity; a != nil {
+		// The team's activities run on the team's task queue; each attempt is one
+		// execution, as with the send activity.
+		d.sendCtx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			TaskQueue:              a.TaskQueue,
+			StartToCloseTimeout:    a.StartToClose,
+			ScheduleToStartTimeout: a.ScheduleToStart,
+			RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
+		})
+		check := checkActivityOptions
+		check.TaskQueue, check.ScheduleToStartTimeout = a.TaskQueue, a.ScheduleToStart
+		d.checkCtx = workflow.WithActivityOptions(ctx, check)
+		d.checkable = a.CheckActivity != ""
+	}
+	return d
 }
 
 // changed reports whether this run takes the new path of change. A run whose input names
@@ -189,11 +207,38 @@ func (d *delivery) setStatus(status SearchStatus) {
 	}
 }
 
-// send runs one send attempt.
+// send runs one send attempt: the send activity, or the team's activity of the topic.
 func (d *delivery) send(attempt int) error {
-	return workflow.ExecuteActivity(d.sendCtx, ActivitySend, SendInput{
-		MessageID: d.in.MessageID, Topic: d.in.Topic, Attempt: attempt, MaxAttempts: d.maxAttempts,
-	}).Get(d.ctx, nil)
+	a := d.policy.Activity
+	if a == nil {
+		return workflow.ExecuteActivity(d.sendCtx, ActivitySend, SendInput{
+			MessageID: d.in.MessageID, Topic: d.in.Topic, Attempt: attempt, MaxAttempts: d.maxAttempts,
+		}).Get(d.ctx, nil)
+	}
+	loaded, err := d.load()
+	if err != nil {
+		return err
+	}
+	if loaded.AlreadySent {
+		return nil // recorded sent by an earlier run: sending again would duplicate it
+	}
+	msg := loaded.Message
+	msg.Attempt, msg.MaxAttempts = attempt, d.maxAttempts
+	return workflow.ExecuteActivity(d.sendCtx, a.Activity, msg).Get(d.ctx, nil)
+}
+
+// load reads the message for a team's activity, once per run (a local activity: the
+// payload is in the history, encoded by the payload codec when one is configured).
+func (d *delivery) load() (*LoadMessageResult, error) {
+	if d.loaded != nil {
+		return d.loaded, nil
+	}
+	var res LoadMessageResult
+	if err := workflow.ExecuteLocalActivity(d.dbCtx, ActivityLoadMessage, LoadMessageInput{MessageID: d.in.MessageID}).Get(d.ctx, &res); err != nil {
+		return nil, err
+	}
+	d.loaded = &res
+	return d.loaded, nil
 }
 
 // checkProcessed asks whether the downstream already has the message. It answers false
@@ -201,6 +246,9 @@ func (d *delivery) send(attempt int) error {
 func (d *delivery) checkProcessed() bool {
 	if !d.checkable {
 		return false
+	}
+	if a := d.policy.Activity; a != nil {
+		return d.checkWithTeam(a)
 	}
 	var res CheckProcessedResult
 	err := workflow.ExecuteActivity(d.checkCtx, ActivityCheckProcessed, CheckProcessedInput{MessageID: d.in.MessageID, Topic: d.in.Topic}).Get(d.ctx, &res)
@@ -211,6 +259,24 @@ func (d *delivery) checkProcessed() bool {
 		d.checkable = false
 	}
 	return err == nil && res.Supported && res.Processed
+}
+
+// checkWithTeam asks the topic's check activity on the team's task queue.
+func (d *delivery) checkWithTeam(a *ActivityHandler) bool {
+	loaded, err := d.load()
+	if err != nil {
+		d.logger.Warn("Cannot load the message to check it; sending again", "error", err)
+		return false
+	}
+	if loaded.AlreadySent {
+		return true
+	}
+	var processed bool
+	if err := workflow.ExecuteActivity(d.checkCtx, a.CheckActivity, loaded.Message).Get(d.ctx, &processed); err != nil {
+		d.logger.Warn("Check activity failed; sending again", "activity", a.CheckActivity, "error", err)
+		return false
+	}
+	return processed
 }
 
 // backoff waits after failed attempt n: the policy's backoff, or the downstream's
@@ -301,11 +367,18 @@ func (d *delivery) classify(err error) failure {
 		case appErr.NonRetryable() || appErr.Type() == ErrTypePermanent || appErr.Type() == ErrTypeUnknownTopic:
 			f.permanent = true
 		case appErr.Type() == ErrTypeRetryable:
+		case d.policy.Activity != nil && appErr.Type() != ErrTypeAmbiguous:
+			// A team's activity failed as Temporal's retries see it: it did not do its
+			// work, and another attempt may.
 		default:
 			f.ambiguous = true
 		}
 		return f
 	case errors.As(err, &timeoutErr):
+		if a := d.policy.Activity; a != nil && timeoutErr.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START {
+			// No worker picked the attempt up: nothing ran.
+			return failure{message: fmt.Sprintf("no worker of task queue %s started activity %s within %s", a.TaskQueue, a.Activity, a.ScheduleToStart)}
+		}
 		return failure{message: fmt.Sprintf("send timed out (%s)", timeoutErr.TimeoutType()), ambiguous: true}
 	case errors.As(err, &panicErr):
 		return failure{message: "send panicked: " + panicErr.Error(), ambiguous: true}

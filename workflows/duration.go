@@ -42,12 +42,13 @@ func (d *textDuration) UnmarshalJSON(b []byte) error {
 
 // policyJSON is Policy as JSON.
 type policyJSON struct {
-	MaxAttempts        int           `json:"max_attempts"`
-	InitialInterval    textDuration  `json:"initial_interval"`
-	BackoffCoefficient float64       `json:"backoff_coefficient"`
-	MaxInterval        textDuration  `json:"max_interval"`
-	SendTimeout        textDuration  `json:"send_timeout"`
-	MarkSentTimeout    *textDuration `json:"mark_sent_timeout,omitempty"`
+	MaxAttempts        int              `json:"max_attempts"`
+	InitialInterval    textDuration     `json:"initial_interval"`
+	BackoffCoefficient float64          `json:"backoff_coefficient"`
+	MaxInterval        textDuration     `json:"max_interval"`
+	SendTimeout        textDuration     `json:"send_timeout"`
+	MarkSentTimeout    *textDuration    `json:"mark_sent_timeout,omitempty"`
+	Activity           *ActivityHandler `json:"activity,omitempty"`
 }
 
 // MarshalJSON writes p with its durations as text.
@@ -58,6 +59,7 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 		BackoffCoefficient: p.BackoffCoefficient,
 		MaxInterval:        textDuration(p.MaxInterval),
 		SendTimeout:        textDuration(p.SendTimeout),
+		Activity:           p.Activity,
 	}
 	if p.MarkSentTimeout != 0 {
 		t := textDuration(p.MarkSentTimeout)
@@ -78,9 +80,40 @@ func (p *Policy) UnmarshalJSON(b []byte) error {
 		BackoffCoefficient: j.BackoffCoefficient,
 		MaxInterval:        time.Duration(j.MaxInterval),
 		SendTimeout:        time.Duration(j.SendTimeout),
+		Activity:           j.Activity,
 	}
 	if j.MarkSentTimeout != nil {
 		p.MarkSentTimeout = time.Duration(*j.MarkSentTimeout)
+	}
+	return nil
+}
+
+// activityHandlerJSON is ActivityHandler as JSON, its durations as text.
+type activityHandlerJSON struct {
+	Activity        string       `json:"activity"`
+	TaskQueue       string       `json:"task_queue"`
+	StartToClose    textDuration `json:"start_to_close,omitempty"`
+	ScheduleToStart textDuration `json:"schedule_to_start,omitempty"`
+	CheckActivity   string       `json:"check_activity,omitempty"`
+}
+
+// MarshalJSON writes a with its durations as text.
+func (a ActivityHandler) MarshalJSON() ([]byte, error) {
+	return json.Marshal(activityHandlerJSON{
+		Activity: a.Activity, TaskQueue: a.TaskQueue, CheckActivity: a.CheckActivity,
+		StartToClose: textDuration(a.StartToClose), ScheduleToStart: textDuration(a.ScheduleToStart),
+	})
+}
+
+// UnmarshalJSON reads a with its durations as text or as integer nanoseconds.
+func (a *ActivityHandler) UnmarshalJSON(b []byte) error {
+	var j activityHandlerJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return fmt.Errorf("activity handler: %w", err)
+	}
+	*a = ActivityHandler{
+		Activity: j.Activity, TaskQueue: j.TaskQueue, CheckActivity: j.CheckActivity,
+		StartToClose: time.Duration(j.StartToClose), ScheduleToStart: time.Duration(j.ScheduleToStart),
 	}
 	return nil
 }

@@ -12,6 +12,8 @@ import (
 	"cmp"
 	"fmt"
 	"time"
+
+	dmsg "github.com/outbox-go/outbox/delivery"
 )
 
 // Names other tools and documents rely on.
@@ -28,6 +30,9 @@ const (
 	ActivityCheckProcessed = "OutboxCheckProcessed"
 	ActivityMarkSent       = "OutboxMarkSent"
 	ActivityDeadLetter     = "OutboxDeadLetter"
+	// ActivityLoadMessage reads a message for a topic delivered by a team's activity
+	// (see ActivityHandler).
+	ActivityLoadMessage = "OutboxLoadMessage"
 
 	// ErrTypeDeadLettered is the type of the error a run fails with after its message was
 	// dead-lettered.
@@ -92,7 +97,33 @@ type Policy struct {
 	SendTimeout time.Duration `json:"send_timeout"`
 	// MarkSentTimeout bounds the retries of mark-sent after a delivery. Defaults to 10m.
 	MarkSentTimeout time.Duration `json:"mark_sent_timeout,omitempty"`
+	// Activity, when set, delivers the message with a team's own activity on its own task
+	// queue instead of the send activity and the topic's handler.
+	Activity *ActivityHandler `json:"activity,omitempty"`
 }
+
+// ActivityHandler names a topic's handler activity, registered by a team's worker on its
+// own task queue. Its input is a delivery.Message (package github.com/outbox-go/outbox/delivery).
+type ActivityHandler struct {
+	// Activity is the activity type name, such as "ReserveStock".
+	Activity string `json:"activity"`
+	// TaskQueue is the task queue the team's worker polls.
+	TaskQueue string `json:"task_queue"`
+	// StartToClose bounds one attempt once a worker has started it; running out is an
+	// ambiguous failure (the check activity is asked before the next attempt). Defaults to
+	// the policy's SendTimeout.
+	StartToClose time.Duration `json:"start_to_close,omitempty"`
+	// ScheduleToStart bounds the wait for a worker to pick an attempt up; running out is
+	// a retryable failure (nothing ran). Defaults to DefaultScheduleToStart.
+	ScheduleToStart time.Duration `json:"schedule_to_start,omitempty"`
+	// CheckActivity, when set, is an activity on the same task queue that answers whether
+	// the team already processed the message: (processed bool, err error).
+	CheckActivity string `json:"check_activity,omitempty"`
+}
+
+// DefaultScheduleToStart is how long an attempt of a team's activity may wait for a
+// worker when ActivityHandler.ScheduleToStart is zero.
+const DefaultScheduleToStart = 5 * time.Minute
 
 // Policy defaults.
 const (
@@ -118,6 +149,12 @@ func (p Policy) WithDefaults() Policy {
 	p.MaxInterval = cmp.Or(p.MaxInterval, max(DefaultMaxInterval, p.InitialInterval))
 	p.SendTimeout = cmp.Or(p.SendTimeout, DefaultSendTimeout)
 	p.MarkSentTimeout = cmp.Or(p.MarkSentTimeout, DefaultMarkSentTimeout)
+	if p.Activity != nil {
+		a := *p.Activity
+		a.StartToClose = cmp.Or(a.StartToClose, p.SendTimeout)
+		a.ScheduleToStart = cmp.Or(a.ScheduleToStart, DefaultScheduleToStart)
+		p.Activity = &a
+	}
 	return p
 }
 
@@ -134,6 +171,18 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("max_interval must be at least initial_interval (%s), got %s", p.InitialInterval, p.MaxInterval)
 	case p.SendTimeout <= 0:
 		return fmt.Errorf("timeout must be positive, got %s", p.SendTimeout)
+	}
+	if a := p.Activity; a != nil {
+		switch {
+		case a.Activity == "":
+			return fmt.Errorf("activity must name the activity type, got an empty name")
+		case a.TaskQueue == "":
+			return fmt.Errorf("task_queue must name the task queue of activity %s, got an empty name", a.Activity)
+		case a.StartToClose <= 0:
+			return fmt.Errorf("start_to_close must be positive, got %s", a.StartToClose)
+		case a.ScheduleToStart <= 0:
+			return fmt.Errorf("schedule_to_start must be positive, got %s", a.ScheduleToStart)
+		}
 	}
 	return nil
 }
@@ -192,6 +241,18 @@ type SendInput struct {
 	Topic       string `json:"topic"`
 	Attempt     int    `json:"attempt"` // 1-based
 	MaxAttempts int    `json:"max_attempts"`
+}
+
+// LoadMessageInput is the input of the load-message activity.
+type LoadMessageInput struct {
+	MessageID string `json:"message_id"`
+}
+
+// LoadMessageResult is the message a team's activity gets, and whether its row is
+// already recorded sent (an earlier run delivered it).
+type LoadMessageResult struct {
+	Message     dmsg.Message `json:"message"`
+	AlreadySent bool         `json:"already_sent,omitempty"`
 }
 
 // CheckProcessedInput is the input of the check-processed activity.

@@ -1,0 +1,46 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.temporal.io/sdk/temporal"
+
+	dmsg "github.com/outbox-go/outbox/delivery"
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/workflows"
+)
+
+// LoadMessage reads a message for a topic delivered by a team's activity (see
+// workflows.ActivityHandler): the delivery.Message that activity gets. A message that is
+// not in the table, is dead or discarded, or has a payload over the store's limit (a row
+// inserted without Enqueue's check) is a permanent failure; an unavailable database is
+// retried by the workflow until it answers.
+func (a *Activities) LoadMessage(ctx context.Context, in workflows.LoadMessageInput) (workflows.LoadMessageResult, error) {
+	id, err := parseID(in.MessageID)
+	if err != nil {
+		return workflows.LoadMessageResult{}, err
+	}
+	row, err := a.Store.Get(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return workflows.LoadMessageResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("message %s is not in the outbox table", id), workflows.ErrTypePermanent, nil)
+	case err != nil:
+		return workflows.LoadMessageResult{}, temporal.NewApplicationError(err.Error(), workflows.ErrTypeStoreUnavailable)
+	}
+	switch row.Status {
+	case store.StatusSent:
+		return workflows.LoadMessageResult{AlreadySent: true}, nil
+	case store.StatusDead, store.StatusDiscarded:
+		return workflows.LoadMessageResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("message %s is %s", row.MessageID, row.Status), workflows.ErrTypePermanent, nil)
+	}
+	if err := checkPayloadSize(row, a.Store.MaxPayloadBytes()); err != nil {
+		return workflows.LoadMessageResult{}, err
+	}
+	return workflows.LoadMessageResult{Message: dmsg.Message{
+		MessageID: row.MessageID.String(), Topic: row.Topic, Payload: row.Payload, Headers: row.Headers, CreatedAt: row.CreatedAt,
+	}}, nil
+}

@@ -1,0 +1,146 @@
+package workflows_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/outbox-go/outbox/delivery"
+	"github.com/outbox-go/outbox/workflows"
+)
+
+// A team's activities, as its worker registers them.
+func reserveStock(context.Context, delivery.Message) error           { return nil }
+func hasReservation(context.Context, delivery.Message) (bool, error) { return false, nil }
+func loadMessage(context.Context, workflows.LoadMessageInput) (workflows.LoadMessageResult, error) {
+	return workflows.LoadMessageResult{}, nil
+}
+
+// activitySetup is setup for a topic delivered by the team's ReserveStock on the
+// inventory task queue.
+func activitySetup(t *testing.T, check string) *bundle {
+	t.Helper()
+	b := setup(t, workflows.Policy{MaxAttempts: 3, InitialInterval: time.Second, BackoffCoefficient: 2, MaxInterval: time.Minute,
+		Activity: &workflows.ActivityHandler{Activity: "ReserveStock", TaskQueue: "inventory", CheckActivity: check}})
+	b.env.RegisterActivityWithOptions(reserveStock, activity.RegisterOptions{Name: "ReserveStock"})
+	b.env.RegisterActivityWithOptions(hasReservation, activity.RegisterOptions{Name: "HasReservation"})
+	b.env.RegisterActivityWithOptions(loadMessage, activity.RegisterOptions{Name: workflows.ActivityLoadMessage})
+	created := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	b.env.OnActivity(workflows.ActivityLoadMessage, mock.Anything, workflows.LoadMessageInput{MessageID: b.input.MessageID}).Return(workflows.LoadMessageResult{
+		Message: delivery.Message{MessageID: b.input.MessageID, Topic: b.input.Topic, Payload: json.RawMessage(`{"order_id": 42}`), CreatedAt: created},
+	}, nil).Once() // once per run, whatever the attempts
+	return b
+}
+
+// onReserve answers ReserveStock's attempts in order with errs (nil = done) and checks
+// the message each attempt gets.
+func (b *bundle) onReserve(t *testing.T, errs ...error) {
+	n := 0
+	b.env.OnActivity("ReserveStock", mock.Anything, mock.Anything).Return(func(ctx context.Context, m delivery.Message) error {
+		require.Equal(t, "inventory", activity.GetInfo(ctx).TaskQueue)
+		require.Equal(t, b.input.MessageID, m.MessageID)
+		require.JSONEq(t, `{"order_id": 42}`, string(m.Payload))
+		require.Equal(t, n+1, m.Attempt)
+		require.Equal(t, 3, m.MaxAttempts)
+		b.sends = append(b.sends, b.env.Now())
+		err := errs[n]
+		n++
+		return err
+	}).Times(len(errs))
+}
+
+func TestActivityTopic(t *testing.T) {
+	t.Parallel()
+
+	t.Run("DeliveredOnTheTeamsTaskQueue", func(t *testing.T) {
+		t.Parallel()
+		b := activitySetup(t, "")
+		b.onReserve(t, nil)
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 1}).Return(nil).Once()
+		res, err := b.run()
+		require.NoError(t, err)
+		require.Equal(t, workflows.DeliveryResult{Attempts: 1}, res)
+	})
+
+	t.Run("ARetryableErrorWaitsItsNextRetryDelay", func(t *testing.T) {
+		t.Parallel()
+		b := activitySetup(t, "")
+		b.onReserve(t,
+			temporal.NewApplicationErrorWithOptions("stock service busy", "Busy", temporal.ApplicationErrorOptions{NextRetryDelay: 20 * time.Second}),
+			errors.New("plain error: the policy's backoff"),
+			nil)
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 3}).Return(nil).Once()
+		_, err := b.run()
+		require.NoError(t, err)
+		require.Len(t, b.sends, 3)
+		require.Equal(t, 20*time.Second, b.sends[1].Sub(b.sends[0]).Round(time.Second))
+		require.Equal(t, 2*time.Second, b.sends[2].Sub(b.sends[1]).Round(time.Second), "the second failure waits the backoff of attempt 2")
+	})
+
+	t.Run("ANonRetryableErrorDeadLetters", func(t *testing.T) {
+		t.Parallel()
+		b := activitySetup(t, "HasReservation")
+		b.onReserve(t, temporal.NewNonRetryableApplicationError("no such SKU", "UnknownSKU", nil))
+		b.env.OnActivity(workflows.ActivityDeadLetter, mock.Anything, mock.MatchedBy(func(in workflows.DeadLetterInput) bool {
+			return in.Attempts == 1 && in.LastError == "permanent failure: no such SKU"
+		})).Return(nil).Once()
+		_, err := b.run()
+		requireDeadLettered(t, err)
+	})
+
+	t.Run("ATimeoutIsCheckedBeforeAResend", func(t *testing.T) {
+		t.Parallel()
+		b := activitySetup(t, "HasReservation")
+		b.onReserve(t, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, nil))
+		b.env.OnActivity("HasReservation", mock.Anything, mock.Anything).Return(func(ctx context.Context, m delivery.Message) (bool, error) {
+			require.Equal(t, "inventory", activity.GetInfo(ctx).TaskQueue)
+			require.Equal(t, b.input.MessageID, m.MessageID)
+			return true, nil
+		}).Once()
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 1}).Return(nil).Once()
+		res, err := b.run()
+		require.NoError(t, err)
+		require.Equal(t, workflows.DeliveryResult{Attempts: 1, AlreadyProcessed: true}, res)
+	})
+
+	t.Run("NoWorkerPollingIsRetried", func(t *testing.T) {
+		t.Parallel()
+		b := activitySetup(t, "HasReservation")
+		b.onReserve(t, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil), nil)
+		// Nothing ran, so no check before the second attempt.
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 2}).Return(nil).Once()
+		_, err := b.run()
+		require.NoError(t, err)
+	})
+
+	t.Run("GivingUpNamesTheLastError", func(t *testing.T) {
+		t.Parallel()
+		b := activitySetup(t, "")
+		b.onReserve(t, errors.New("stock db down"), errors.New("stock db down"), errors.New("stock db still down"))
+		b.env.OnActivity(workflows.ActivityDeadLetter, mock.Anything, mock.MatchedBy(func(in workflows.DeadLetterInput) bool {
+			return in.Attempts == 3 && in.LastError == "gave up after 3 attempts: stock db still down"
+		})).Return(nil).Once()
+		_, err := b.run()
+		requireDeadLettered(t, err)
+	})
+}
+
+func TestActivityHandlerJSON(t *testing.T) {
+	t.Parallel()
+	in := workflows.Policy{MaxAttempts: 3, InitialInterval: time.Second, BackoffCoefficient: 2, MaxInterval: time.Minute, SendTimeout: 30 * time.Second,
+		Activity: &workflows.ActivityHandler{Activity: "ReserveStock", TaskQueue: "inventory", StartToClose: 30 * time.Second, ScheduleToStart: 5 * time.Minute, CheckActivity: "HasReservation"}}
+	b, err := json.Marshal(in)
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"activity":{"activity":"ReserveStock","task_queue":"inventory","start_to_close":"30s","schedule_to_start":"5m0s","check_activity":"HasReservation"}`)
+	var back workflows.Policy
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.Equal(t, in, back)
+}
