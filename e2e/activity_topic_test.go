@@ -1,0 +1,154 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	sdkworker "go.temporal.io/sdk/worker"
+
+	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/delivery"
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/workflows"
+)
+
+// inventoryTeam is a team's own worker on its own task queue: it serves ReserveStock and
+// HasReservation, keeps one reservation per message ID, and answers as told.
+type inventoryTeam struct {
+	mu       sync.Mutex
+	attempts map[string][]int           // message ID → the attempts ReserveStock got
+	reserved map[string]json.RawMessage // message ID → payload, once reserved
+	answers  map[string][]error         // message ID → errors for its next attempts
+}
+
+func (it *inventoryTeam) ReserveStock(ctx context.Context, m delivery.Message) error {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	it.attempts[m.MessageID] = append(it.attempts[m.MessageID], m.Attempt)
+	if next := it.answers[m.MessageID]; len(next) > 0 {
+		it.answers[m.MessageID] = next[1:]
+		if next[0] != nil {
+			return next[0]
+		}
+	}
+	if _, ok := it.reserved[m.MessageID]; !ok {
+		it.reserved[m.MessageID] = m.Payload
+	}
+	return nil
+}
+
+func (it *inventoryTeam) HasReservation(ctx context.Context, m delivery.Message) (bool, error) {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	_, ok := it.reserved[m.MessageID]
+	return ok, nil
+}
+
+// TestActivityTopic runs two workers, the outbox's and a team's on its own task queue, as
+// a mixed fleet does: a topic configured with activity: is delivered by the team's
+// activity (the outbox's worker has no handler for it), retried after a retryable error
+// as that error asks, and dead-lettered with the reason of a non-retryable one.
+func TestActivityTopic(t *testing.T) {
+	t.Parallel()
+	ts := newServer(t)
+	e := newEnv(t, ts)
+	ctx := context.Background()
+	teamQueue := "inventory-" + e.store.Schema()
+	e.cfg.Topics["inventory.reserve"] = config.Topic{
+		Activity: "ReserveStock", TaskQueue: teamQueue, CheckActivity: "HasReservation",
+		StartToClose: config.Duration(10 * time.Second), ScheduleToStart: config.Duration(time.Minute),
+		InitialInterval: config.Duration(50 * time.Millisecond), MaxInterval: config.Duration(time.Second),
+	}
+	team := &inventoryTeam{attempts: map[string][]int{}, reserved: map[string]json.RawMessage{}, answers: map[string][]error{}}
+	w := sdkworker.New(e.client, teamQueue, sdkworker.Options{})
+	w.RegisterActivityWithOptions(team.ReserveStock, activity.RegisterOptions{Name: "ReserveStock"})
+	w.RegisterActivityWithOptions(team.HasReservation, activity.RegisterOptions{Name: "HasReservation"})
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+	e.startWorker(t)
+	e.startRelay(t)
+
+	enqueue := func(answers ...error) string {
+		id, err := e.store.Enqueue(ctx, e.pool, store.Message{Topic: "inventory.reserve", Payload: json.RawMessage(`{"sku": "SKU-1", "qty": 2}`)})
+		require.NoError(t, err)
+		team.mu.Lock()
+		team.answers[id.String()] = answers
+		team.mu.Unlock()
+		return id.String()
+	}
+	busy := temporal.NewApplicationErrorWithOptions("stock service busy", "Busy", temporal.ApplicationErrorOptions{NextRetryDelay: 200 * time.Millisecond})
+	delivered := enqueue()
+	retried := enqueue(busy)
+	refused := enqueue(temporal.NewNonRetryableApplicationError("SKU-1 is discontinued", "Discontinued", nil))
+
+	for _, id := range []string{delivered, retried} {
+		e.waitStatus(t, uuidOf(t, id), store.StatusSent)
+	}
+	e.waitStatus(t, uuidOf(t, refused), store.StatusDead)
+
+	team.mu.Lock()
+	require.Equal(t, []int{1}, team.attempts[delivered])
+	require.Equal(t, []int{1, 2}, team.attempts[retried], "the retryable error took one attempt")
+	require.Equal(t, []int{1}, team.attempts[refused], "the non-retryable error took the only attempt")
+	require.JSONEq(t, `{"sku": "SKU-1", "qty": 2}`, string(team.reserved[delivered]))
+	require.NotContains(t, team.reserved, refused)
+	team.mu.Unlock()
+
+	dls, err := e.store.DeadLetters(ctx, uuidOf(t, refused))
+	require.NoError(t, err)
+	require.Len(t, dls, 1)
+	require.Equal(t, "permanent failure: SKU-1 is discontinued", dls[0].LastError)
+
+	// Each attempt is its own activity execution on the team's task queue, in the
+	// delivery's history.
+	desc := describeClosed(t, e.client, workflows.WorkflowID(retried))
+	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, desc.GetWorkflowExecutionInfo().GetStatus())
+	iter := e.client.GetWorkflowHistory(ctx, workflows.WorkflowID(retried), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	var scheduled []string
+	for iter.HasNext() {
+		ev, err := iter.Next()
+		require.NoError(t, err)
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil {
+			scheduled = append(scheduled, a.GetActivityType().GetName()+"@"+a.GetTaskQueue().GetName())
+		}
+	}
+	require.Equal(t, []string{"ReserveStock@" + teamQueue, "ReserveStock@" + teamQueue}, scheduled)
+}
+
+// TestActivityTopicWithoutWorker: a topic whose task queue no worker polls is retried
+// through its attempts (nothing ran, so nothing is checked), then dead-lettered with a
+// reason that names the task queue.
+func TestActivityTopicWithoutWorker(t *testing.T) {
+	t.Parallel()
+	ts := newServer(t)
+	e := newEnv(t, ts)
+	ctx := context.Background()
+	e.cfg.Topics["billing.charge"] = config.Topic{
+		Activity: "Charge", TaskQueue: "billing-nobody-polls", ScheduleToStart: config.Duration(time.Second),
+		MaxAttempts: 2, InitialInterval: config.Duration(50 * time.Millisecond),
+	}
+	e.startWorker(t)
+	e.startRelay(t)
+	id, err := e.store.Enqueue(ctx, e.pool, store.Message{Topic: "billing.charge", Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	e.waitStatus(t, id, store.StatusDead)
+	dls, err := e.store.DeadLetters(ctx, id)
+	require.NoError(t, err)
+	require.Len(t, dls, 1)
+	require.Equal(t, "gave up after 2 attempts: no worker of task queue billing-nobody-polls started activity Charge within 1s", dls[0].LastError)
+}
+
+func uuidOf(t *testing.T, s string) uuid.UUID {
+	t.Helper()
+	id, err := uuid.Parse(s)
+	require.NoError(t, err)
+	return id
+}
