@@ -12,8 +12,8 @@ import (
 	"github.com/outbox-go/outbox/workflows"
 )
 
-// LoadMessage reads a message for a topic delivered by a team's activity (see
-// workflows.ActivityHandler): the delivery.Message that activity gets. A message that is
+// LoadMessage reads a message for a topic delivered by a team's activity or workflow (see
+// workflows.ActivityHandler and WorkflowHandler): the delivery.Message they get. A message that is
 // not in the table, is dead or discarded, or has a payload over the store's limit (a row
 // inserted without Enqueue's check) is a permanent failure; an unavailable database is
 // retried by the workflow until it answers.
@@ -40,7 +40,11 @@ func (a *Activities) LoadMessage(ctx context.Context, in workflows.LoadMessageIn
 	if err := checkPayloadSize(row, a.Store.MaxPayloadBytes()); err != nil {
 		return workflows.LoadMessageResult{}, err
 	}
-	return workflows.LoadMessageResult{Message: dmsg.Message{
+	res := workflows.LoadMessageResult{Message: dmsg.Message{
 		MessageID: row.MessageID.String(), Topic: row.Topic, Payload: row.Payload, Headers: row.Headers, CreatedAt: row.CreatedAt,
-	}}, nil
+	}}
+	if row.OrderingKey != nil {
+		res.OrderingKey = *row.OrderingKey
+	}
+	return res, nil
 }

@@ -252,6 +252,18 @@ type Topic struct {
 	// CheckActivity is the team's check-processed activity on the same task queue:
 	// (processed bool, err error) for a delivery.Message. Optional.
 	CheckActivity string `yaml:"check_activity"`
+
+	// Workflow delivers the topic by starting a team's workflow of this type name, on
+	// TaskQueue, with a delivery.Message as its input. Optional.
+	Workflow string `yaml:"workflow"`
+	// WorkflowID is the template of the started workflow's ID, over {message_id}, {topic},
+	// {ordering_key} and {payload.<field>}: the de-duplication key (two messages that give
+	// the same ID start one workflow). Defaults to "{topic}-{message_id}".
+	WorkflowID string `yaml:"workflow_id"`
+	// WorkflowIDReuse says whether a workflow may start again with the ID of a closed
+	// one: reject_duplicate (the default: the second start counts as delivered),
+	// allow_duplicate or allow_duplicate_failed_only.
+	WorkflowIDReuse string `yaml:"workflow_id_reuse"`
 }
 
 // SinkConfig returns the topic's sink settings.
@@ -264,8 +276,8 @@ func (t Topic) SinkConfig() activities.SinkConfig {
 func (c *Config) Registry(sinks map[string]activities.SinkFactory) (*activities.Registry, error) {
 	r := activities.NewRegistry()
 	for topic, t := range c.Topics {
-		if t.Activity != "" {
-			continue // delivered by the team's activity, not by a handler of this worker
+		if t.Activity != "" || t.Workflow != "" {
+			continue // delivered by the team's activity or workflow, not by a handler here
 		}
 		h, err := activities.NewSink(topic, t.SinkConfig(), sinks)
 		if err != nil {
@@ -311,7 +323,16 @@ func (t Topic) Policy() workflows.Policy {
 		SendTimeout:        time.Duration(t.Timeout),
 		MarkSentTimeout:    time.Duration(t.MarkSentTimeout),
 		Activity:           t.activityHandler(),
+		Workflow:           t.workflowHandler(),
 	}.WithDefaults()
+}
+
+// workflowHandler is the team's workflow that the topic starts, or nil.
+func (t Topic) workflowHandler() *workflows.WorkflowHandler {
+	if t.Workflow == "" {
+		return nil
+	}
+	return &workflows.WorkflowHandler{Workflow: t.Workflow, TaskQueue: t.TaskQueue, WorkflowID: t.WorkflowID, IDReuse: t.WorkflowIDReuse}
 }
 
 // activityHandler is the team's activity that delivers the topic, or nil.
@@ -589,17 +610,29 @@ func (t Topic) validate(field string, sinks []string) error {
 		errs = append(errs, fmt.Errorf("%s.%s: "+format, append([]any{field, sub}, args...)...))
 	}
 	switch sink := cmp.Or(t.Sink, "http"); {
-	case t.Activity != "":
+	case t.Activity != "" && t.Workflow != "":
+		bad("workflow", "must be empty when activity is set (one of them delivers the topic), got %q", t.Workflow)
+	case t.Activity != "" || t.Workflow != "":
+		by := "activity " + t.Activity
+		if t.Workflow != "" {
+			by = "workflow " + t.Workflow
+		}
 		if t.TaskQueue == "" {
-			bad("task_queue", "must name the task queue of activity %s, got an empty name", t.Activity)
+			bad("task_queue", "must name the task queue of %s, got an empty name", by)
 		}
 		for _, k := range []struct{ key, value string }{{"sink", t.Sink}, {"url", t.URL}, {"check_url", t.CheckURL}} {
 			if k.value != "" {
-				bad(k.key, "must be empty for a topic delivered by activity %s, got %q", t.Activity, k.value)
+				bad(k.key, "must be empty for a topic delivered by %s, got %q", by, k.value)
 			}
 		}
-	case t.TaskQueue != "" || t.CheckActivity != "" || t.StartToClose != 0 || t.ScheduleToStart != 0:
-		bad("activity", "must name the activity that task_queue, check_activity, start_to_close and schedule_to_start are for, got an empty name")
+		if t.Workflow != "" && (t.CheckActivity != "" || t.StartToClose != 0 || t.ScheduleToStart != 0) {
+			bad("check_activity/start_to_close/schedule_to_start", "are for a topic delivered by an activity, not by workflow %s", t.Workflow)
+		}
+		if t.Activity != "" && (t.WorkflowID != "" || t.WorkflowIDReuse != "") {
+			bad("workflow_id/workflow_id_reuse", "are for a topic that starts a workflow, not for activity %s", t.Activity)
+		}
+	case t.TaskQueue != "" || t.CheckActivity != "" || t.StartToClose != 0 || t.ScheduleToStart != 0 || t.WorkflowID != "" || t.WorkflowIDReuse != "":
+		bad("activity/workflow", "must name the activity or workflow that task_queue and the other handler keys are for, got neither")
 	case sink == "http":
 		if err := checkURL(t.URL); err != nil {
 			bad("url", "%v", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/workflows"
@@ -143,4 +145,48 @@ func TestActivityHandlerJSON(t *testing.T) {
 	var back workflows.Policy
 	require.NoError(t, json.Unmarshal(b, &back))
 	require.Equal(t, in, back)
+}
+
+func TestWorkflowTopic(t *testing.T) {
+	t.Parallel()
+	setupWorkflowTopic := func(t *testing.T, payload string) *bundle {
+		b := setup(t, workflows.Policy{MaxAttempts: 3, InitialInterval: time.Second, BackoffCoefficient: 2, MaxInterval: time.Minute,
+			Workflow: &workflows.WorkflowHandler{Workflow: "FulfilOrder", TaskQueue: "fulfilment", WorkflowID: "fulfil-{payload.order_id}"}})
+		b.env.RegisterActivityWithOptions(loadMessage, activity.RegisterOptions{Name: workflows.ActivityLoadMessage})
+		b.env.OnActivity(workflows.ActivityLoadMessage, mock.Anything, workflows.LoadMessageInput{MessageID: b.input.MessageID}).Return(workflows.LoadMessageResult{
+			Message: delivery.Message{MessageID: b.input.MessageID, Topic: b.input.Topic, Payload: json.RawMessage(payload)},
+		}, nil).Once()
+		return b
+	}
+
+	t.Run("StartsTheTeamsWorkflowOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setupWorkflowTopic(t, `{"order_id": 42}`)
+		var started []string
+		b.env.RegisterWorkflowWithOptions(func(ctx workflow.Context, m delivery.Message) error {
+			info := workflow.GetInfo(ctx)
+			started = append(started, info.WorkflowExecution.ID+"@"+info.TaskQueueName)
+			require.Equal(t, b.input.MessageID, m.MessageID)
+			require.Equal(t, 1, m.Attempt)
+			return nil
+		}, workflow.RegisterOptions{Name: "FulfilOrder"})
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 1}).Return(nil).Once()
+		res, err := b.run()
+		require.NoError(t, err)
+		require.Equal(t, []string{"fulfil-42@fulfilment"}, started)
+		require.NotNil(t, res.Started)
+		require.Equal(t, "fulfil-42", res.Started.WorkflowID)
+		require.NotEmpty(t, res.Started.RunID)
+	})
+
+	t.Run("AMissingPayloadFieldDeadLetters", func(t *testing.T) {
+		t.Parallel()
+		b := setupWorkflowTopic(t, `{"sku": "SKU-1"}`)
+		b.env.OnActivity(workflows.ActivityDeadLetter, mock.Anything, mock.MatchedBy(func(in workflows.DeadLetterInput) bool {
+			return in.Attempts == 1 && strings.Contains(in.LastError, "permanent failure: workflow_id template \"fulfil-{payload.order_id}\": the payload of message") &&
+				strings.HasSuffix(in.LastError, "has no field order_id")
+		})).Return(nil).Once()
+		_, err := b.run()
+		requireDeadLettered(t, err)
+	})
 }

@@ -144,8 +144,11 @@ type delivery struct {
 	// checkable is false once check-processed said the topic's handler cannot tell.
 	checkable bool
 	versions  map[string]bool
-	// loaded is the message, for a topic delivered by a team's activity, once read.
+	// loaded is the message, for a topic delivered by a team's activity or workflow, once
+	// read.
 	loaded *LoadMessageResult
+	// started is the team's workflow this run started or found started.
+	started *StartedWorkflow
 }
 
 func newDelivery(ctx workflow.Context, in DeliveryInput) *delivery {
@@ -179,6 +182,10 @@ func newDelivery(ctx workflow.Context, in DeliveryInput) *delivery {
 		d.checkCtx = workflow.WithActivityOptions(ctx, check)
 		d.checkable = a.CheckActivity != ""
 	}
+	if policy.Workflow != nil {
+		// Nothing to ask: the started workflow's ID is the de-duplication key.
+		d.checkable = false
+	}
 	return d
 }
 
@@ -209,6 +216,9 @@ func (d *delivery) setStatus(status SearchStatus) {
 
 // send runs one send attempt: the send activity, or the team's activity of the topic.
 func (d *delivery) send(attempt int) error {
+	if w := d.policy.Workflow; w != nil {
+		return d.startWorkflow(w, attempt)
+	}
 	a := d.policy.Activity
 	if a == nil {
 		return workflow.ExecuteActivity(d.sendCtx, ActivitySend, SendInput{
@@ -225,6 +235,43 @@ func (d *delivery) send(attempt int) error {
 	msg := loaded.Message
 	msg.Attempt, msg.MaxAttempts = attempt, d.maxAttempts
 	return workflow.ExecuteActivity(d.sendCtx, a.Activity, msg).Get(d.ctx, nil)
+}
+
+// startWorkflow starts the team's workflow as a child that outlives the delivery. A
+// workflow already started with the ID (by an earlier delivery of the message, or by
+// another message whose template gives the same ID) counts as delivered.
+func (d *delivery) startWorkflow(w *WorkflowHandler, attempt int) error {
+	loaded, err := d.load()
+	if err != nil {
+		return err
+	}
+	if loaded.AlreadySent {
+		return nil // recorded sent by an earlier run
+	}
+	id, err := RenderWorkflowID(w.WorkflowID, loaded.Message, loaded.OrderingKey)
+	if err != nil {
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypePermanent, nil)
+	}
+	msg := loaded.Message
+	msg.Attempt, msg.MaxAttempts = attempt, d.maxAttempts
+	ctx := workflow.WithChildOptions(d.ctx, workflow.ChildWorkflowOptions{
+		WorkflowID:            id,
+		TaskQueue:             w.TaskQueue,
+		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
+		WorkflowIDReusePolicy: IDReusePolicies[w.IDReuse],
+	})
+	var exec workflow.Execution
+	err = workflow.ExecuteChildWorkflow(ctx, w.Workflow, msg).GetChildWorkflowExecution().Get(d.ctx, &exec)
+	if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
+		d.logger.Info("Workflow already started; counted as delivered", "workflow_id", id)
+		d.started = &StartedWorkflow{WorkflowID: id}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	d.started = &StartedWorkflow{WorkflowID: exec.ID, RunID: exec.RunID}
+	return nil
 }
 
 // load reads the message for a team's activity, once per run (a local activity: the
@@ -313,7 +360,7 @@ func (d *delivery) markSent(attempts int, alreadyProcessed bool) (DeliveryResult
 		d.logger.Warn("Delivered, but the row could not be recorded sent; reconciliation will record it", "error", err)
 		return DeliveryResult{Attempts: attempts, AlreadyProcessed: alreadyProcessed, Unrecorded: true}, nil
 	}
-	return DeliveryResult{Attempts: attempts, AlreadyProcessed: alreadyProcessed}, nil
+	return DeliveryResult{Attempts: attempts, AlreadyProcessed: alreadyProcessed, Started: d.started}, nil
 }
 
 // deadLetter moves the message to the dead letters (retrying until that succeeds) and
@@ -367,7 +414,7 @@ func (d *delivery) classify(err error) failure {
 		case appErr.NonRetryable() || appErr.Type() == ErrTypePermanent || appErr.Type() == ErrTypeUnknownTopic:
 			f.permanent = true
 		case appErr.Type() == ErrTypeRetryable:
-		case d.policy.Activity != nil && appErr.Type() != ErrTypeAmbiguous:
+		case (d.policy.Activity != nil || d.policy.Workflow != nil) && appErr.Type() != ErrTypeAmbiguous:
 			// A team's activity failed as Temporal's retries see it: it did not do its
 			// work, and another attempt may.
 		default:
@@ -387,6 +434,7 @@ func (d *delivery) classify(err error) failure {
 		if cause := errors.Unwrap(err); cause != nil {
 			msg = cause.Error()
 		}
-		return failure{message: msg, ambiguous: true}
+		// A workflow start that failed started nothing.
+		return failure{message: msg, ambiguous: d.policy.Workflow == nil}
 	}
 }

@@ -49,6 +49,7 @@ type policyJSON struct {
 	SendTimeout        textDuration     `json:"send_timeout"`
 	MarkSentTimeout    *textDuration    `json:"mark_sent_timeout,omitempty"`
 	Activity           *ActivityHandler `json:"activity,omitempty"`
+	Workflow           *WorkflowHandler `json:"workflow,omitempty"`
 }
 
 // MarshalJSON writes p with its durations as text.
@@ -60,6 +61,7 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 		MaxInterval:        textDuration(p.MaxInterval),
 		SendTimeout:        textDuration(p.SendTimeout),
 		Activity:           p.Activity,
+		Workflow:           p.Workflow,
 	}
 	if p.MarkSentTimeout != 0 {
 		t := textDuration(p.MarkSentTimeout)
@@ -81,6 +83,7 @@ func (p *Policy) UnmarshalJSON(b []byte) error {
 		MaxInterval:        time.Duration(j.MaxInterval),
 		SendTimeout:        time.Duration(j.SendTimeout),
 		Activity:           j.Activity,
+		Workflow:           j.Workflow,
 	}
 	if j.MarkSentTimeout != nil {
 		p.MarkSentTimeout = time.Duration(*j.MarkSentTimeout)

@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+
 	dmsg "github.com/outbox-go/outbox/delivery"
 )
 
@@ -100,6 +102,37 @@ type Policy struct {
 	// Activity, when set, delivers the message with a team's own activity on its own task
 	// queue instead of the send activity and the topic's handler.
 	Activity *ActivityHandler `json:"activity,omitempty"`
+	// Workflow, when set, delivers the message by starting a team's workflow.
+	Workflow *WorkflowHandler `json:"workflow,omitempty"`
+}
+
+// WorkflowHandler names the team's workflow a topic starts, one per message (or per
+// workflow ID: two messages whose template gives the same ID start one workflow). It is
+// started as a child of the delivery with an abandon parent-close policy, so the delivery's
+// history links to it and it outlives the delivery. Its input is a delivery.Message.
+type WorkflowHandler struct {
+	// Workflow is the workflow type name, such as "FulfilOrder".
+	Workflow string `json:"workflow"`
+	// TaskQueue is the task queue of the team's worker.
+	TaskQueue string `json:"task_queue"`
+	// WorkflowID is the template of the started workflow's ID (see RenderWorkflowID), the
+	// de-duplication key. Defaults to DefaultWorkflowIDTemplate.
+	WorkflowID string `json:"workflow_id,omitempty"`
+	// IDReuse says whether a workflow may start again with the ID of a closed one:
+	// "reject_duplicate" (the default: a second start counts as delivered),
+	// "allow_duplicate" or "allow_duplicate_failed_only".
+	IDReuse string `json:"id_reuse,omitempty"`
+}
+
+// DefaultWorkflowIDTemplate is the workflow ID of a started workflow when the topic sets
+// none.
+const DefaultWorkflowIDTemplate = "{topic}-{message_id}"
+
+// IDReusePolicies maps the workflow_id_reuse values to Temporal's policies.
+var IDReusePolicies = map[string]enumspb.WorkflowIdReusePolicy{
+	"reject_duplicate":            enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+	"allow_duplicate":             enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+	"allow_duplicate_failed_only": enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
 }
 
 // ActivityHandler names a topic's handler activity, registered by a team's worker on its
@@ -149,6 +182,12 @@ func (p Policy) WithDefaults() Policy {
 	p.MaxInterval = cmp.Or(p.MaxInterval, max(DefaultMaxInterval, p.InitialInterval))
 	p.SendTimeout = cmp.Or(p.SendTimeout, DefaultSendTimeout)
 	p.MarkSentTimeout = cmp.Or(p.MarkSentTimeout, DefaultMarkSentTimeout)
+	if p.Workflow != nil {
+		w := *p.Workflow
+		w.WorkflowID = cmp.Or(w.WorkflowID, DefaultWorkflowIDTemplate)
+		w.IDReuse = cmp.Or(w.IDReuse, "reject_duplicate")
+		p.Workflow = &w
+	}
 	if p.Activity != nil {
 		a := *p.Activity
 		a.StartToClose = cmp.Or(a.StartToClose, p.SendTimeout)
@@ -171,6 +210,22 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("max_interval must be at least initial_interval (%s), got %s", p.InitialInterval, p.MaxInterval)
 	case p.SendTimeout <= 0:
 		return fmt.Errorf("timeout must be positive, got %s", p.SendTimeout)
+	}
+	if w := p.Workflow; w != nil {
+		if _, ok := IDReusePolicies[w.IDReuse]; !ok {
+			return fmt.Errorf("workflow_id_reuse must be reject_duplicate, allow_duplicate or allow_duplicate_failed_only, got %q", w.IDReuse)
+		}
+		switch {
+		case p.Activity != nil:
+			return fmt.Errorf("activity and workflow cannot both deliver a topic")
+		case w.Workflow == "":
+			return fmt.Errorf("workflow must name the workflow type, got an empty name")
+		case w.TaskQueue == "":
+			return fmt.Errorf("task_queue must name the task queue of workflow %s, got an empty name", w.Workflow)
+		}
+		if err := CheckWorkflowIDTemplate(w.WorkflowID); err != nil {
+			return err
+		}
 	}
 	if a := p.Activity; a != nil {
 		switch {
@@ -233,6 +288,15 @@ type DeliveryResult struct {
 	// MarkSentTimeout: the row is still dispatched, and the relay's reconciliation records
 	// it sent from this completed run.
 	Unrecorded bool `json:"unrecorded,omitempty"`
+	// Started is the team's workflow the delivery started (or found started), for a topic
+	// delivered by a workflow.
+	Started *StartedWorkflow `json:"started,omitempty"`
+}
+
+// StartedWorkflow identifies a workflow a delivery started.
+type StartedWorkflow struct {
+	WorkflowID string `json:"workflow_id"`
+	RunID      string `json:"run_id,omitempty"` // empty when it was found already started
 }
 
 // SendInput is the input of the send activity.
@@ -252,6 +316,7 @@ type LoadMessageInput struct {
 // already recorded sent (an earlier run delivered it).
 type LoadMessageResult struct {
 	Message     dmsg.Message `json:"message"`
+	OrderingKey string       `json:"ordering_key,omitempty"`
 	AlreadySent bool         `json:"already_sent,omitempty"`
 }
 
