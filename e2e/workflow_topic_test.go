@@ -1,0 +1,95 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/delivery"
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/workflows"
+)
+
+// TestWorkflowTopic: a topic that starts a team's workflow on the team's own worker. One
+// committed row starts exactly one workflow; a second row whose template gives the same
+// workflow ID, after the first workflow completed, counts as delivered without a second
+// start; a row whose payload lacks the template's field is dead-lettered with a reason that
+// names it; the delivery's history links to the started workflow.
+func TestWorkflowTopic(t *testing.T) {
+	t.Parallel()
+	ts := newServer(t)
+	e := newEnv(t, ts)
+	ctx := context.Background()
+	teamQueue := "fulfilment-" + e.store.Schema()
+	e.cfg.Topics["order.created.fulfil"] = config.Topic{
+		Workflow: "FulfilOrder", TaskQueue: teamQueue, WorkflowID: "fulfil-" + e.store.Schema() + "-{payload.order_id}",
+		InitialInterval: config.Duration(50 * time.Millisecond),
+	}
+	var mu sync.Mutex
+	var runs []delivery.Message
+	w := sdkworker.New(e.client, teamQueue, sdkworker.Options{})
+	w.RegisterWorkflowWithOptions(func(ctx workflow.Context, m delivery.Message) error {
+		mu.Lock()
+		runs = append(runs, m)
+		mu.Unlock()
+		return nil
+	}, workflow.RegisterOptions{Name: "FulfilOrder"})
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+	e.startWorker(t)
+	e.startRelay(t)
+
+	enqueue := func(payload string) string {
+		id, err := e.store.Enqueue(ctx, e.pool, store.Message{Topic: "order.created.fulfil", Payload: json.RawMessage(payload)})
+		require.NoError(t, err)
+		return id.String()
+	}
+	first := enqueue(`{"order_id": 42}`)
+	e.waitStatus(t, uuidOf(t, first), store.StatusSent)
+	teamID := "fulfil-" + e.store.Schema() + "-42"
+	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, describeClosed(t, e.client, teamID).GetWorkflowExecutionInfo().GetStatus())
+
+	// The same order again: the workflow ID is the de-duplication key.
+	second := enqueue(`{"order_id": 42}`)
+	e.waitStatus(t, uuidOf(t, second), store.StatusSent)
+	noField := enqueue(`{"sku": "SKU-1"}`)
+	e.waitStatus(t, uuidOf(t, noField), store.StatusDead)
+
+	mu.Lock()
+	require.Len(t, runs, 1, "one workflow for order 42")
+	require.Equal(t, first, runs[0].MessageID)
+	require.JSONEq(t, `{"order_id": 42}`, string(runs[0].Payload))
+	mu.Unlock()
+
+	dls, err := e.store.DeadLetters(ctx, uuidOf(t, noField))
+	require.NoError(t, err)
+	require.Len(t, dls, 1)
+	require.Contains(t, dls[0].LastError, `permanent failure: workflow_id template "fulfil-`+e.store.Schema()+`-{payload.order_id}": the payload of message `+noField+` has no field order_id`)
+
+	// The first delivery's history has the child it started, which the UI links.
+	var res workflows.DeliveryResult
+	require.NoError(t, e.client.GetWorkflow(ctx, workflows.WorkflowID(first), "").Get(ctx, &res))
+	require.NotNil(t, res.Started)
+	require.Equal(t, teamID, res.Started.WorkflowID)
+	iter := e.client.GetWorkflowHistory(ctx, workflows.WorkflowID(first), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	var children []string
+	for iter.HasNext() {
+		ev, err := iter.Next()
+		require.NoError(t, err)
+		if a := ev.GetStartChildWorkflowExecutionInitiatedEventAttributes(); a != nil {
+			children = append(children, a.GetWorkflowId()+"@"+a.GetTaskQueue().GetName()+" "+a.GetParentClosePolicy().String())
+		}
+	}
+	require.Equal(t, []string{teamID + "@" + teamQueue + " Abandon"}, children)
+	var again workflows.DeliveryResult
+	require.NoError(t, e.client.GetWorkflow(ctx, workflows.WorkflowID(second), "").Get(ctx, &again))
+	require.Equal(t, &workflows.StartedWorkflow{WorkflowID: teamID}, again.Started, "found started, not started again")
+}
