@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/outbox-go/outbox/metrics"
@@ -31,6 +32,8 @@ type Activities struct {
 	// TracerProvider makes the send span, which continues the trace of the enqueuing
 	// span. Defaults to the global provider (otel.GetTracerProvider).
 	TracerProvider trace.TracerProvider
+	// Client signals teams' workflows for topics with a signal. Optional otherwise.
+	Client client.Client
 }
 
 // Register adds the activities to r under their workflow-facing names.
@@ -43,6 +46,7 @@ func (a *Activities) Register(r interface {
 	r.RegisterActivityWithOptions(a.DeadLetter, activity.RegisterOptions{Name: workflows.ActivityDeadLetter})
 	r.RegisterActivityWithOptions(a.PurgeBatch, activity.RegisterOptions{Name: workflows.ActivityPurgeBatch})
 	r.RegisterActivityWithOptions(a.LoadMessage, activity.RegisterOptions{Name: workflows.ActivityLoadMessage})
+	r.RegisterActivityWithOptions(a.SignalWithStart, activity.RegisterOptions{Name: workflows.ActivitySignalWithStart})
 }
 
 func (a *Activities) logger() *slog.Logger {

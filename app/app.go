@@ -206,7 +206,7 @@ func (a *App) PrepareWorker(ctx context.Context, h Handlers) (worker.Deps, error
 			return worker.Deps{}, err
 		}
 	}
-	return worker.Deps{Store: a.Store, Handlers: reg, Logger: a.Logger, Alerts: a.Config.AlertWebhooks(), Metrics: a.Metrics()}, nil
+	return worker.Deps{Store: a.Store, Handlers: reg, Logger: a.Logger, Alerts: a.Config.AlertWebhooks(), Metrics: a.Metrics(), Client: a.Temporal}, nil
 }
 
 // RunWorker runs a worker of its own (the config's task queue and worker options) until

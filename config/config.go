@@ -264,6 +264,10 @@ type Topic struct {
 	// one: reject_duplicate (the default: the second start counts as delivered),
 	// allow_duplicate or allow_duplicate_failed_only.
 	WorkflowIDReuse string `yaml:"workflow_id_reuse"`
+	// Signal, when set, signals the workflow (starting it first when it is not running)
+	// instead of starting it: signal-with-start, from the outbox's worker. A signal is
+	// delivered at least once; the workflow de-duplicates by message ID. Optional.
+	Signal string `yaml:"signal"`
 }
 
 // SinkConfig returns the topic's sink settings.
@@ -332,7 +336,7 @@ func (t Topic) workflowHandler() *workflows.WorkflowHandler {
 	if t.Workflow == "" {
 		return nil
 	}
-	return &workflows.WorkflowHandler{Workflow: t.Workflow, TaskQueue: t.TaskQueue, WorkflowID: t.WorkflowID, IDReuse: t.WorkflowIDReuse}
+	return &workflows.WorkflowHandler{Workflow: t.Workflow, TaskQueue: t.TaskQueue, WorkflowID: t.WorkflowID, IDReuse: t.WorkflowIDReuse, Signal: t.Signal}
 }
 
 // activityHandler is the team's activity that delivers the topic, or nil.
@@ -628,10 +632,10 @@ func (t Topic) validate(field string, sinks []string) error {
 		if t.Workflow != "" && (t.CheckActivity != "" || t.StartToClose != 0 || t.ScheduleToStart != 0) {
 			bad("check_activity/start_to_close/schedule_to_start", "are for a topic delivered by an activity, not by workflow %s", t.Workflow)
 		}
-		if t.Activity != "" && (t.WorkflowID != "" || t.WorkflowIDReuse != "") {
-			bad("workflow_id/workflow_id_reuse", "are for a topic that starts a workflow, not for activity %s", t.Activity)
+		if t.Activity != "" && (t.WorkflowID != "" || t.WorkflowIDReuse != "" || t.Signal != "") {
+			bad("workflow_id/workflow_id_reuse/signal", "are for a topic that starts a workflow, not for activity %s", t.Activity)
 		}
-	case t.TaskQueue != "" || t.CheckActivity != "" || t.StartToClose != 0 || t.ScheduleToStart != 0 || t.WorkflowID != "" || t.WorkflowIDReuse != "":
+	case t.TaskQueue != "" || t.CheckActivity != "" || t.StartToClose != 0 || t.ScheduleToStart != 0 || t.WorkflowID != "" || t.WorkflowIDReuse != "" || t.Signal != "":
 		bad("activity/workflow", "must name the activity or workflow that task_queue and the other handler keys are for, got neither")
 	case sink == "http":
 		if err := checkURL(t.URL); err != nil {

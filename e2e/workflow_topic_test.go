@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
@@ -92,4 +93,52 @@ func TestWorkflowTopic(t *testing.T) {
 	var again workflows.DeliveryResult
 	require.NoError(t, e.client.GetWorkflow(ctx, workflows.WorkflowID(second), "").Get(ctx, &again))
 	require.Equal(t, &workflows.StartedWorkflow{WorkflowID: teamID}, again.Started, "found started, not started again")
+}
+
+// TestSignalTopic: a topic with a signal reaches a running workflow of the team's, and
+// starts one (signal-with-start) for an order whose workflow is not running.
+func TestSignalTopic(t *testing.T) {
+	t.Parallel()
+	ts := newServer(t)
+	e := newEnv(t, ts)
+	ctx := context.Background()
+	teamQueue := "payments-" + e.store.Schema()
+	prefix := "order-" + e.store.Schema() + "-"
+	e.cfg.Topics["order.paid"] = config.Topic{
+		Workflow: "OrderLifecycle", TaskQueue: teamQueue, WorkflowID: prefix + "{payload.order_id}", Signal: "paid",
+		InitialInterval: config.Duration(50 * time.Millisecond),
+	}
+	// The team's workflow waits for its order's payment, then completes with the message
+	// ID that paid it (whether it was started by the team or by the signal).
+	w := sdkworker.New(e.client, teamQueue, sdkworker.Options{})
+	w.RegisterWorkflowWithOptions(func(ctx workflow.Context, _ *delivery.Message) (string, error) {
+		var m delivery.Message
+		workflow.GetSignalChannel(ctx, "paid").Receive(ctx, &m)
+		return m.MessageID, nil
+	}, workflow.RegisterOptions{Name: "OrderLifecycle"})
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+	e.startWorker(t)
+	e.startRelay(t)
+
+	running, err := e.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: prefix + "42", TaskQueue: teamQueue}, "OrderLifecycle", nil)
+	require.NoError(t, err)
+	paid42, err := e.store.Enqueue(ctx, e.pool, store.Message{Topic: "order.paid", Payload: json.RawMessage(`{"order_id": 42}`)})
+	require.NoError(t, err)
+	paid43, err := e.store.Enqueue(ctx, e.pool, store.Message{Topic: "order.paid", Payload: json.RawMessage(`{"order_id": 43}`)})
+	require.NoError(t, err)
+	e.waitStatus(t, paid42, store.StatusSent)
+	e.waitStatus(t, paid43, store.StatusSent)
+
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var got string
+	require.NoError(t, running.Get(waitCtx, &got))
+	require.Equal(t, paid42.String(), got, "the signal reached the running workflow")
+	require.NoError(t, e.client.GetWorkflow(waitCtx, prefix+"43", "").Get(waitCtx, &got))
+	require.Equal(t, paid43.String(), got, "signal-with-start started the workflow with the signal")
+
+	var res workflows.DeliveryResult
+	require.NoError(t, e.client.GetWorkflow(waitCtx, workflows.WorkflowID(paid42.String()), "").Get(waitCtx, &res))
+	require.Equal(t, &workflows.StartedWorkflow{WorkflowID: prefix + "42", RunID: running.GetRunID()}, res.Started)
 }

@@ -27,6 +27,9 @@ type Deps struct {
 	Alerts *activities.AlertWebhooks
 	// Metrics records sends, sent and dead-lettered messages. Optional.
 	Metrics *metrics.Metrics
+	// Client signals teams' workflows for topics with a signal (Run sets it to its own
+	// client when it is nil). Optional otherwise.
+	Client client.Client
 }
 
 // Register adds OutboxDelivery and its activities to r, which is usually a worker on the
@@ -34,7 +37,7 @@ type Deps struct {
 func Register(r sdkworker.Registry, deps Deps) {
 	r.RegisterWorkflowWithOptions(workflows.Delivery, workflows.RegisterOptions())
 	r.RegisterWorkflowWithOptions(workflows.Retention, workflows.RetentionRegisterOptions())
-	a := &activities.Activities{Store: deps.Store, Handlers: deps.Handlers, Logger: deps.Logger, Alerts: deps.Alerts, Metrics: deps.Metrics}
+	a := &activities.Activities{Store: deps.Store, Handlers: deps.Handlers, Logger: deps.Logger, Alerts: deps.Alerts, Metrics: deps.Metrics, Client: deps.Client}
 	a.Register(r)
 }
 
@@ -70,7 +73,11 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	w := sdkworker.New(cfg.Client, taskQueue, opts)
-	Register(w, cfg.Deps)
+	deps := cfg.Deps
+	if deps.Client == nil {
+		deps.Client = cfg.Client
+	}
+	Register(w, deps)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker on task queue %s: %w", taskQueue, err)
 	}

@@ -153,6 +153,9 @@ func TestWorkflowTopic(t *testing.T) {
 		b := setup(t, workflows.Policy{MaxAttempts: 3, InitialInterval: time.Second, BackoffCoefficient: 2, MaxInterval: time.Minute,
 			Workflow: &workflows.WorkflowHandler{Workflow: "FulfilOrder", TaskQueue: "fulfilment", WorkflowID: "fulfil-{payload.order_id}"}})
 		b.env.RegisterActivityWithOptions(loadMessage, activity.RegisterOptions{Name: workflows.ActivityLoadMessage})
+		b.env.RegisterActivityWithOptions(func(context.Context, workflows.SignalWithStartInput) (workflows.StartedWorkflow, error) {
+			return workflows.StartedWorkflow{}, nil
+		}, activity.RegisterOptions{Name: workflows.ActivitySignalWithStart})
 		b.env.OnActivity(workflows.ActivityLoadMessage, mock.Anything, workflows.LoadMessageInput{MessageID: b.input.MessageID}).Return(workflows.LoadMessageResult{
 			Message: delivery.Message{MessageID: b.input.MessageID, Topic: b.input.Topic, Payload: json.RawMessage(payload)},
 		}, nil).Once()
@@ -177,6 +180,20 @@ func TestWorkflowTopic(t *testing.T) {
 		require.NotNil(t, res.Started)
 		require.Equal(t, "fulfil-42", res.Started.WorkflowID)
 		require.NotEmpty(t, res.Started.RunID)
+	})
+
+	t.Run("SignalsThroughTheSignalActivity", func(t *testing.T) {
+		t.Parallel()
+		b := setupWorkflowTopic(t, `{"order_id": 42}`)
+		b.input.Policy.Workflow.Signal = "paid"
+		b.env.OnActivity(workflows.ActivitySignalWithStart, mock.Anything, mock.MatchedBy(func(in workflows.SignalWithStartInput) bool {
+			return in.WorkflowID == "fulfil-42" && in.Workflow == "FulfilOrder" && in.TaskQueue == "fulfilment" && in.Signal == "paid" &&
+				in.IDReuse == "reject_duplicate" && in.Message.MessageID == b.input.MessageID && in.Message.Attempt == 1
+		})).Return(workflows.StartedWorkflow{WorkflowID: "fulfil-42", RunID: "r-1"}, nil).Once()
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 1}).Return(nil).Once()
+		res, err := b.run()
+		require.NoError(t, err)
+		require.Equal(t, &workflows.StartedWorkflow{WorkflowID: "fulfil-42", RunID: "r-1"}, res.Started)
 	})
 
 	t.Run("AMissingPayloadFieldDeadLetters", func(t *testing.T) {

@@ -141,6 +141,7 @@ type delivery struct {
 	dbCtx       workflow.Context
 	sendCtx     workflow.Context
 	checkCtx    workflow.Context
+	signalCtx   workflow.Context // the signal activity, on the outbox's task queue
 	// checkable is false once check-processed said the topic's handler cannot tell.
 	checkable bool
 	versions  map[string]bool
@@ -185,6 +186,10 @@ func newDelivery(ctx workflow.Context, in DeliveryInput) *delivery {
 	if policy.Workflow != nil {
 		// Nothing to ask: the started workflow's ID is the de-duplication key.
 		d.checkable = false
+		d.signalCtx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			StartToCloseTimeout: policy.SendTimeout,
+			RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+		})
 	}
 	return d
 }
@@ -254,6 +259,17 @@ func (d *delivery) startWorkflow(w *WorkflowHandler, attempt int) error {
 	}
 	msg := loaded.Message
 	msg.Attempt, msg.MaxAttempts = attempt, d.maxAttempts
+	if w.Signal != "" {
+		var started StartedWorkflow
+		err := workflow.ExecuteActivity(d.signalCtx, ActivitySignalWithStart, SignalWithStartInput{
+			WorkflowID: id, Workflow: w.Workflow, TaskQueue: w.TaskQueue, Signal: w.Signal, IDReuse: w.IDReuse, Message: msg,
+		}).Get(d.ctx, &started)
+		if err != nil {
+			return err
+		}
+		d.started = &started
+		return nil
+	}
 	ctx := workflow.WithChildOptions(d.ctx, workflow.ChildWorkflowOptions{
 		WorkflowID:            id,
 		TaskQueue:             w.TaskQueue,

@@ -122,6 +122,25 @@ type WorkflowHandler struct {
 	// "reject_duplicate" (the default: a second start counts as delivered),
 	// "allow_duplicate" or "allow_duplicate_failed_only".
 	IDReuse string `json:"id_reuse,omitempty"`
+	// Signal, when set, signals the workflow with this signal name (the delivery.Message as
+	// its argument), starting it first when it is not running (signal-with-start), from the
+	// signal activity. A signal is delivered at least once: the workflow de-duplicates by
+	// MessageID.
+	Signal string `json:"signal,omitempty"`
+}
+
+// ActivitySignalWithStart signals (and if need be starts) a team's workflow for a topic
+// whose WorkflowHandler has a Signal.
+const ActivitySignalWithStart = "OutboxSignalWithStart"
+
+// SignalWithStartInput is the input of the signal activity.
+type SignalWithStartInput struct {
+	WorkflowID string       `json:"workflow_id"`
+	Workflow   string       `json:"workflow"`
+	TaskQueue  string       `json:"task_queue"`
+	Signal     string       `json:"signal"`
+	IDReuse    string       `json:"id_reuse"`
+	Message    dmsg.Message `json:"message"`
 }
 
 // DefaultWorkflowIDTemplate is the workflow ID of a started workflow when the topic sets
