@@ -131,13 +131,21 @@ func TestRelayDeliverAfter(t *testing.T) {
 		rec := newRecorder()
 		var mu sync.Mutex
 		startedAt := map[string]time.Time{}
+		claimsAtStart := map[string]int64{}
+		var db *claimCountingDB
 		rec.startErr = func(id string) error {
 			mu.Lock()
 			defer mu.Unlock()
 			startedAt[id] = time.Now()
+			// The claims up to the start: the relay may claim again right after it (the
+			// start's own row update wakes it).
+			claimsAtStart[id] = db.claims.Load()
 			return nil
 		}
-		st, db := delayedSetup(t, rec, starter.Config{PollInterval: time.Hour})
+		st, counting := delayedSetup(t, rec, starter.Config{PollInterval: time.Hour})
+		mu.Lock()
+		db = counting
+		mu.Unlock()
 
 		// A message an hour ahead: the relay wakes on its notification and goes back to
 		// sleep, at most until the poll.
@@ -155,13 +163,12 @@ func TestRelayDeliverAfter(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("the delayed message was not started")
 		}
-		claims := db.claims.Load() - before
-
 		row, err := st.Get(context.Background(), id)
 		require.NoError(t, err)
 		require.NotNil(t, row.NextRetryAt)
 		mu.Lock()
 		started := startedAt[workflows.WorkflowID(id.String())]
+		claims := claimsAtStart[workflows.WorkflowID(id.String())] - before
 		mu.Unlock()
 		t.Logf("started %s after its time, %d claims since the enqueue", started.Sub(at), claims)
 		require.False(t, started.Before(*row.NextRetryAt), "started at %s, before its time %s", started, row.NextRetryAt)
