@@ -45,6 +45,9 @@ type Config struct {
 	// FailRate is the share of inventory requests answered with 503 at start (0 to 1).
 	FailRate float64
 	Logger   *slog.Logger
+	// TeamTopics makes each order enqueue the demo teams' messages too (order.points and
+	// order.fulfil, see TeamTopics), for a session whose config routes them.
+	TeamTopics bool
 }
 
 // Topics returns the config that routes the demo's topic to an inventory service at
@@ -120,7 +123,7 @@ func Start(ctx context.Context, cfg Config) (*Services, error) {
 	for _, srv := range []struct {
 		l net.Listener
 		h http.Handler
-	}{{ordersL, (&orders{pool: cfg.Pool, store: cfg.Store}).handler()}, {inventoryL, inv.handler()}} {
+	}{{ordersL, (&orders{pool: cfg.Pool, store: cfg.Store, teamTopics: cfg.TeamTopics}).handler()}, {inventoryL, inv.handler()}} {
 		hs := &http.Server{Handler: srv.h, ReadHeaderTimeout: 10 * time.Second}
 		s.servers = append(s.servers, hs)
 		go func() {
@@ -151,8 +154,9 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 type orders struct {
-	pool  *pgxpool.Pool
-	store *store.Store
+	pool       *pgxpool.Pool
+	store      *store.Store
+	teamTopics bool // enqueue order.points and order.fulfil too
 }
 
 type orderRequest struct {
@@ -182,22 +186,37 @@ func (o *orders) create(w http.ResponseWriter, r *http.Request) {
 	}
 	var orderID int64
 	var messageID uuid.UUID
+	var teamMessages []uuid.UUID
 	err := pgx.BeginFunc(r.Context(), o.pool, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(r.Context(), `INSERT INTO demo_orders (sku, qty) VALUES ($1, $2) RETURNING id`, req.SKU, req.Qty).Scan(&orderID); err != nil {
 			return err
 		}
-		payload, _ := json.Marshal(map[string]any{"order_id": orderID, "sku": req.SKU, "qty": req.Qty})
-		var err error
-		messageID, err = o.store.Enqueue(r.Context(), tx, store.Message{Topic: TopicOrderCreated, Payload: payload})
-		return err
+		payload := orderPayload{OrderID: orderID, SKU: req.SKU, Qty: req.Qty}
+		res, err := o.store.EnqueueJSON(r.Context(), tx, store.Message{Topic: TopicOrderCreated}, payload)
+		messageID = res.MessageID
+		if err != nil || !o.teamTopics {
+			return err
+		}
+		// The same transaction tells the loyalty and fulfilment teams.
+		for _, topic := range []string{TopicOrderPoints, TopicOrderFulfil} {
+			res, err := o.store.EnqueueJSON(r.Context(), tx, store.Message{Topic: topic}, payload)
+			if err != nil {
+				return err
+			}
+			teamMessages = append(teamMessages, res.MessageID)
+		}
+		return nil
 	})
 	if err != nil {
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{
-		"order_id": orderID, "message_id": messageID, "workflow_id": "outbox-" + messageID.String(),
-	})
+	answer := map[string]any{"order_id": orderID, "message_id": messageID, "workflow_id": "outbox-" + messageID.String()}
+	if len(teamMessages) == 2 {
+		answer["points_workflow_id"] = "outbox-" + teamMessages[0].String()
+		answer["fulfilment_workflow_id"] = fmt.Sprintf("fulfil-order-%d", orderID)
+	}
+	writeJSON(w, http.StatusCreated, answer)
 }
 
 func (o *orders) get(w http.ResponseWriter, r *http.Request) {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -178,10 +179,11 @@ type session struct {
 	cfg    *config.Config
 	logger *slog.Logger
 
-	app      *app.App
-	pgExited <-chan struct{}
-	stops    []func()
-	lines    []string
+	app        *app.App
+	teamTopics bool // the demo teams' topics are routed; their workers run
+	pgExited   <-chan struct{}
+	stops      []func()
+	lines      []string
 }
 
 // stop stops what the session started, last first.
@@ -274,6 +276,8 @@ func (s *session) startTemporal() error {
 func (s *session) openOutbox(ctx context.Context, demoTopics bool) error {
 	if demoTopics && !s.o.NoDemo {
 		s.cfg.Topics = demo.Topics("http://" + loopback(s.o.InventoryAddr))
+		maps.Copy(s.cfg.Topics, demo.TeamTopics())
+		s.teamTopics = true
 	}
 	a, err := app.Open(ctx, s.cfg, s.logger)
 	if err != nil {
@@ -301,11 +305,21 @@ func (s *session) openOutbox(ctx context.Context, demoTopics bool) error {
 
 // startDemo starts the demo's order and inventory services.
 func (s *session) startDemo(ctx context.Context) error {
-	d, err := demo.Start(ctx, demo.Config{Pool: s.app.Pool, Store: s.app.Store, OrdersAddr: s.o.OrdersAddr, InventoryAddr: s.o.InventoryAddr, FailRate: s.o.FailRate, Logger: s.logger})
+	d, err := demo.Start(ctx, demo.Config{Pool: s.app.Pool, Store: s.app.Store, OrdersAddr: s.o.OrdersAddr, InventoryAddr: s.o.InventoryAddr, FailRate: s.o.FailRate, Logger: s.logger, TeamTopics: s.teamTopics})
 	if err != nil {
 		return err
 	}
 	s.stops = append(s.stops, d.Close)
+	if s.teamTopics {
+		// The teams' own workers, on their own task queues, as in a mixed fleet.
+		stop, err := demo.StartTeamWorkers(s.app.Temporal, s.logger)
+		if err != nil {
+			return err
+		}
+		s.stops = append(s.stops, stop)
+		s.show("Demo teams", "%s: activity AwardPoints on task queue %s; %s: workflow FulfilOrder on task queue %s",
+			demo.TopicOrderPoints, demo.LoyaltyTaskQueue, demo.TopicOrderFulfil, demo.FulfilmentTaskQueue)
+	}
 	s.show("Demo orders", "POST %s/orders", d.OrdersURL)
 	s.show("Demo inventory", "POST %s/events  (fail some: curl -X POST '%s/fail?rate=0.5')", d.InventoryURL, d.InventoryURL)
 	return nil
