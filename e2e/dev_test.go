@@ -174,8 +174,9 @@ func TestDev(t *testing.T) {
 	resp, err := http.Post(ordersURL+"/orders", "application/json", strings.NewReader(`{"sku": "SKU-7", "qty": 3}`))
 	require.NoError(t, err)
 	var order struct {
-		OrderID   int64     `json:"order_id"`
-		MessageID uuid.UUID `json:"message_id"`
+		OrderID              int64     `json:"order_id"`
+		MessageID            uuid.UUID `json:"message_id"`
+		FulfilmentWorkflowID string    `json:"fulfilment_workflow_id"`
 	}
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&order))
 	resp.Body.Close()
@@ -193,6 +194,15 @@ func TestDev(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
+	// The same order reached the demo teams: their topics' rows are sent too, by the
+	// loyalty team's activity and by starting the fulfilment team's workflow.
+	require.Eventually(t, func() bool {
+		var sent int
+		require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM outbox_messages WHERE topic IN ('order.points', 'order.fulfil')
+			AND payload->>'order_id' = $1 AND status = 'sent'`, strconv.FormatInt(order.OrderID, 10)).Scan(&sent))
+		return sent == 2
+	}, 60*time.Second, 100*time.Millisecond, "stderr:\n%s", p.stderr)
+	require.Equal(t, fmt.Sprintf("fulfil-order-%d", order.OrderID), order.FulfilmentWorkflowID)
 	conn.Close(ctx)
 
 	// The workflow, through the Temporal frontend.
