@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -421,6 +422,7 @@ func topicList(c config.Config) string {
 	for t := range c.Topics {
 		names = append(names, t)
 	}
+	slices.Sort(names)
 	if c.Default != nil {
 		names = append(names, "(default)")
 	}
