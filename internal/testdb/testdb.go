@@ -4,14 +4,13 @@ package testdb
 import (
 	"cmp"
 	"context"
-	"fmt"
-	"math/rand/v2"
 	"os"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-go/outbox/outboxtest"
 	"github.com/outbox-go/outbox/store"
 )
 
@@ -33,20 +32,9 @@ func Pool(t testing.TB) *pgxpool.Pool {
 }
 
 // Schema creates a fresh, migrated schema with a random name and drops it when the test
-// ends. It returns the pool and a Store on that schema.
+// ends. It returns the pool and a Store on that schema. It is outboxtest.Schema, the helper
+// teams use, on the test database.
 func Schema(t testing.TB) (*pgxpool.Pool, *store.Store) {
 	t.Helper()
-	pool := Pool(t)
-	schema := fmt.Sprintf("outbox_test_%08x", rand.Uint32())
-	st, err := store.New(pool, store.Config{Schema: schema})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, err := pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+schema+` CASCADE`)
-		if err != nil {
-			t.Errorf("drop test schema %s: %v", schema, err)
-		}
-	})
-	_, err = st.Migrate(context.Background())
-	require.NoError(t, err)
-	return pool, st
+	return outboxtest.Schema(t, URL())
 }
