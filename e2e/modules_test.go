@@ -11,7 +11,7 @@ import (
 )
 
 // TestLibraryWithoutTemporalServer builds a team's worker module that imports the outbox
-// packages a worker needs (app and config included), as a consumer does (its own go.mod, no workspace), and checks
+// packages a worker needs (app, config, delivery and outboxtest included), as a consumer does (its own go.mod, no workspace), and checks
 // that its module graph holds neither the Temporal server nor the UI server; and that the
 // production build of the command (-tags nodev) links neither.
 func TestLibraryWithoutTemporalServer(t *testing.T) {
@@ -33,6 +33,8 @@ replace github.com/outbox-go/outbox => `+root+"\n"), 0o644))
 import (
 	_ "github.com/outbox-go/outbox/app"
 	_ "github.com/outbox-go/outbox/config"
+	_ "github.com/outbox-go/outbox/delivery"
+	_ "github.com/outbox-go/outbox/outboxtest"
 	_ "github.com/outbox-go/outbox/store"
 	_ "github.com/outbox-go/outbox/worker"
 	_ "github.com/outbox-go/outbox/workflows"
@@ -51,6 +53,11 @@ func main() {}
 		require.NotContains(t, mods, "github.com/temporalio/ui-server")
 		require.Contains(t, mods, "go.temporal.io/sdk ")
 		goCmd(t, dir, "build", "-o", filepath.Join(dir, "team-worker"), ".")
+	})
+
+	t.Run("DeliveryNeedsOnlyTheStandardLibrary", func(t *testing.T) {
+		deps := goCmd(t, root, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "./delivery")
+		require.Equal(t, "github.com/outbox-go/outbox/delivery", strings.TrimSpace(deps))
 	})
 
 	t.Run("ProductionBinary", func(t *testing.T) {
