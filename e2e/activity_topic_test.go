@@ -17,6 +17,7 @@ import (
 	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/worker"
 	"github.com/outbox-go/outbox/workflows"
 )
 
@@ -151,4 +152,58 @@ func uuidOf(t *testing.T, s string) uuid.UUID {
 	id, err := uuid.Parse(s)
 	require.NoError(t, err)
 	return id
+}
+
+// TestHangingTeamActivityLeavesOtherTopicsAlone: a team's activity that hangs takes the
+// slots of the team's worker, not the outbox's: with two activity slots on the outbox's
+// worker and more hanging deliveries than that, another topic's messages are all
+// delivered while the hanging ones are still in flight.
+func TestHangingTeamActivityLeavesOtherTopicsAlone(t *testing.T) {
+	t.Parallel()
+	ts := newServer(t)
+	e := newEnv(t, ts)
+	ctx := context.Background()
+	teamQueue := "slow-" + e.store.Schema()
+	e.cfg.Topics["report.render"] = config.Topic{Activity: "RenderReport", TaskQueue: teamQueue, StartToClose: config.Duration(time.Minute)}
+	release := make(chan struct{})
+	var hanging sync.WaitGroup
+	w := sdkworker.New(e.client, teamQueue, sdkworker.Options{})
+	w.RegisterActivityWithOptions(func(ctx context.Context, _ delivery.Message) error {
+		hanging.Done()
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}, activity.RegisterOptions{Name: "RenderReport"})
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+	t.Cleanup(func() { close(release) })
+
+	reg, err := e.cfg.Registry(nil)
+	require.NoError(t, err)
+	e.run(t, func(ctx context.Context) error {
+		return worker.Run(ctx, worker.Config{Client: e.client, TaskQueue: e.taskQueue, Options: sdkworker.Options{MaxConcurrentActivityExecutionSize: 2},
+			Deps: worker.Deps{Store: e.store, Handlers: reg, Logger: logger}})
+	})
+	e.startRelay(t)
+
+	hanging.Add(4)
+	var reports []uuid.UUID
+	for range 4 {
+		id, err := e.store.Enqueue(ctx, e.pool, store.Message{Topic: "report.render", Payload: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+		reports = append(reports, id)
+	}
+	hanging.Wait() // four attempts hang on the team's worker
+	var orders []uuid.UUID
+	for range 10 {
+		orders = append(orders, e.enqueueOrderPlain(t, "order.created", nil))
+	}
+	for _, id := range orders {
+		e.waitStatus(t, id, store.StatusSent)
+	}
+	for _, id := range reports {
+		require.Equal(t, store.StatusDispatched, e.status(t, id), "still in flight")
+	}
 }
