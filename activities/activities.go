@@ -47,6 +47,7 @@ func (a *Activities) Register(r interface {
 	r.RegisterActivityWithOptions(a.PurgeBatch, activity.RegisterOptions{Name: workflows.ActivityPurgeBatch})
 	r.RegisterActivityWithOptions(a.LoadMessage, activity.RegisterOptions{Name: workflows.ActivityLoadMessage})
 	r.RegisterActivityWithOptions(a.SignalWithStart, activity.RegisterOptions{Name: workflows.ActivitySignalWithStart})
+	r.RegisterActivityWithOptions(a.RecordFailure, activity.RegisterOptions{Name: workflows.ActivityRecordFailure})
 }
 
 func (a *Activities) logger() *slog.Logger {

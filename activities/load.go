@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"go.temporal.io/sdk/temporal"
 
@@ -47,4 +48,22 @@ func (a *Activities) LoadMessage(ctx context.Context, in workflows.LoadMessageIn
 		res.OrderingKey = *row.OrderingKey
 	}
 	return res, nil
+}
+
+// RecordFailure records a failed attempt of a team's activity or workflow start on the
+// message's row (retry_times, last_error) and counts it in the send failure metric, as Send
+// does for a sink's attempt.
+func (a *Activities) RecordFailure(ctx context.Context, in workflows.RecordFailureInput) error {
+	id, err := parseID(in.MessageID)
+	if err != nil {
+		return err
+	}
+	a.Metrics.SendFailed(in.Topic, in.ErrType)
+	a.logger().WarnContext(ctx, "Send attempt failed",
+		slog.String("message_id", in.MessageID), slog.String("topic", in.Topic),
+		slog.Int("attempt", in.Attempt), slog.String("error", in.Error))
+	if _, err := a.Store.RecordFailure(ctx, id, in.Attempt, in.Error); err != nil {
+		return temporal.NewApplicationError(err.Error(), workflows.ErrTypeStoreUnavailable)
+	}
+	return nil
 }

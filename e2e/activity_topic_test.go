@@ -103,6 +103,13 @@ func TestActivityTopic(t *testing.T) {
 	require.NotContains(t, team.reserved, refused)
 	team.mu.Unlock()
 
+	// The failed attempt is on the row, as a sink's would be.
+	row, err := e.store.Get(ctx, uuidOf(t, retried))
+	require.NoError(t, err)
+	require.Equal(t, 1, row.RetryTimes)
+	require.NotNil(t, row.LastError)
+	require.Equal(t, "stock service busy", *row.LastError)
+
 	dls, err := e.store.DeadLetters(ctx, uuidOf(t, refused))
 	require.NoError(t, err)
 	require.Len(t, dls, 1)

@@ -25,6 +25,7 @@ func hasReservation(context.Context, delivery.Message) (bool, error) { return fa
 func loadMessage(context.Context, workflows.LoadMessageInput) (workflows.LoadMessageResult, error) {
 	return workflows.LoadMessageResult{}, nil
 }
+func recordFailure(context.Context, workflows.RecordFailureInput) error { return nil }
 
 // activitySetup is setup for a topic delivered by the team's ReserveStock on the
 // inventory task queue.
@@ -35,6 +36,7 @@ func activitySetup(t *testing.T, check string) *bundle {
 	b.env.RegisterActivityWithOptions(reserveStock, activity.RegisterOptions{Name: "ReserveStock"})
 	b.env.RegisterActivityWithOptions(hasReservation, activity.RegisterOptions{Name: "HasReservation"})
 	b.env.RegisterActivityWithOptions(loadMessage, activity.RegisterOptions{Name: workflows.ActivityLoadMessage})
+	b.env.RegisterActivityWithOptions(recordFailure, activity.RegisterOptions{Name: workflows.ActivityRecordFailure})
 	created := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	b.env.OnActivity(workflows.ActivityLoadMessage, mock.Anything, workflows.LoadMessageInput{MessageID: b.input.MessageID}).Return(workflows.LoadMessageResult{
 		Message: delivery.Message{MessageID: b.input.MessageID, Topic: b.input.Topic, Payload: json.RawMessage(`{"order_id": 42}`), CreatedAt: created},
@@ -80,6 +82,11 @@ func TestActivityTopic(t *testing.T) {
 			errors.New("plain error: the policy's backoff"),
 			nil)
 		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 3}).Return(nil).Once()
+		// Each failed attempt is recorded on the row, as the send activity records its own.
+		b.env.OnActivity(workflows.ActivityRecordFailure, mock.Anything, workflows.RecordFailureInput{
+			MessageID: b.input.MessageID, Topic: b.input.Topic, Attempt: 1, Error: "stock service busy", ErrType: workflows.ErrTypeRetryable}).Return(nil).Once()
+		b.env.OnActivity(workflows.ActivityRecordFailure, mock.Anything, workflows.RecordFailureInput{
+			MessageID: b.input.MessageID, Topic: b.input.Topic, Attempt: 2, Error: "plain error: the policy's backoff", ErrType: workflows.ErrTypeRetryable}).Return(nil).Once()
 		_, err := b.run()
 		require.NoError(t, err)
 		require.Len(t, b.sends, 3)
@@ -153,6 +160,7 @@ func TestWorkflowTopic(t *testing.T) {
 		b := setup(t, workflows.Policy{MaxAttempts: 3, InitialInterval: time.Second, BackoffCoefficient: 2, MaxInterval: time.Minute,
 			Workflow: &workflows.WorkflowHandler{Workflow: "FulfilOrder", TaskQueue: "fulfilment", WorkflowID: "fulfil-{payload.order_id}"}})
 		b.env.RegisterActivityWithOptions(loadMessage, activity.RegisterOptions{Name: workflows.ActivityLoadMessage})
+		b.env.RegisterActivityWithOptions(recordFailure, activity.RegisterOptions{Name: workflows.ActivityRecordFailure})
 		b.env.RegisterActivityWithOptions(func(context.Context, workflows.SignalWithStartInput) (workflows.StartedWorkflow, error) {
 			return workflows.StartedWorkflow{}, nil
 		}, activity.RegisterOptions{Name: workflows.ActivitySignalWithStart})

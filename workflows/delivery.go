@@ -46,6 +46,13 @@ const (
 // few tries, leaving the outcome unrecorded.
 const dbRetryForever = 10 * 365 * 24 * time.Hour
 
+// recordFailureOptions run record-failure: a few tries; the row's failure count is for
+// operators, not for the delivery, which goes on either way.
+var recordFailureOptions = workflow.LocalActivityOptions{
+	StartToCloseTimeout:    10 * time.Second,
+	ScheduleToCloseTimeout: 30 * time.Second,
+}
+
 // dbActivityOptions run the activities that only write to the outbox tables. They retry
 // until they succeed: a delivered message must be recorded, a given-up one dead-lettered.
 var dbActivityOptions = workflow.LocalActivityOptions{
@@ -115,6 +122,7 @@ func Delivery(ctx workflow.Context, in DeliveryInput) (DeliveryResult, error) {
 		}
 		storeOut = 0
 		last, unknown = f, f.ambiguous
+		d.recordFailure(attempt, f)
 		if f.permanent || attempt == d.maxAttempts {
 			break
 		}
@@ -324,6 +332,28 @@ func (d *delivery) checkProcessed() bool {
 		d.checkable = false
 	}
 	return err == nil && res.Supported && res.Processed
+}
+
+// recordFailure records a failed attempt of a team's activity or workflow start on the
+// row, as the send activity records its own. A failure to record is logged and ignored.
+func (d *delivery) recordFailure(attempt int, f failure) {
+	if d.policy.Activity == nil && d.policy.Workflow == nil {
+		return // the send activity recorded it
+	}
+	errType := ErrTypeRetryable
+	switch {
+	case f.permanent:
+		errType = ErrTypePermanent
+	case f.ambiguous:
+		errType = ErrTypeAmbiguous
+	}
+	ctx := workflow.WithLocalActivityOptions(d.ctx, recordFailureOptions)
+	err := workflow.ExecuteLocalActivity(ctx, ActivityRecordFailure, RecordFailureInput{
+		MessageID: d.in.MessageID, Topic: d.in.Topic, Attempt: attempt, Error: f.message, ErrType: errType,
+	}).Get(d.ctx, nil)
+	if err != nil {
+		d.logger.Warn("Cannot record the failed attempt on the row", "attempt", attempt, "error", err)
+	}
 }
 
 // checkWithTeam asks the topic's check activity on the team's task queue.

@@ -133,6 +133,19 @@ type WorkflowHandler struct {
 // whose WorkflowHandler has a Signal.
 const ActivitySignalWithStart = "OutboxSignalWithStart"
 
+// ActivityRecordFailure records a failed attempt of a team's activity or workflow start on
+// the message's row (retry_times, last_error), as the send activity does for a sink.
+const ActivityRecordFailure = "OutboxRecordFailure"
+
+// RecordFailureInput is the input of the record-failure activity.
+type RecordFailureInput struct {
+	MessageID string `json:"message_id"`
+	Topic     string `json:"topic"`
+	Attempt   int    `json:"attempt"`
+	Error     string `json:"error"`
+	ErrType   string `json:"error_type"` // ErrTypePermanent, ErrTypeRetryable or ErrTypeAmbiguous
+}
+
 // SignalWithStartInput is the input of the signal activity.
 type SignalWithStartInput struct {
 	WorkflowID string       `json:"workflow_id"`
