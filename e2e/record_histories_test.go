@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,8 +19,13 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/temporalproto"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/internal/testdb"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/worker"
@@ -33,7 +39,7 @@ const recordEnv = "OUTBOX_RECORD_HISTORIES"
 // recordGeneration names the folder of workflows/testdata that TestRecordHistories
 // writes. The replay test replays every generation, so when a change to OutboxDelivery adds
 // a path or changes its input, bump this and record: the older generations stay, guarded.
-const recordGeneration = "v4"
+const recordGeneration = "v5"
 
 // historiesDir is where workflows/replay_test.go reads the recorded histories from.
 var historiesDir = filepath.Join("..", "workflows", "testdata", recordGeneration)
@@ -213,6 +219,60 @@ func TestRecordHistories(t *testing.T) {
 				return id
 			},
 		},
+		{
+			file: "delivery_team_activity_retried.json",
+			run: func(t *testing.T, e *env) uuid.UUID {
+				// A topic delivered by a team's activity on its own task queue: the first
+				// attempt fails with a retryable error that asks for a delay.
+				queue := "team-" + e.store.Schema()
+				e.cfg.Topics["inventory.reserve"] = config.Topic{Activity: "ReserveStock", TaskQueue: queue, CheckActivity: "HasReservation",
+					InitialInterval: config.Duration(50 * time.Millisecond)}
+				var calls atomic.Int32
+				teamWorker(t, e, queue, func(w sdkworker.Worker) {
+					w.RegisterActivityWithOptions(func(context.Context, delivery.Message) error {
+						if calls.Add(1) == 1 {
+							return temporal.NewApplicationErrorWithOptions("busy", "Busy", temporal.ApplicationErrorOptions{NextRetryDelay: 100 * time.Millisecond})
+						}
+						return nil
+					}, activity.RegisterOptions{Name: "ReserveStock"})
+				})
+				e.start(t)
+				id := e.enqueueOrderPlain(t, "inventory.reserve", nil)
+				e.waitStatus(t, id, store.StatusSent)
+				return id
+			},
+		},
+		{
+			file: "delivery_team_workflow_started.json",
+			run: func(t *testing.T, e *env) uuid.UUID {
+				queue := "team-" + e.store.Schema()
+				e.cfg.Topics["order.fulfil"] = config.Topic{Workflow: "FulfilOrder", TaskQueue: queue, WorkflowID: "fulfil-{message_id}"}
+				teamWorker(t, e, queue, func(w sdkworker.Worker) {
+					w.RegisterWorkflowWithOptions(func(workflow.Context, delivery.Message) error { return nil }, workflow.RegisterOptions{Name: "FulfilOrder"})
+				})
+				e.start(t)
+				id := e.enqueueOrderPlain(t, "order.fulfil", nil)
+				e.waitStatus(t, id, store.StatusSent)
+				return id
+			},
+		},
+		{
+			file: "delivery_team_workflow_signalled.json",
+			run: func(t *testing.T, e *env) uuid.UUID {
+				queue := "team-" + e.store.Schema()
+				e.cfg.Topics["order.paid"] = config.Topic{Workflow: "OrderLifecycle", TaskQueue: queue, WorkflowID: "paid-{message_id}", Signal: "paid"}
+				teamWorker(t, e, queue, func(w sdkworker.Worker) {
+					w.RegisterWorkflowWithOptions(func(ctx workflow.Context, _ delivery.Message) error {
+						workflow.GetSignalChannel(ctx, "paid").Receive(ctx, nil)
+						return nil
+					}, workflow.RegisterOptions{Name: "OrderLifecycle"})
+				})
+				e.start(t)
+				id := e.enqueueOrderPlain(t, "order.paid", nil)
+				e.waitStatus(t, id, store.StatusSent)
+				return id
+			},
+		},
 	} {
 		t.Run(sc.file, func(t *testing.T) {
 			t.Parallel()
@@ -246,6 +306,15 @@ func TestRecordHistories(t *testing.T) {
 			t.Logf("wrote %s (%d events)", path, len(hist.Events))
 		})
 	}
+}
+
+// teamWorker runs a team's worker on queue with what register adds, until the test ends.
+func teamWorker(t *testing.T, e *env, queue string, register func(sdkworker.Worker)) {
+	t.Helper()
+	w := sdkworker.New(e.client, queue, sdkworker.Options{})
+	register(w)
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
 }
 
 // start runs the env's worker and relay.

@@ -45,6 +45,9 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"delivery_check_first.json",
 		"delivery_store_outage.json",
 		"delivery_unrecorded.json",
+		"delivery_team_activity_retried.json",
+		"delivery_team_workflow_started.json",
+		"delivery_team_workflow_signalled.json",
 	}
 	for _, name := range want {
 		require.FileExists(t, filepath.Join(latest, name))
