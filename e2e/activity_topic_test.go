@@ -21,6 +21,15 @@ import (
 	"github.com/outbox-go/outbox/workflows"
 )
 
+// teamWorker runs a team's worker on queue with what register adds, until the test ends.
+func teamWorker(t *testing.T, e *env, queue string, register func(sdkworker.Worker)) {
+	t.Helper()
+	w := sdkworker.New(e.client, queue, sdkworker.Options{})
+	register(w)
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+}
+
 // inventoryTeam is a team's own worker on its own task queue: it serves ReserveStock and
 // HasReservation, keeps one reservation per message ID, and answers as told.
 type inventoryTeam struct {
@@ -69,11 +78,10 @@ func TestActivityTopic(t *testing.T) {
 		InitialInterval: config.Duration(50 * time.Millisecond), MaxInterval: config.Duration(time.Second),
 	}
 	team := &inventoryTeam{attempts: map[string][]int{}, reserved: map[string]json.RawMessage{}, answers: map[string][]error{}}
-	w := sdkworker.New(e.client, teamQueue, sdkworker.Options{})
-	w.RegisterActivityWithOptions(team.ReserveStock, activity.RegisterOptions{Name: "ReserveStock"})
-	w.RegisterActivityWithOptions(team.HasReservation, activity.RegisterOptions{Name: "HasReservation"})
-	require.NoError(t, w.Start())
-	t.Cleanup(w.Stop)
+	teamWorker(t, e, teamQueue, func(w sdkworker.Worker) {
+		w.RegisterActivityWithOptions(team.ReserveStock, activity.RegisterOptions{Name: "ReserveStock"})
+		w.RegisterActivityWithOptions(team.HasReservation, activity.RegisterOptions{Name: "HasReservation"})
+	})
 	e.startWorker(t)
 	e.startRelay(t)
 
@@ -174,17 +182,16 @@ func TestHangingTeamActivityLeavesOtherTopicsAlone(t *testing.T) {
 	e.cfg.Topics["report.render"] = config.Topic{Activity: "RenderReport", TaskQueue: teamQueue, StartToClose: config.Duration(time.Minute)}
 	release := make(chan struct{})
 	var hanging sync.WaitGroup
-	w := sdkworker.New(e.client, teamQueue, sdkworker.Options{})
-	w.RegisterActivityWithOptions(func(ctx context.Context, _ delivery.Message) error {
-		hanging.Done()
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		return nil
-	}, activity.RegisterOptions{Name: "RenderReport"})
-	require.NoError(t, w.Start())
-	t.Cleanup(w.Stop)
+	teamWorker(t, e, teamQueue, func(w sdkworker.Worker) {
+		w.RegisterActivityWithOptions(func(ctx context.Context, _ delivery.Message) error {
+			hanging.Done()
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		}, activity.RegisterOptions{Name: "RenderReport"})
+	})
 	t.Cleanup(func() { close(release) })
 
 	reg, err := e.cfg.Registry(nil)

@@ -308,15 +308,6 @@ func TestRecordHistories(t *testing.T) {
 	}
 }
 
-// teamWorker runs a team's worker on queue with what register adds, until the test ends.
-func teamWorker(t *testing.T, e *env, queue string, register func(sdkworker.Worker)) {
-	t.Helper()
-	w := sdkworker.New(e.client, queue, sdkworker.Options{})
-	register(w)
-	require.NoError(t, w.Start())
-	t.Cleanup(w.Stop)
-}
-
 // start runs the env's worker and relay.
 func (e *env) start(t *testing.T) {
 	t.Helper()

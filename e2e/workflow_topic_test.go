@@ -36,15 +36,14 @@ func TestWorkflowTopic(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var runs []delivery.Message
-	w := sdkworker.New(e.client, teamQueue, sdkworker.Options{})
-	w.RegisterWorkflowWithOptions(func(ctx workflow.Context, m delivery.Message) error {
-		mu.Lock()
-		runs = append(runs, m)
-		mu.Unlock()
-		return nil
-	}, workflow.RegisterOptions{Name: "FulfilOrder"})
-	require.NoError(t, w.Start())
-	t.Cleanup(w.Stop)
+	teamWorker(t, e, teamQueue, func(w sdkworker.Worker) {
+		w.RegisterWorkflowWithOptions(func(ctx workflow.Context, m delivery.Message) error {
+			mu.Lock()
+			runs = append(runs, m)
+			mu.Unlock()
+			return nil
+		}, workflow.RegisterOptions{Name: "FulfilOrder"})
+	})
 	e.startWorker(t)
 	e.startRelay(t)
 
@@ -110,14 +109,13 @@ func TestSignalTopic(t *testing.T) {
 	}
 	// The team's workflow waits for its order's payment, then completes with the message
 	// ID that paid it (whether it was started by the team or by the signal).
-	w := sdkworker.New(e.client, teamQueue, sdkworker.Options{})
-	w.RegisterWorkflowWithOptions(func(ctx workflow.Context, _ *delivery.Message) (string, error) {
-		var m delivery.Message
-		workflow.GetSignalChannel(ctx, "paid").Receive(ctx, &m)
-		return m.MessageID, nil
-	}, workflow.RegisterOptions{Name: "OrderLifecycle"})
-	require.NoError(t, w.Start())
-	t.Cleanup(w.Stop)
+	teamWorker(t, e, teamQueue, func(w sdkworker.Worker) {
+		w.RegisterWorkflowWithOptions(func(ctx workflow.Context, _ *delivery.Message) (string, error) {
+			var m delivery.Message
+			workflow.GetSignalChannel(ctx, "paid").Receive(ctx, &m)
+			return m.MessageID, nil
+		}, workflow.RegisterOptions{Name: "OrderLifecycle"})
+	})
 	e.startWorker(t)
 	e.startRelay(t)
 
