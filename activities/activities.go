@@ -66,21 +66,31 @@ func parseID(s string) (uuid.UUID, error) {
 	return id, nil
 }
 
-// load returns the message and its handler, or an error that ends the delivery.
-func (a *Activities) load(ctx context.Context, messageID string) (store.Row, Handler, error) {
+// loadRow returns the message's row, or an error that ends the delivery (not in the
+// table) or that the workflow retries (the outbox's database unavailable).
+func (a *Activities) loadRow(ctx context.Context, messageID string) (store.Row, error) {
 	id, err := parseID(messageID)
 	if err != nil {
-		return store.Row{}, nil, err
+		return store.Row{}, err
 	}
 	row, err := a.Store.Get(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return row, nil, temporal.NewNonRetryableApplicationError(
+		return row, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("message %s is not in the outbox table", id), workflows.ErrTypePermanent, nil)
 	}
 	if err != nil {
 		// The outbox's own database is unavailable: nothing was sent, and it is not the
 		// downstream's failure, so the workflow tries the same attempt again later.
-		return row, nil, temporal.NewApplicationError(err.Error(), workflows.ErrTypeStoreUnavailable)
+		return row, temporal.NewApplicationError(err.Error(), workflows.ErrTypeStoreUnavailable)
+	}
+	return row, nil
+}
+
+// load returns the message and its handler, or an error that ends the delivery.
+func (a *Activities) load(ctx context.Context, messageID string) (store.Row, Handler, error) {
+	row, err := a.loadRow(ctx, messageID)
+	if err != nil {
+		return row, nil, err
 	}
 	h, ok := a.Handlers.Lookup(row.Topic)
 	if !ok {
@@ -173,16 +183,25 @@ func (a *Activities) recordFailure(ctx context.Context, in workflows.SendInput, 
 	if errors.As(err, &appErr) {
 		msg, errType = appErr.Message(), appErr.Type()
 	}
-	a.Metrics.SendFailed(in.Topic, errType)
-	a.logger().WarnContext(ctx, "Send attempt failed",
-		slog.String("message_id", in.MessageID), slog.String("topic", in.Topic),
-		slog.Int("attempt", in.Attempt), slog.Int("max_attempts", in.MaxAttempts), slog.String("error", msg))
 	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if _, rerr := a.Store.RecordFailure(recordCtx, id, in.Attempt, msg); rerr != nil {
-		a.Metrics.Error(metrics.OpRecordFailure)
+	if rerr := a.noteFailure(recordCtx, id, in.Topic, in.Attempt, msg, errType, slog.Int("max_attempts", in.MaxAttempts)); rerr != nil {
 		a.logger().WarnContext(ctx, "Cannot record send failure", slog.String("message_id", in.MessageID), slog.Any("error", rerr))
 	}
+}
+
+// noteFailure counts and logs a failed attempt and records it on the row (retry_times,
+// last_error); it returns the error of the row update.
+func (a *Activities) noteFailure(ctx context.Context, id uuid.UUID, topic string, attempt int, msg, errType string, attrs ...any) error {
+	a.Metrics.SendFailed(topic, errType)
+	a.logger().WarnContext(ctx, "Send attempt failed", append([]any{
+		slog.String("message_id", id.String()), slog.String("topic", topic), slog.Int("attempt", attempt)},
+		append(attrs, slog.String("error", msg))...)...)
+	if _, err := a.Store.RecordFailure(ctx, id, attempt, msg); err != nil {
+		a.Metrics.Error(metrics.OpRecordFailure)
+		return err
+	}
+	return nil
 }
 
 // toApplicationError turns a handler's error into the ApplicationError the workflow reads.

@@ -2,9 +2,7 @@ package activities
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 
 	"go.temporal.io/sdk/temporal"
 
@@ -19,17 +17,9 @@ import (
 // inserted without Enqueue's check) is a permanent failure; an unavailable database is
 // retried by the workflow until it answers.
 func (a *Activities) LoadMessage(ctx context.Context, in workflows.LoadMessageInput) (workflows.LoadMessageResult, error) {
-	id, err := parseID(in.MessageID)
+	row, err := a.loadRow(ctx, in.MessageID)
 	if err != nil {
 		return workflows.LoadMessageResult{}, err
-	}
-	row, err := a.Store.Get(ctx, id)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return workflows.LoadMessageResult{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("message %s is not in the outbox table", id), workflows.ErrTypePermanent, nil)
-	case err != nil:
-		return workflows.LoadMessageResult{}, temporal.NewApplicationError(err.Error(), workflows.ErrTypeStoreUnavailable)
 	}
 	switch row.Status {
 	case store.StatusSent:
@@ -58,11 +48,7 @@ func (a *Activities) RecordFailure(ctx context.Context, in workflows.RecordFailu
 	if err != nil {
 		return err
 	}
-	a.Metrics.SendFailed(in.Topic, in.ErrType)
-	a.logger().WarnContext(ctx, "Send attempt failed",
-		slog.String("message_id", in.MessageID), slog.String("topic", in.Topic),
-		slog.Int("attempt", in.Attempt), slog.String("error", in.Error))
-	if _, err := a.Store.RecordFailure(ctx, id, in.Attempt, in.Error); err != nil {
+	if err := a.noteFailure(ctx, id, in.Topic, in.Attempt, in.Error, in.ErrType); err != nil {
 		return temporal.NewApplicationError(err.Error(), workflows.ErrTypeStoreUnavailable)
 	}
 	return nil

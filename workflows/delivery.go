@@ -9,6 +9,8 @@ import (
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
+
+	dmsg "github.com/outbox-go/outbox/delivery"
 )
 
 // Search attribute keys.
@@ -238,37 +240,40 @@ func (d *delivery) send(attempt int) error {
 			MessageID: d.in.MessageID, Topic: d.in.Topic, Attempt: attempt, MaxAttempts: d.maxAttempts,
 		}).Get(d.ctx, nil)
 	}
-	loaded, err := d.load()
-	if err != nil {
+	msg, _, done, err := d.attemptMessage(attempt)
+	if err != nil || done {
 		return err
 	}
-	if loaded.AlreadySent {
-		return nil // recorded sent by an earlier run: sending again would duplicate it
-	}
-	msg := loaded.Message
-	msg.Attempt, msg.MaxAttempts = attempt, d.maxAttempts
 	return workflow.ExecuteActivity(d.sendCtx, a.Activity, msg).Get(d.ctx, nil)
+}
+
+// attemptMessage is the message a team's activity or workflow gets for attempt n, and its
+// ordering key. done reports a row an earlier run recorded sent: delivering it again
+// would duplicate it.
+func (d *delivery) attemptMessage(attempt int) (msg dmsg.Message, orderingKey string, done bool, err error) {
+	loaded, err := d.load()
+	if err != nil || loaded.AlreadySent {
+		return msg, "", err == nil, err
+	}
+	msg = loaded.Message
+	msg.Attempt, msg.MaxAttempts = attempt, d.maxAttempts
+	return msg, loaded.OrderingKey, false, nil
 }
 
 // startWorkflow starts the team's workflow as a child that outlives the delivery. A
 // workflow already started with the ID (by an earlier delivery of the message, or by
 // another message whose template gives the same ID) counts as delivered.
 func (d *delivery) startWorkflow(w *WorkflowHandler, attempt int) error {
-	loaded, err := d.load()
-	if err != nil {
+	msg, orderingKey, done, err := d.attemptMessage(attempt)
+	if err != nil || done {
 		return err
-	}
-	if loaded.AlreadySent {
-		return nil // recorded sent by an earlier run
 	}
 	// Decoding the recorded payload is deterministic (workflowcheck sees reflection and
 	// allocation in encoding/json, and flags them).
-	id, err := RenderWorkflowID(w.WorkflowID, loaded.Message, loaded.OrderingKey) //workflowcheck:ignore
+	id, err := RenderWorkflowID(w.WorkflowID, msg, orderingKey) //workflowcheck:ignore
 	if err != nil {
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypePermanent, nil)
 	}
-	msg := loaded.Message
-	msg.Attempt, msg.MaxAttempts = attempt, d.maxAttempts
 	if w.Signal != "" {
 		var started StartedWorkflow
 		err := workflow.ExecuteActivity(d.signalCtx, ActivitySignalWithStart, SignalWithStartInput{
