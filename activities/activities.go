@@ -107,10 +107,14 @@ func isStoreUnavailable(err error) bool {
 }
 
 func delivery(row store.Row, attempt, maxAttempts int) Delivery {
-	return Delivery{
+	d := Delivery{
 		MessageID: row.MessageID, Topic: row.Topic, Payload: row.Payload, Headers: row.Headers,
 		CreatedAt: row.CreatedAt, Attempt: attempt, MaxAttempts: maxAttempts,
 	}
+	if row.OrderingKey != nil {
+		d.OrderingKey = *row.OrderingKey
+	}
+	return d
 }
 
 // Send is one delivery attempt: it loads the message, hands it to its topic's handler and

@@ -13,14 +13,21 @@ package activities
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
+	"reflect"
+	"slices"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/outbox-go/outbox/internal/tlsfiles"
 )
 
 // Delivery is one send attempt of a message, as a handler receives it.
@@ -29,6 +36,7 @@ type Delivery struct {
 	Topic       string
 	Payload     json.RawMessage
 	Headers     map[string]string
+	OrderingKey string // empty when the message has none
 	CreatedAt   time.Time
 	Attempt     int // 1-based
 	MaxAttempts int
@@ -115,23 +123,60 @@ func markOf(err error) int {
 	return kindAmbiguous
 }
 
-// SinkConfig is what a sink is built from: a topic's sink settings.
+// SinkConfig is what a sink is built from: a topic's sink settings. config.Topic maps the
+// file's keys onto it; a program may fill it directly.
 type SinkConfig struct {
-	// Sink names the kind: "http" (or empty) is built in; a worker may register others.
+	// Sink names the kind: "http" (or empty) is built in, as are "nats", "rabbitmq" and
+	// "kafka" when the sinks come from config.Registry; a worker may register others.
 	Sink string
-	// URL receives the http sink's POSTs.
+	// URL receives the http sink's POSTs; for nats and rabbitmq it is the broker's
+	// address (nats://…, amqp://… or amqps://…), which may carry credentials.
 	URL string
 	// CheckURL, with {message_id} in it, answers 200 when the downstream already has a
 	// message and 404 when it does not (http sink). Optional.
 	CheckURL string
-	// Headers are added to every request of the http sink.
+	// Headers are added to every request of the http sink, and to every message of the
+	// broker sinks.
 	Headers map[string]string
-	// Options holds the settings of sinks other than http.
+
+	// Subject is the NATS subject a message is published to (nats sink), a template over
+	// {topic}, {message_id} and {ordering_key}.
+	Subject string
+	// Exchange and RoutingKey address a RabbitMQ message (rabbitmq sink): an empty
+	// exchange is the default exchange, which routes by queue name. RoutingKey is a
+	// template like Subject.
+	Exchange   string
+	RoutingKey string
+	// Brokers are the Kafka seed brokers (host:port) and Topic the Kafka topic, a template
+	// like Subject (kafka sink).
+	Brokers []string
+	Topic   string
+	// Username and Password authenticate to a broker (nats: user and password; rabbitmq:
+	// PLAIN; kafka: SASL/PLAIN), instead of credentials in the URL. Optional.
+	Username string
+	Password string `json:"-"`
+
+	// TLS secures the connection to the http endpoint or the broker. Optional.
+	TLS TLSFiles
+	// SigningSecrets sign the http sink's requests by the Standard Webhooks convention
+	// (webhook-id, webhook-timestamp, webhook-signature), one v1 signature per secret, so
+	// a receiver can move to a new secret while the old one still verifies. Optional.
+	SigningSecrets [][]byte `json:"-"`
+
+	// Options holds the settings of sinks registered by a worker.
 	Options map[string]string
 }
 
-// SinkFactory builds the handler of a topic from its sink settings.
+// SinkFactory builds the handler of a topic from its sink settings. A handler that holds a
+// connection may implement Opener, to connect (and so report a broker it cannot reach)
+// when the worker starts, and io.Closer, to close it when the worker stops.
 type SinkFactory func(topic string, cfg SinkConfig) (Handler, error)
+
+// Opener is implemented by handlers that connect before the first message: Open is called
+// once, when the worker starts, and its error stops the start.
+type Opener interface {
+	Open(ctx context.Context) error
+}
 
 // NewSink builds the handler of a topic's sink settings: the built-in http sink, or the
 // sink kind sinks names.
@@ -180,6 +225,58 @@ func (r *Registry) Lookup(topic string) (Handler, bool) {
 	return r.fallback, r.fallback != nil
 }
 
+// Open opens the handlers that implement Opener (see SinkFactory), and reports every one
+// that failed by topic.
+func (r *Registry) Open(ctx context.Context) error {
+	var errs []error
+	for topic, h := range r.handlers() {
+		if o, ok := h.(Opener); ok {
+			if err := o.Open(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", topic, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close closes the handlers that implement io.Closer.
+func (r *Registry) Close() error {
+	var errs []error
+	for topic, h := range r.handlers() {
+		if c, ok := h.(io.Closer); ok {
+			if err := c.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", topic, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// handlers returns each handler once, named by the first topic (sorted) it serves or
+// "default".
+func (r *Registry) handlers() map[string]Handler {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := map[string]Handler{}
+	seen := map[Handler]bool{}
+	add := func(name string, h Handler) {
+		if reflect.TypeOf(h).Comparable() { // a HandlerFunc is not
+			if seen[h] {
+				return
+			}
+			seen[h] = true
+		}
+		out[name] = h
+	}
+	for _, topic := range slices.Sorted(maps.Keys(r.topics)) {
+		add("topic "+topic, r.topics[topic])
+	}
+	if r.fallback != nil {
+		add("default", r.fallback)
+	}
+	return out
+}
+
 // Topics returns the topics with a handler of their own, sorted.
 func (r *Registry) Topics() []string {
 	r.mu.RLock()
@@ -190,4 +287,24 @@ func (r *Registry) Topics() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// TLSFiles secure a sink's connection: the CAs that sign the server's certificate
+// (default: the system's roots) and a client certificate for mutual TLS, as PEM files.
+type TLSFiles struct {
+	CAFile     string `yaml:"ca_file"`
+	CertFile   string `yaml:"cert_file"`
+	KeyFile    string `yaml:"key_file"`
+	ServerName string `yaml:"server_name"`
+	// InsecureSkipVerify accepts any server certificate. For tests only.
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
+}
+
+// IsZero reports whether no setting is given.
+func (f TLSFiles) IsZero() bool { return f == TLSFiles{} }
+
+// Load reads the files and returns the client TLS configuration. Errors name the setting
+// under "tls." and the file, never the file's contents.
+func (f TLSFiles) Load() (*tls.Config, error) {
+	return tlsfiles.Load("tls", tlsfiles.Files(f))
 }

@@ -3,6 +3,7 @@ package activities
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/outbox-go/outbox/internal/tracing"
+	"github.com/outbox-go/outbox/webhook"
 )
 
 // HTTPSink delivers messages by POSTing them as JSON:
@@ -25,33 +27,64 @@ import (
 //
 // with the headers Content-Type: application/json, Idempotency-Key: <message_id> and
 // X-Outbox-Attempt: <n>. A 2xx answer means delivered; 408, 429, 5xx are retried (honouring
-// Retry-After); a connection error or timeout is retried after a check; any other answer is
-// a permanent failure. Redirects are not followed. The request carries the trace context
+// Retry-After); a connection error or timeout is retried, after a check when the request
+// may have reached the receiver; any other answer is a permanent failure. Redirects are not followed. The request carries the trace context
 // of the send span (traceparent, tracestate), so the receiver's span joins the trace.
+//
+// With SigningKeys, every POST is signed by the Standard Webhooks convention (see package
+// webhook): webhook-id is the message ID, the same on every attempt, so a receiver can
+// de-duplicate by it; webhook-timestamp is the time of the attempt; webhook-signature
+// holds one v1 signature per key, over the exact bytes of the body sent, so a receiver
+// that rotates its secret verifies with either the old or the new one. The signature
+// headers replace any of the same name in Headers. The GETs of CheckProcessed carry no
+// body and are not signed; authenticate them with Headers.
 type HTTPSink struct {
 	URL      string
 	CheckURL string // with {message_id}; empty when the downstream cannot be asked
 	Headers  map[string]string
-	Client   *http.Client
+	// SigningKeys are the raw keys that sign each POST; empty sends unsigned requests.
+	SigningKeys [][]byte
+	Client      *http.Client
 }
 
-// NewHTTPSink returns the http sink of a topic's sink settings.
+// NewHTTPSink returns the http sink of a topic's sink settings. Its client does not follow
+// redirects; with TLS settings it trusts their CAs (instead of the system's roots), presents
+// their client certificate for mutual TLS and expects their server name. Errors name the
+// setting at fault (url, tls.ca_file, signing_secrets[i], ...).
 func NewHTTPSink(t SinkConfig) (*HTTPSink, error) {
 	if t.URL == "" {
 		return nil, errors.New("url: the http sink needs a url")
 	}
-	return &HTTPSink{
-		URL:      t.URL,
-		CheckURL: t.CheckURL,
-		Headers:  t.Headers,
-		Client: &http.Client{
-			// The activity's start-to-close timeout bounds each request through its
-			// context; this is a backstop.
-			Timeout: 5 * time.Minute,
-			CheckRedirect: func(*http.Request, []*http.Request) error {
-				return http.ErrUseLastResponse
-			},
+	for i, key := range t.SigningSecrets {
+		if len(key) == 0 {
+			return nil, fmt.Errorf("signing_secrets[%d]: the key is empty", i)
+		}
+	}
+	client := &http.Client{
+		// The activity's start-to-close timeout bounds each request through its
+		// context; this is a backstop.
+		Timeout: 5 * time.Minute,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
 		},
+	}
+	if !t.TLS.IsZero() {
+		tlsConfig, err := t.TLS.Load()
+		if err != nil {
+			return nil, err
+		}
+		// A clone keeps the default transport's proxy, timeouts and HTTP/2, and gives the
+		// topic connections of its own.
+		transport := http.DefaultTransport.(*http.Transport).Clone()
+		transport.TLSClientConfig = tlsConfig
+		client.Transport = transport
+	}
+	return &HTTPSink{
+		URL:         t.URL,
+		CheckURL:    t.CheckURL,
+		Headers:     t.Headers,
+		SigningKeys: t.SigningSecrets,
+		Client:      client,
 	}, nil
 }
 
@@ -81,6 +114,10 @@ func (s *HTTPSink) Send(ctx context.Context, d Delivery) error {
 	req.Header.Set("X-Outbox-Topic", d.Topic)
 	// The receiver's span continues the send span, and so the enqueuing trace.
 	tracing.Propagator(nil).Inject(ctx, propagation.HeaderCarrier(req.Header))
+	if len(s.SigningKeys) > 0 {
+		// body is what the request sends, byte for byte.
+		webhook.SetHeaders(req.Header, d.MessageID.String(), time.Now(), body, s.SigningKeys...)
+	}
 
 	resp, err := s.Client.Do(req)
 	if err != nil {
@@ -105,7 +142,7 @@ func (s *HTTPSink) Send(ctx context.Context, d Delivery) error {
 	}
 }
 
-// CheckProcessed asks CheckURL: 200 means processed, 404 means not.
+// CheckProcessed asks CheckURL: 200 means processed, 404 means not. The GET is not signed.
 func (s *HTTPSink) CheckProcessed(ctx context.Context, d Delivery) (bool, error) {
 	if s.CheckURL == "" {
 		return false, ErrCheckUnsupported
@@ -137,7 +174,8 @@ func (s *HTTPSink) CheckProcessed(ctx context.Context, d Delivery) (bool, error)
 }
 
 // transportError classifies a failed round trip: a connection that was never made cannot
-// have delivered anything; anything later (a reset, a timeout) may have.
+// have delivered anything (nor can one whose server certificate the sink rejected, which
+// happens before the request is written); anything later (a reset, a timeout) may have.
 func transportError(method, u string, err error) error {
 	wrapped := fmt.Errorf("%s %s: %w", method, u, unwrapURLError(err))
 	var opErr *net.OpError
@@ -146,6 +184,10 @@ func transportError(method, u string, err error) error {
 	}
 	var dnsErr *net.DNSError
 	if errors.As(err, &dnsErr) {
+		return Retryable(wrapped, 0)
+	}
+	var certErr *tls.CertificateVerificationError
+	if errors.As(err, &certErr) {
 		return Retryable(wrapped, 0)
 	}
 	return Ambiguous(wrapped)

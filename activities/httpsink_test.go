@@ -8,12 +8,17 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-go/outbox/webhook"
 )
 
 func testDelivery() Delivery {
@@ -174,5 +179,145 @@ func TestHTTPSink(t *testing.T) {
 		s.CheckURL = ""
 		_, err = s.CheckProcessed(ctx, other)
 		require.True(t, errors.Is(err, ErrCheckUnsupported))
+	})
+}
+
+// received is a request as a test receiver saw it.
+type received struct {
+	header http.Header
+	body   []byte
+}
+
+// signedSink returns a sink signing with secrets (in their text form) that POSTs to a
+// receiver recording every request, and the receiver's requests so far.
+func signedSink(t *testing.T, secrets ...string) (*HTTPSink, func() []received) {
+	t.Helper()
+	var mu sync.Mutex
+	var got []received
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		got = append(got, received{header: r.Header.Clone(), body: body})
+		mu.Unlock()
+		if r.Method == http.MethodGet {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	cfg := SinkConfig{
+		URL: srv.URL + "/events", CheckURL: srv.URL + "/events/{message_id}",
+		// A header of the same name as a signature header does not replace it.
+		Headers: map[string]string{"Authorization": "Bearer t", webhook.HeaderID: "spoofed"},
+	}
+	for _, secret := range secrets {
+		key, err := webhook.ParseSecret(secret)
+		require.NoError(t, err)
+		cfg.SigningSecrets = append(cfg.SigningSecrets, key)
+	}
+	s, err := NewHTTPSink(cfg)
+	require.NoError(t, err)
+	return s, func() []received {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
+}
+
+func verifier(t *testing.T, secrets ...string) *webhook.Verifier {
+	t.Helper()
+	v, err := webhook.NewVerifier(secrets...)
+	require.NoError(t, err)
+	return v
+}
+
+func TestHTTPSinkSigning(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("ReceiverVerifies", func(t *testing.T) {
+		t.Parallel()
+		secret := webhook.NewSecret()
+		s, requests := signedSink(t, secret)
+		require.NoError(t, s.Send(ctx, testDelivery()))
+		got := requests()
+		require.Len(t, got, 1)
+		r := got[0]
+		require.NoError(t, verifier(t, secret).Verify(r.header, r.body))
+		require.ErrorIs(t, verifier(t, webhook.NewSecret()).Verify(r.header, r.body), webhook.ErrSignature)
+
+		require.Equal(t, "0195c2a0-0000-7000-8000-0000000000aa", r.header.Get(webhook.HeaderID))
+		ts, err := strconv.ParseInt(r.header.Get(webhook.HeaderTimestamp), 10, 64)
+		require.NoError(t, err)
+		require.WithinDuration(t, time.Now(), time.Unix(ts, 0), time.Minute)
+		require.Equal(t, "Bearer t", r.header.Get("Authorization"))
+
+		// The signature covers the body as sent, byte for byte.
+		changed := slices.Clone(r.body)
+		changed[len(changed)-3] ^= 1
+		require.ErrorIs(t, verifier(t, secret).Verify(r.header, changed), webhook.ErrSignature)
+	})
+
+	t.Run("SameIDOnEveryAttempt", func(t *testing.T) {
+		t.Parallel()
+		secret := webhook.NewSecret()
+		s, requests := signedSink(t, secret)
+		d := testDelivery()
+		d.Attempt = 1
+		require.NoError(t, s.Send(ctx, d))
+		d.Attempt = 2
+		require.NoError(t, s.Send(ctx, d))
+		got := requests()
+		require.Len(t, got, 2)
+		v := verifier(t, secret)
+		for i, r := range got {
+			require.NoError(t, v.Verify(r.header, r.body), "attempt %d", i+1)
+			require.Equal(t, d.MessageID.String(), r.header.Get(webhook.HeaderID), "attempt %d", i+1)
+			require.Equal(t, strconv.Itoa(i+1), r.header.Get("X-Outbox-Attempt"))
+		}
+	})
+
+	t.Run("TwoSecrets", func(t *testing.T) {
+		t.Parallel()
+		old, next := webhook.NewSecret(), webhook.NewSecret()
+		s, requests := signedSink(t, old, next)
+		require.NoError(t, s.Send(ctx, testDelivery()))
+		r := requests()[0]
+		require.Len(t, strings.Fields(r.header.Get(webhook.HeaderSignature)), 2)
+		require.NoError(t, verifier(t, old).Verify(r.header, r.body))
+		require.NoError(t, verifier(t, next).Verify(r.header, r.body))
+		require.ErrorIs(t, verifier(t, webhook.NewSecret()).Verify(r.header, r.body), webhook.ErrSignature)
+	})
+
+	t.Run("CheckIsNotSigned", func(t *testing.T) {
+		t.Parallel()
+		s, requests := signedSink(t, webhook.NewSecret())
+		processed, err := s.CheckProcessed(ctx, testDelivery())
+		require.NoError(t, err)
+		require.False(t, processed)
+		r := requests()[0]
+		require.Empty(t, r.header.Get(webhook.HeaderSignature))
+		require.Empty(t, r.header.Get(webhook.HeaderTimestamp))
+	})
+
+	t.Run("UnsignedWithoutSecrets", func(t *testing.T) {
+		t.Parallel()
+		s, requests := signedSink(t)
+		require.NoError(t, s.Send(ctx, testDelivery()))
+		r := requests()[0]
+		require.Empty(t, r.header.Get(webhook.HeaderSignature))
+		require.Empty(t, r.header.Get(webhook.HeaderTimestamp))
+		require.ErrorIs(t, verifier(t, webhook.NewSecret()).Verify(r.header, r.body), webhook.ErrMissingHeaders)
+	})
+
+	t.Run("EmptyKeyRejected", func(t *testing.T) {
+		t.Parallel()
+		_, err := NewHTTPSink(SinkConfig{URL: "http://receiver/events", SigningSecrets: [][]byte{[]byte("k"), nil}})
+		require.ErrorContains(t, err, "signing_secrets[1]")
 	})
 }

@@ -37,8 +37,9 @@ type App struct {
 	Store    *store.Store
 	Temporal client.Client // nil until DialTemporal
 
-	tel   telemetry                     // metrics registry, /metrics endpoint, tracing
-	relay atomic.Pointer[starter.Relay] // the running relay, for readiness
+	tel      telemetry                     // metrics registry, /metrics endpoint, tracing
+	relay    atomic.Pointer[starter.Relay] // the running relay, for readiness
+	handlers []*activities.Registry        // built by PrepareWorker, closed by Close
 }
 
 // Open validates cfg (after defaults), connects to PostgreSQL and checks that it answers.
@@ -165,8 +166,14 @@ func temporalOptions(cfg config.Config) (temporalx.Options, error) {
 	return o, nil
 }
 
-// Close closes the connections.
+// Close closes the connections, the topic handlers' (a broker sink's) included.
 func (a *App) Close() {
+	for _, reg := range a.handlers {
+		if err := reg.Close(); err != nil {
+			a.Logger.Warn("Closing the topic handlers failed", slog.Any("error", err))
+		}
+	}
+	a.handlers = nil
 	a.closeTelemetry()
 	if a.Temporal != nil {
 		a.Temporal.Close()
@@ -182,7 +189,8 @@ type Handlers struct {
 }
 
 // PrepareWorker does what RunWorker does before the worker runs: it builds the topic
-// handlers of the config (with h's), serves /metrics, /healthz and /readyz when
+// handlers of the config (with h's) and opens them (a broker sink connects, so a broker it
+// cannot reach stops the start; Close closes them), serves /metrics, /healthz and /readyz when
 // metrics.address is set, and makes sure the retention schedule exists when retention is
 // on. It returns what the outbox's workflow and activities need on a worker:
 // worker.Register(w, deps) adds the outbox to a worker the team already runs, exactly as
@@ -198,6 +206,12 @@ func (a *App) PrepareWorker(ctx context.Context, h Handlers) (worker.Deps, error
 	for topic, handler := range h.Topics {
 		reg.Handle(topic, handler)
 	}
+	a.handlers = append(a.handlers, reg)
+	openCtx, cancel := context.WithTimeout(ctx, openTimeout)
+	defer cancel()
+	if err := reg.Open(openCtx); err != nil {
+		return worker.Deps{}, fmt.Errorf("open topic sinks:\n%w", err)
+	}
 	if _, err := a.ServeMetrics(); err != nil {
 		return worker.Deps{}, err
 	}
@@ -208,6 +222,9 @@ func (a *App) PrepareWorker(ctx context.Context, h Handlers) (worker.Deps, error
 	}
 	return worker.Deps{Store: a.Store, Handlers: reg, Logger: a.Logger, Alerts: a.Config.AlertWebhooks(), Metrics: a.Metrics(), Client: a.Temporal}, nil
 }
+
+// openTimeout bounds the connecting of the topic sinks when the worker starts.
+const openTimeout = 30 * time.Second
 
 // RunWorker runs a worker of its own (the config's task queue and worker options) until
 // ctx is cancelled, after PrepareWorker.

@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -41,8 +42,13 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/sinks"
+	"github.com/outbox-go/outbox/sinks/kafkasink"
+	"github.com/outbox-go/outbox/sinks/natssink"
+	"github.com/outbox-go/outbox/sinks/rabbitsink"
 	"github.com/outbox-go/outbox/starter"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/webhook"
 	"github.com/outbox-go/outbox/workflows"
 )
 
@@ -203,8 +209,39 @@ type Topic struct {
 	// CheckURL, with {message_id} in it, answers 200 when the downstream already has a
 	// message and 404 when it does not (http sink). Optional.
 	CheckURL string `yaml:"check_url"`
-	// Headers are added to every request of the http sink.
+	// Headers are added to every request of the http sink and to every message of the
+	// broker sinks.
 	Headers map[string]string `yaml:"headers"`
+
+	// Subject is the NATS subject of sink: nats, a template over {topic}, {message_id}
+	// and {ordering_key}. Defaults to "{topic}". The url is the NATS server's
+	// (nats://host:4222; several, comma-separated, for a cluster).
+	Subject string `yaml:"subject"`
+	// Exchange is the RabbitMQ exchange of sink: rabbitmq; empty is the default exchange,
+	// which routes by queue name. The url is the broker's (amqp://host:5672/vhost or
+	// amqps://).
+	Exchange string `yaml:"exchange"`
+	// RoutingKey is the routing key of sink: rabbitmq, a template like subject. Defaults
+	// to "{topic}".
+	RoutingKey string `yaml:"routing_key"`
+	// Brokers are the seed brokers (host:port) of sink: kafka.
+	Brokers []string `yaml:"brokers"`
+	// Topic is the Kafka topic of sink: kafka, a template like subject. Defaults to
+	// "{topic}".
+	Topic string `yaml:"topic"`
+	// Username and Password authenticate to the broker (nats: user and password;
+	// rabbitmq: PLAIN; kafka: SASL/PLAIN) instead of credentials in the url. Password is
+	// a reference, never the secret itself: env:NAME or file:PATH.
+	Username string `yaml:"username"`
+	Password string `yaml:"password"`
+	// TLS secures the connection to the http endpoint or the broker: ca_file,
+	// cert_file and key_file (PEM, for mutual TLS), server_name. Optional.
+	TLS activities.TLSFiles `yaml:"tls"`
+	// SigningSecrets sign the http sink's requests (Standard Webhooks: webhook-id,
+	// webhook-timestamp, webhook-signature). Each is a reference, env:NAME or file:PATH, to
+	// a secret "whsec_" + base64 of 24 to 64 random bytes; with several, each request
+	// carries one signature per secret (for rotation). Optional.
+	SigningSecrets []string `yaml:"signing_secrets"`
 
 	// MaxAttempts is the number of sends before the message is dead-lettered, unless the
 	// row sets max_retry_times. Defaults to 12.
@@ -234,7 +271,7 @@ type Topic struct {
 	// Defaults to true.
 	DeadLetterBlocksKey *bool `yaml:"dead_letter_blocks_key"`
 
-	// Options holds settings of sinks other than http.
+	// Options holds settings of the sinks a worker registers.
 	Options map[string]string `yaml:"options"`
 
 	// Activity delivers the topic with a team's own activity of this type name, on
@@ -270,33 +307,106 @@ type Topic struct {
 	Signal string `yaml:"signal"`
 }
 
-// SinkConfig returns the topic's sink settings.
-func (t Topic) SinkConfig() activities.SinkConfig {
-	return activities.SinkConfig{Sink: t.Sink, URL: t.URL, CheckURL: t.CheckURL, Headers: t.Headers, Options: t.Options}
+// SinkConfig returns the topic's sink settings, with its password and signing secrets
+// read from the environment or their files.
+func (t Topic) SinkConfig() (activities.SinkConfig, error) {
+	cfg := activities.SinkConfig{
+		Sink: t.Sink, URL: t.URL, CheckURL: t.CheckURL, Headers: t.Headers,
+		Subject: t.Subject, Exchange: t.Exchange, RoutingKey: t.RoutingKey, Brokers: t.Brokers, Topic: t.Topic,
+		Username: t.Username, TLS: t.TLS, Options: t.Options,
+	}
+	var errs []error
+	if t.Password != "" {
+		pw, err := ReadSecret(t.Password)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("password: %w", err))
+		}
+		cfg.Password = string(pw)
+	}
+	for i, ref := range t.SigningSecrets {
+		raw, err := ReadSecret(ref)
+		if err == nil {
+			raw, err = webhook.ParseSecret(string(raw))
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("signing_secrets[%d]: %w", i, err))
+			continue
+		}
+		cfg.SigningSecrets = append(cfg.SigningSecrets, raw)
+	}
+	return cfg, errors.Join(errs...)
+}
+
+// Sinks returns the sink kinds built in besides http: nats, rabbitmq and kafka.
+func Sinks() map[string]activities.SinkFactory {
+	return map[string]activities.SinkFactory{"nats": natssink.New, "rabbitmq": rabbitsink.New, "kafka": kafkasink.New}
 }
 
 // Registry builds the handlers of the configured topics and of the default entry, as
-// outbox worker does. sinks adds sink kinds besides the built-in "http".
+// outbox worker does: the built-in sinks (http and Sinks) and the kinds sinks adds.
+// Open the registry to connect its sinks, and close it when the worker stops.
 func (c *Config) Registry(sinks map[string]activities.SinkFactory) (*activities.Registry, error) {
+	all := Sinks()
+	maps.Copy(all, sinks)
 	r := activities.NewRegistry()
-	for topic, t := range c.Topics {
+	build := func(field, topic string, t Topic) error {
+		cfg, err := t.SinkConfig()
+		if err == nil {
+			var h activities.Handler
+			if h, err = activities.NewSink(topic, cfg, all); err == nil {
+				if topic == "" {
+					r.HandleDefault(h)
+				} else {
+					r.Handle(topic, h)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("%s: %w", field, err)
+	}
+	var errs []error
+	for _, topic := range slices.Sorted(maps.Keys(c.Topics)) {
+		t := c.Topics[topic]
 		if t.Activity != "" || t.Workflow != "" {
 			continue // delivered by the team's activity or workflow, not by a handler here
 		}
-		h, err := activities.NewSink(topic, t.SinkConfig(), sinks)
-		if err != nil {
-			return nil, fmt.Errorf("topics[%q]: %w", topic, err)
-		}
-		r.Handle(topic, h)
+		errs = append(errs, build(fmt.Sprintf("topics[%q]", topic), topic, t))
 	}
 	if c.Default != nil {
-		h, err := activities.NewSink("", c.Default.SinkConfig(), sinks)
-		if err != nil {
-			return nil, fmt.Errorf("default: %w", err)
-		}
-		r.HandleDefault(h)
+		errs = append(errs, build("default", "", *c.Default))
+	}
+	if err := errors.Join(errs...); err != nil {
+		_ = r.Close()
+		return nil, err
 	}
 	return r, nil
+}
+
+// ReadSecret reads a secret by reference: env:NAME (a variable that must be set and not
+// empty) or file:PATH (the file's contents, trailing newline removed). Errors name the
+// reference, never the secret.
+func ReadSecret(ref string) ([]byte, error) {
+	kind, name, _ := strings.Cut(ref, ":")
+	switch {
+	case kind == "env" && name != "":
+		v := os.Getenv(name)
+		if v == "" {
+			return nil, fmt.Errorf("environment variable %s is not set or empty", name)
+		}
+		return []byte(v), nil
+	case kind == "file" && name != "":
+		b, err := os.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		b = bytes.TrimRight(b, "\r\n")
+		if len(b) == 0 {
+			return nil, fmt.Errorf("file %s is empty", name)
+		}
+		return b, nil
+	default:
+		return nil, errors.New("must be env:NAME or file:PATH, a reference to the secret (the secret itself never goes in the config file)")
+	}
 }
 
 // AlertWebhooks returns the dead-letter alert webhooks of c (alerts.webhook_url and the
@@ -637,20 +747,13 @@ func (t Topic) validate(field string, sinks []string) error {
 		}
 	case t.TaskQueue != "" || t.CheckActivity != "" || t.StartToClose != 0 || t.ScheduleToStart != 0 || t.WorkflowID != "" || t.WorkflowIDReuse != "" || t.Signal != "":
 		bad("activity/workflow", "must name the activity or workflow that task_queue and the other handler keys are for, got neither")
-	case sink == "http":
-		if err := checkURL(t.URL); err != nil {
-			bad("url", "%v", err)
-		}
-		if t.CheckURL != "" {
-			if err := checkURL(t.CheckURL); err != nil {
-				bad("check_url", "%v", err)
-			} else if !strings.Contains(t.CheckURL, "{message_id}") {
-				bad("check_url", "must contain {message_id}, got %q", t.CheckURL)
-			}
+	case sink == "http" || sink == "nats" || sink == "rabbitmq" || sink == "kafka":
+		if err := t.validateSink(field, sink); err != nil {
+			errs = append(errs, err)
 		}
 	case slices.Contains(sinks, sink):
 	default:
-		bad("sink", "must be one of %s, got %q", strings.Join(append([]string{"http"}, sinks...), ", "), t.Sink)
+		bad("sink", "must be one of %s, got %q", strings.Join(append([]string{"http", "nats", "rabbitmq", "kafka"}, sinks...), ", "), t.Sink)
 	}
 	if t.AlertWebhook != "" {
 		if err := checkURL(t.AlertWebhook); err != nil {
@@ -677,6 +780,100 @@ func (t Topic) validate(field string, sinks []string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// sinkKeys are the keys that belong to one built-in sink kind only.
+var sinkKeys = map[string][]string{
+	"http":     {"check_url", "signing_secrets"},
+	"nats":     {"subject"},
+	"rabbitmq": {"exchange", "routing_key"},
+	"kafka":    {"brokers", "topic"},
+}
+
+// validateSink checks the keys of a built-in sink kind.
+func (t Topic) validateSink(field, sink string) error {
+	var errs []error
+	bad := func(sub, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s.%s: "+format, append([]any{field, sub}, args...)...))
+	}
+	set := map[string]bool{
+		"check_url": t.CheckURL != "", "signing_secrets": len(t.SigningSecrets) > 0, "subject": t.Subject != "",
+		"exchange": t.Exchange != "", "routing_key": t.RoutingKey != "", "brokers": len(t.Brokers) > 0, "topic": t.Topic != "",
+	}
+	for kind, keys := range sinkKeys {
+		for _, k := range keys {
+			if kind != sink && set[k] {
+				bad(k, "is a setting of sink %s, not of sink %s", kind, sink)
+			}
+		}
+	}
+	template := func(key, value string) {
+		if _, err := sinks.ParseTemplate(value); err != nil {
+			bad(key, "%v", err)
+		}
+	}
+	switch sink {
+	case "http":
+		if err := checkURL(t.URL); err != nil {
+			bad("url", "%v", err)
+		}
+		if t.CheckURL != "" {
+			if err := checkURL(t.CheckURL); err != nil {
+				bad("check_url", "%v", err)
+			} else if !strings.Contains(t.CheckURL, "{message_id}") {
+				bad("check_url", "must contain {message_id}, got %q", t.CheckURL)
+			}
+		}
+		if t.Username != "" || t.Password != "" {
+			bad("username/password", "are for the broker sinks; put an http endpoint's credentials in headers")
+		}
+	case "nats":
+		if err := natssink.CheckURL(t.URL); err != nil {
+			bad("url", "%v", err)
+		}
+		template("subject", t.Subject)
+	case "rabbitmq":
+		if err := rabbitsink.CheckURL(t.URL); err != nil {
+			bad("url", "%v", err)
+		}
+		template("routing_key", t.RoutingKey)
+	case "kafka":
+		if t.URL != "" {
+			bad("url", "is not a setting of sink kafka: list the seed brokers under brokers (host:port)")
+		}
+		if len(t.Brokers) == 0 {
+			bad("brokers", "must list at least one seed broker (host:port)")
+		}
+		for i, b := range t.Brokers {
+			if _, port, err := net.SplitHostPort(b); err != nil || port == "" {
+				bad(fmt.Sprintf("brokers[%d]", i), "must be host:port, got %q", b)
+			}
+		}
+		template("topic", t.Topic)
+	}
+	// Reading the secrets and TLS files here reports a missing variable or file before the
+	// worker starts; the errors name them, never their contents.
+	if _, err := t.SinkConfig(); err != nil {
+		errs = append(errs, prefixLines(field+".", err))
+	}
+	if !t.TLS.IsZero() {
+		if _, err := t.TLS.Load(); err != nil {
+			errs = append(errs, prefixLines(field+".", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// prefixLines puts prefix before each error that err joins.
+func prefixLines(prefix string, err error) error {
+	var errs []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			errs = append(errs, fmt.Errorf("%s%w", prefix, e))
+		}
+		return errors.Join(errs...)
+	}
+	return fmt.Errorf("%s%w", prefix, err)
 }
 
 func checkURL(s string) error {

@@ -1,6 +1,8 @@
 package config_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/starter"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/webhook"
 	"github.com/outbox-go/outbox/workflows"
 )
 
@@ -98,7 +101,25 @@ func TestParse(t *testing.T) {
 			{"schema: Bad-Schema\n", `got "Bad-Schema"`},
 			{"topics: {a: {url: 'not a url'}}\n", `topics["a"].url: must be an absolute http or https URL, got "not a url"`},
 			{"topics: {a: {url: 'http://x', check_url: 'http://x/check'}}\n", `topics["a"].check_url: must contain {message_id}, got "http://x/check"`},
-			{"topics: {a: {sink: kafka}}\n", `topics["a"].sink: must be one of http, got "kafka"`},
+			{"topics: {a: {sink: sqs}}\n", `topics["a"].sink: must be one of http, nats, rabbitmq, kafka, got "sqs"`},
+			{"topics: {a: {sink: kafka}}\n", `topics["a"].brokers: must list at least one seed broker (host:port)`},
+			{"topics: {a: {sink: kafka, brokers: [k]}}\n", `topics["a"].brokers[0]: must be host:port, got "k"`},
+			{"topics: {a: {sink: kafka, url: 'http://k', brokers: ['k:9092']}}\n", `topics["a"].url: is not a setting of sink kafka`},
+			{"topics: {a: {sink: kafka, brokers: ['k:9092'], topic: '{nope}'}}\n", `topics["a"].topic: unknown placeholder {nope}`},
+			{"topics: {a: {sink: nats}}\n", `topics["a"].url: must be set: the NATS server's URL`},
+			{"topics: {a: {sink: nats, url: 'nats://u:hunter2@h:1,amqp://h'}}\n", `topics["a"].url: must be nats://host:port or tls://host:port (several separated by commas), got "nats://h:1,amqp://h"`},
+			{"topics: {a: {sink: nats, url: 'nats://h:4222', exchange: x}}\n", `topics["a"].exchange: is a setting of sink rabbitmq, not of sink nats`},
+			{"topics: {a: {sink: nats, url: 'nats://h:4222', subject: 'a.{message}'}}\n", `topics["a"].subject: unknown placeholder {message}`},
+			{"topics: {a: {sink: rabbitmq, url: 'http://h'}}\n", `topics["a"].url: must be an amqp:// or amqps:// URL with a host, got "http://h"`},
+			{"topics: {a: {sink: rabbitmq, url: 'amqp://h', subject: s}}\n", `topics["a"].subject: is a setting of sink nats, not of sink rabbitmq`},
+			{"topics: {a: {sink: rabbitmq, url: 'amqp://h', password: hunter2}}\n", `topics["a"].password: must be env:NAME or file:PATH`},
+			{"topics: {a: {sink: rabbitmq, url: 'amqp://h', username: u, password: 'env:OUTBOX_TEST_UNSET_VARIABLE'}}\n", `topics["a"].password: environment variable OUTBOX_TEST_UNSET_VARIABLE is not set or empty`},
+			{"topics: {a: {sink: rabbitmq, url: 'amqp://h', routing_key: 'k', signing_secrets: ['env:X']}}\n", `topics["a"].signing_secrets: is a setting of sink http, not of sink rabbitmq`},
+			{"topics: {a: {url: 'http://x', signing_secrets: [whsec_abc]}}\n", `topics["a"].signing_secrets[0]: must be env:NAME or file:PATH`},
+			{"topics: {a: {url: 'http://x', signing_secrets: ['file:/nonexistent/secret']}}\n", `topics["a"].signing_secrets[0]: open /nonexistent/secret: no such file or directory`},
+			{"topics: {a: {url: 'http://x', tls: {ca_file: /nonexistent/ca.pem}}}\n", `topics["a"].tls.ca_file: open /nonexistent/ca.pem`},
+			{"topics: {a: {url: 'http://x', tls: {cert_file: c.pem}}}\n", `topics["a"].tls.key_file: must be set with cert_file (c.pem)`},
+			{"topics: {a: {url: 'http://x', tls: {ca: x}}}\n", "field ca not found"},
 			{"topics: {a: {url: 'http://x', max_attempts: 500}}\n", `topics["a"].max_attempts: must be between 1 and 101 (unset: 12), got 500`},
 			{"topics: {a: {url: 'http://x', backoff: 0.5}}\n", `topics["a"].backoff: must be at least 1, got 0.5`},
 			{"topics: {a: {url: 'http://x', initial_interval: 1m, max_interval: 1s}}\n", `topics["a"].max_interval must be at least initial_interval (1m0s), got 1s`},
@@ -122,10 +143,29 @@ func TestParse(t *testing.T) {
 
 	t.Run("KnownExtraSink", func(t *testing.T) {
 		t.Parallel()
-		c, err := config.Parse(strings.NewReader("topics: {a: {sink: kafka, options: {brokers: 'k:9092'}}}\n"))
+		c, err := config.Parse(strings.NewReader("topics: {a: {sink: sqs, options: {queue: 'q'}}}\n"))
 		require.NoError(t, err)
 		d := c.WithDefaults()
-		require.NoError(t, d.Validate("kafka"))
+		require.NoError(t, d.Validate("sqs"))
+	})
+
+	t.Run("BrokerSinks", func(t *testing.T) {
+		t.Parallel()
+		c, err := config.Parse(strings.NewReader(`
+topics:
+  order.created: {sink: nats, url: 'nats://127.0.0.1:4222', subject: 'orders.{ordering_key}'}
+  order.paid: {sink: rabbitmq, url: 'amqp://127.0.0.1:5672/', exchange: orders, routing_key: '{topic}'}
+  order.shipped: {sink: kafka, brokers: ['127.0.0.1:9092', '127.0.0.2:9092'], topic: 'orders.{topic}'}
+`))
+		require.NoError(t, err)
+		d := c.WithDefaults()
+		require.NoError(t, d.Validate())
+		// Building the handlers makes no connection: a broker is reached when the worker
+		// opens them.
+		reg, err := d.Registry(nil)
+		require.NoError(t, err)
+		require.Equal(t, []string{"order.created", "order.paid", "order.shipped"}, reg.Topics())
+		require.NoError(t, reg.Close())
 	})
 }
 
@@ -176,4 +216,36 @@ func TestRelayConfigIsStarters(t *testing.T) {
 // after the first attempt) allow the same number of attempts.
 func TestAttemptLimitsAgree(t *testing.T) {
 	require.Equal(t, store.MaxRetryTimesLimit+1, workflows.MaxAttemptsLimit)
+}
+
+// TestSecretsByReference reads signing secrets and a broker password from the environment
+// and a file (t.Setenv: not parallel).
+func TestSecretsByReference(t *testing.T) {
+	dir := t.TempDir()
+	secret := webhook.NewSecret()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "old"), []byte(secret+"\n"), 0o600))
+	t.Setenv("OUTBOX_TEST_SIGNING_SECRET", webhook.NewSecret())
+	t.Setenv("OUTBOX_TEST_BROKER_PASSWORD", "hunter2")
+	c, err := config.Parse(strings.NewReader(`
+topics:
+  a: {url: 'http://x', signing_secrets: ['env:OUTBOX_TEST_SIGNING_SECRET', 'file:` + filepath.Join(dir, "old") + `']}
+  b: {sink: rabbitmq, url: 'amqp://h', username: outbox, password: 'env:OUTBOX_TEST_BROKER_PASSWORD'}
+`))
+	require.NoError(t, err)
+	d := c.WithDefaults()
+	require.NoError(t, d.Validate())
+	a, err := d.Topics["a"].SinkConfig()
+	require.NoError(t, err)
+	require.Len(t, a.SigningSecrets, 2)
+	key, err := webhook.ParseSecret(secret)
+	require.NoError(t, err)
+	require.Equal(t, key, a.SigningSecrets[1])
+	b, err := d.Topics["b"].SinkConfig()
+	require.NoError(t, err)
+	require.Equal(t, "hunter2", b.Password)
+
+	t.Setenv("OUTBOX_TEST_SIGNING_SECRET", "whsec_c2hvcnQ=")
+	err = d.Validate()
+	require.ErrorContains(t, err, `topics["a"].signing_secrets[0]: a signing secret must hold 24 to 64 bytes, this one holds 5`)
+	require.NotContains(t, err.Error(), "c2hvcnQ")
 }

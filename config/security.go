@@ -3,13 +3,12 @@ package config
 import (
 	"cmp"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/outbox-go/outbox/codec"
+	"github.com/outbox-go/outbox/internal/tlsfiles"
 )
 
 // TLS secures the connection to the Temporal frontend. TLS is on when Enabled is true,
@@ -53,54 +52,10 @@ func (t Temporal) TLSConfig() (*tls.Config, error) {
 	if !t.TLS.On(t.APIKey) {
 		return nil, nil
 	}
-	cfg := &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		ServerName:         t.TLS.ServerName,
-		InsecureSkipVerify: t.TLS.InsecureSkipVerify, //nolint:gosec // opted into in the config, documented as tests only
-	}
-	var errs []error
-	if t.TLS.CAFile != "" {
-		pem, err := os.ReadFile(t.TLS.CAFile)
-		switch {
-		case err != nil:
-			errs = append(errs, fmt.Errorf("temporal.tls.ca_file: %w", err))
-		default:
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				errs = append(errs, fmt.Errorf("temporal.tls.ca_file: no PEM certificate in %s", t.TLS.CAFile))
-			}
-			cfg.RootCAs = pool
-		}
-	}
-	switch {
-	case t.TLS.CertFile != "" && t.TLS.KeyFile != "":
-		cert, err := tls.LoadX509KeyPair(t.TLS.CertFile, t.TLS.KeyFile)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("temporal.tls.cert_file and key_file: load the client certificate %s with key %s: %s",
-				t.TLS.CertFile, t.TLS.KeyFile, keyPairError(err)))
-		} else {
-			cfg.Certificates = []tls.Certificate{cert}
-		}
-	case t.TLS.CertFile != "":
-		errs = append(errs, fmt.Errorf("temporal.tls.key_file: must be set with cert_file (%s), for mutual TLS", t.TLS.CertFile))
-	case t.TLS.KeyFile != "":
-		errs = append(errs, fmt.Errorf("temporal.tls.cert_file: must be set with key_file (%s), for mutual TLS", t.TLS.KeyFile))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return cfg, nil
-}
-
-// keyPairError describes a failure of tls.LoadX509KeyPair. Its errors are fixed texts or
-// *os.PathError, neither of which quotes the files' contents; anything else is replaced
-// by a fixed text.
-func keyPairError(err error) string {
-	var pathErr *os.PathError
-	if errors.As(err, &pathErr) || strings.HasPrefix(err.Error(), "tls: ") {
-		return err.Error()
-	}
-	return "not a PEM certificate and matching private key"
+	return tlsfiles.Load("temporal.tls", tlsfiles.Files{
+		CAFile: t.TLS.CAFile, CertFile: t.TLS.CertFile, KeyFile: t.TLS.KeyFile,
+		ServerName: t.TLS.ServerName, InsecureSkipVerify: t.TLS.InsecureSkipVerify,
+	})
 }
 
 func (t Temporal) validateSecurity() error {

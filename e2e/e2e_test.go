@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/server/temporaltest"
 
+	"github.com/outbox-go/outbox/activities"
 	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/internal/temporalx"
 	"github.com/outbox-go/outbox/internal/testdb"
@@ -47,6 +48,7 @@ type env struct {
 	taskQueue string
 	cfg       *config.Config
 	recv      *testutil.Receiver
+	handlers  map[string]activities.Handler // besides the config's, for startWorker
 }
 
 var logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn + 4}))
@@ -77,6 +79,13 @@ func (e *env) startWorker(t *testing.T) {
 	t.Helper()
 	reg, err := e.cfg.Registry(nil)
 	require.NoError(t, err)
+	for topic, h := range e.handlers {
+		reg.Handle(topic, h)
+	}
+	// As outbox worker does: the sinks connect before the worker starts, and close after
+	// it stopped (cleanups run last in, first out).
+	t.Cleanup(func() { require.NoError(t, reg.Close()) })
+	require.NoError(t, reg.Open(context.Background()))
 	e.run(t, func(ctx context.Context) error {
 		return worker.Run(ctx, worker.Config{Client: e.client, TaskQueue: e.taskQueue, Deps: worker.Deps{Store: e.store, Handlers: reg, Logger: logger}})
 	})

@@ -4,11 +4,17 @@
 #
 #   eval "$(scripts/services.sh)" && go test ./...
 #
-# The tests need PostgreSQL. TEST_DATABASE_URL names the database (default: the local
+# The tests need PostgreSQL, NATS with JetStream and RabbitMQ.
+#
+# PostgreSQL: TEST_DATABASE_URL names the database (default: the local
 # server on 127.0.0.1:5432 as user postgres, without a password). When that server is
 # down it is started; when PostgreSQL is not installed it is installed with apt-get; when
 # it runs but refuses the password-less login (a fresh Debian install does), a role and
 # database outbox_test are created through the postgres system user and used instead.
+#
+# NATS (NATS_URL, default nats://127.0.0.1:4222) and RabbitMQ (RABBITMQ_URL, default
+# amqp://guest:guest@127.0.0.1:5672/): a local server that is down is started, one that
+# is not installed is installed with apt-get (Debian's nats-server and rabbitmq-server).
 # Progress goes to standard error; only the export lines go to standard output.
 set -euo pipefail
 
@@ -78,7 +84,60 @@ create_test_role() {
 	fi
 }
 
+# port_open tells whether something listens on 127.0.0.1:$1.
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_port() {
+	local name=$1 port=$2
+	for _ in $(seq 1 120); do
+		if port_open "$port"; then return 0; fi
+		sleep 0.5
+	done
+	log "$name did not come up on 127.0.0.1:$port within 60s"
+	return 1
+}
+
+apt_install() {
+	log "$1 is not installed; installing it with apt-get"
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >&2
+}
+
+# ensure_nats starts NATS with JetStream on 127.0.0.1:4222 unless NATS_URL names another
+# server.
+ensure_nats() {
+	local nats_url="${NATS_URL:-nats://127.0.0.1:4222}"
+	echo "export NATS_URL='$nats_url'"
+	if [ "$nats_url" != "nats://127.0.0.1:4222" ] || port_open 4222; then return 0; fi
+	command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || apt_install nats-server
+	local bin
+	bin=$(command -v nats-server || echo /usr/sbin/nats-server)
+	log "NATS is not running on 127.0.0.1:4222; starting it with JetStream"
+	as_root mkdir -p /var/lib/nats-server /var/log
+	as_root start-stop-daemon --start --oknodo --background --exec "$bin" -- \
+		-a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log >&2
+	wait_port NATS 4222
+}
+
+# ensure_rabbitmq starts RabbitMQ on 127.0.0.1:5672 unless RABBITMQ_URL names another
+# broker.
+ensure_rabbitmq() {
+	local amqp_url="${RABBITMQ_URL:-amqp://guest:guest@127.0.0.1:5672/}"
+	echo "export RABBITMQ_URL='$amqp_url'"
+	if [ "$amqp_url" != "amqp://guest:guest@127.0.0.1:5672/" ] || port_open 5672; then return 0; fi
+	command -v rabbitmq-server >/dev/null 2>&1 || [ -x /usr/sbin/rabbitmq-server ] || apt_install rabbitmq-server
+	log "RabbitMQ is not running on 127.0.0.1:5672; starting it"
+	# The node may be up with its application stopped (rabbitmqctl stop_app); else start
+	# the node.
+	if ! as_root env PATH="/usr/sbin:$PATH" rabbitmqctl -q start_app >/dev/null 2>&1; then
+		as_root env PATH="/usr/sbin:$PATH" rabbitmq-server -detached >&2 || true
+	fi
+	wait_port RabbitMQ 5672
+}
+
 main() {
+	ensure_nats
+	ensure_rabbitmq
 	if can_connect "$url"; then
 		echo "export TEST_DATABASE_URL='$url'"
 		return 0

@@ -1,0 +1,66 @@
+package kafkasink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outbox-go/outbox/activities"
+)
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	const (
+		permanent = "permanent"
+		retryable = "retryable"
+		ambiguous = "ambiguous"
+	)
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{kerr.UnknownTopicOrPartition, permanent},
+		{kerr.UnknownTopicID, permanent},
+		{fmt.Errorf("%w (uncompressed_bytes=2097152)", kerr.MessageTooLarge), permanent},
+		{kerr.RecordListTooLarge, permanent},
+		{kerr.InvalidRecord, permanent},
+		{kerr.InvalidTimestamp, permanent},
+		{kerr.InvalidTopicException, permanent},
+		{kerr.TopicAuthorizationFailed, permanent},
+		{kerr.ClusterAuthorizationFailed, permanent},
+		{kerr.SaslAuthenticationFailed, permanent},
+		{kerr.PolicyViolation, permanent},
+		{kerr.NotEnoughReplicas, retryable},
+		{kerr.NotLeaderForPartition, retryable},
+		{kerr.ThrottlingQuotaExceeded, retryable},
+		{kerr.UnknownServerError, retryable},
+		{kerr.RequestTimedOut, ambiguous},
+		{kerr.NotEnoughReplicasAfterAppend, ambiguous},
+		{context.DeadlineExceeded, retryable},
+		{context.Canceled, retryable},
+		{kgo.ErrRecordTimeout, retryable},
+		{kgo.ErrRecordRetries, retryable},
+		{kgo.ErrMaxBuffered, retryable},
+		{kgo.ErrClientClosed, ambiguous},
+		{errors.New("read tcp: connection reset by peer"), ambiguous},
+	} {
+		t.Run(tc.err.Error(), func(t *testing.T) {
+			err := classify("orders", tc.err)
+			got := ambiguous
+			if activities.IsPermanent(err) {
+				got = permanent
+			} else if _, ok := activities.IsRetryable(err); ok {
+				got = retryable
+			}
+			assert.Equal(t, tc.want, got, "%v", err)
+			assert.ErrorIs(t, err, tc.err)
+			assert.Contains(t, err.Error(), `topic "orders"`)
+		})
+	}
+	assert.NoError(t, classify("orders", nil))
+}

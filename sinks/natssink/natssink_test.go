@@ -1,0 +1,211 @@
+package natssink_test
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/sinks"
+	"github.com/outbox-go/outbox/sinks/natssink"
+)
+
+// natsURL is the local server scripts/services.sh starts (NATS_URL overrides it).
+func natsURL() string { return cmp.Or(os.Getenv("NATS_URL"), "nats://127.0.0.1:4222") }
+
+// stream makes a stream of its own for the test over prefix.>, removed afterwards.
+func stream(t *testing.T) (jetstream.JetStream, jetstream.Stream, string) {
+	t.Helper()
+	nc, err := nats.Connect(natsURL())
+	require.NoError(t, err, "NATS with JetStream must run at %s: run scripts/services.sh", natsURL())
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	prefix := "outboxtest_" + uuid.NewString()[:8]
+	ctx := context.Background()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: prefix, Subjects: []string{prefix + ".>"}, Duplicates: time.Minute})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), prefix) })
+	return js, st, prefix
+}
+
+func newSink(t *testing.T, cfg activities.SinkConfig) *natssink.Sink {
+	t.Helper()
+	cfg.URL = cmp.Or(cfg.URL, natsURL())
+	h, err := natssink.New("orders", cfg)
+	require.NoError(t, err)
+	s := h.(*natssink.Sink)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func message(topic, key string) activities.Delivery {
+	id := uuid.New()
+	return activities.Delivery{
+		MessageID: id, Topic: topic, OrderingKey: key, Attempt: 1, MaxAttempts: 12,
+		Payload: json.RawMessage(fmt.Sprintf(`{"id":%q}`, id)), Headers: map[string]string{"tenant": "t1"},
+		CreatedAt: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC),
+	}
+}
+
+// fetchAll reads the stream's messages from the start.
+func fetchAll(t *testing.T, st jetstream.Stream, want int) []jetstream.Msg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	require.NoError(t, err)
+	var got []jetstream.Msg
+	for len(got) < want {
+		batch, err := cons.Fetch(want-len(got), jetstream.FetchMaxWait(5*time.Second))
+		require.NoError(t, err)
+		n := 0
+		for m := range batch.Messages() {
+			got = append(got, m)
+			n++
+		}
+		require.NotZero(t, n, "the stream holds %d of %d messages", len(got), want)
+	}
+	return got
+}
+
+func TestSendDeliversEachMessageOnce(t *testing.T) {
+	t.Parallel()
+	_, st, prefix := stream(t)
+	s := newSink(t, activities.SinkConfig{Subject: prefix + ".{topic}", Headers: map[string]string{"source": "outbox"}})
+	require.NoError(t, s.Open(context.Background()))
+
+	const n = 50
+	sent := map[string]activities.Delivery{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range n {
+		d := message("order.created", fmt.Sprintf("k%d", i%5))
+		sent[d.MessageID.String()] = d
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := s.Send(context.Background(), d)
+			mu.Lock()
+			defer mu.Unlock()
+			require.NoError(t, err)
+		}()
+	}
+	wg.Wait()
+
+	seen := map[string]bool{}
+	for _, m := range fetchAll(t, st, n) {
+		h := m.Headers()
+		id := h.Get(jetstream.MsgIDHeader)
+		require.Equal(t, id, h.Get(sinks.HeaderMessageID))
+		d, ok := sent[id]
+		require.True(t, ok, "unknown message %s", id)
+		require.False(t, seen[id], "message %s seen twice", id)
+		seen[id] = true
+		require.Equal(t, prefix+".order.created", m.Subject())
+		require.JSONEq(t, string(d.Payload), string(m.Data()))
+		require.Equal(t, "order.created", h.Get(sinks.HeaderTopic))
+		require.Equal(t, d.OrderingKey, h.Get(sinks.HeaderOrderingKey))
+		require.Equal(t, "t1", h.Get("tenant"))
+		require.Equal(t, "outbox", h.Get("source"))
+		require.Equal(t, "2026-12-01T10:00:00Z", h.Get(sinks.HeaderCreatedAt))
+	}
+	require.Len(t, seen, n)
+}
+
+func TestResendInsideDuplicateWindowIsAbsorbed(t *testing.T) {
+	t.Parallel()
+	_, st, prefix := stream(t)
+	s := newSink(t, activities.SinkConfig{Subject: prefix + ".{ordering_key}"})
+	d := message("order.created", "customer-7")
+	require.NoError(t, s.Send(context.Background(), d))
+	d.Attempt = 2
+	require.NoError(t, s.Send(context.Background(), d), "a resend counts as delivered")
+
+	info, err := st.Info(context.Background())
+	require.NoError(t, err)
+	require.EqualValues(t, 1, info.State.Msgs, "the stream stored the message once")
+	got := fetchAll(t, st, 1)
+	require.Equal(t, prefix+".customer-7", got[0].Subject())
+}
+
+func TestMissingStreamIsPermanent(t *testing.T) {
+	t.Parallel()
+	subject := "outboxtest_nostream_" + uuid.NewString()[:8]
+	s := newSink(t, activities.SinkConfig{Subject: subject})
+	err := s.Open(context.Background())
+	require.ErrorContains(t, err, fmt.Sprintf("no JetStream stream captures subject %q", subject))
+
+	err = s.Send(context.Background(), message("order.created", ""))
+	require.Error(t, err)
+	require.True(t, activities.IsPermanent(err), "%v", err)
+	require.ErrorContains(t, err, subject)
+}
+
+func TestSubjectFromTemplate(t *testing.T) {
+	t.Parallel()
+	_, _, prefix := stream(t)
+	s := newSink(t, activities.SinkConfig{Subject: prefix + ".{ordering_key}"})
+
+	err := s.Send(context.Background(), message("order.created", ""))
+	require.True(t, activities.IsPermanent(err), "%v", err)
+	require.ErrorContains(t, err, "has no ordering key")
+
+	err = s.Send(context.Background(), message("order.created", "a b"))
+	require.True(t, activities.IsPermanent(err), "%v", err)
+	require.ErrorContains(t, err, "white space")
+
+	err = s.Send(context.Background(), message("order.created", "a..b"))
+	require.True(t, activities.IsPermanent(err), "%v", err)
+	require.ErrorContains(t, err, "empty token")
+}
+
+func TestUnreachableServer(t *testing.T) {
+	t.Parallel()
+	s := newSink(t, activities.SinkConfig{URL: "nats://user:hunter2@127.0.0.1:1"})
+	err := s.Open(context.Background())
+	require.ErrorContains(t, err, "connect to nats nats://127.0.0.1:1")
+	require.NotContains(t, err.Error(), "hunter2")
+
+	err = s.Send(context.Background(), message("order.created", ""))
+	_, retryable := activities.IsRetryable(err)
+	require.True(t, retryable, "%v", err)
+}
+
+func TestSendAfterCloseIsRetryable(t *testing.T) {
+	t.Parallel()
+	_, _, prefix := stream(t)
+	s := newSink(t, activities.SinkConfig{Subject: prefix + ".x"})
+	require.NoError(t, s.Open(context.Background()))
+	require.NoError(t, s.Close())
+	_, retryable := activities.IsRetryable(s.Send(context.Background(), message("order.created", "")))
+	require.True(t, retryable)
+}
+
+func TestNewRefusesBadSettings(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cfg  activities.SinkConfig
+		want string
+	}{
+		{activities.SinkConfig{}, "url: must be set"},
+		{activities.SinkConfig{URL: "http://127.0.0.1:4222"}, "url: must be nats://host:port"},
+		{activities.SinkConfig{URL: "nats://u:secret@h:1,ftp://h:2"}, `got "nats://h:1,ftp://h:2"`},
+		{activities.SinkConfig{URL: "nats://h:1", Subject: "a.{nope}"}, "subject: unknown placeholder {nope}"},
+		{activities.SinkConfig{URL: "nats://h:1", TLS: activities.TLSFiles{CAFile: "/nonexistent/ca.pem"}}, "tls.ca_file"},
+	} {
+		_, err := natssink.New("orders", tc.cfg)
+		require.ErrorContains(t, err, tc.want)
+		require.NotContains(t, err.Error(), "secret")
+	}
+}

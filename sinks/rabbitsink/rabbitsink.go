@@ -1,0 +1,553 @@
+// Package rabbitsink is the RabbitMQ sink of the outbox (sink: rabbitmq): it publishes each
+// message to an exchange with a routing key, and reports it delivered only once the broker
+// has confirmed it.
+//
+// A message is published persistent (delivery mode 2), with the message ID as the AMQP
+// message_id property, the payload as the body (content type application/json), the
+// message's creation time as the timestamp, and the headers of [sinks.Headers] as the
+// headers table. Publishing is mandatory and on confirm-mode channels: a message the
+// exchange routes to no queue comes back to the sink, which fails the send permanently with
+// a reason that names the exchange and the routing key, rather than letting the broker drop
+// it.
+//
+// A sink holds one connection and a small pool of channels, each carrying one publish at a
+// time, so that a returned message and the confirm that follows it on a channel belong to
+// the same send. When the broker closes the connection (a restart, a forced close, a lost
+// network) the next send dials again; a channel the broker closed is dropped from the pool.
+//
+// Failures are classified for the delivery workflow: nothing sent (no connection, the
+// broker nacked, the broker blocks publishers) is retryable; a connection lost or a context
+// done between the publish and its confirm is ambiguous, the broker may have the message; a
+// message the broker refused for good (unroutable, missing exchange, access refused,
+// precondition failed such as a message over the size limit) is permanent.
+package rabbitsink
+
+import (
+	"cmp"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/sinks"
+)
+
+// DefaultRoutingKey is the routing key template of a sink whose routing_key is empty: the
+// topic, which the default exchange routes to the queue of that name.
+const DefaultRoutingKey = "{topic}"
+
+const (
+	// maxChannels bounds the channels, and so the publishes in flight, of one sink. A send
+	// beyond it waits for a channel to come back to the pool.
+	maxChannels = 16
+	// dialTimeout bounds the TCP connect and the TLS and AMQP handshakes of a dial, unless
+	// the caller's context ends first.
+	dialTimeout = 30 * time.Second
+	// closeTimeout bounds the connection.close handshake of Close.
+	closeTimeout = 10 * time.Second
+	// maxShortstr is the longest exchange name, routing key or header name AMQP can carry.
+	maxShortstr = 255
+)
+
+// ErrClosed is wrapped, as a retryable failure, by the error of a Send after Close.
+var ErrClosed = errors.New("rabbitmq: the sink is closed")
+
+// Sink publishes a topic's messages to RabbitMQ. Build it with New; it is safe for
+// concurrent use. Open connects it ahead of the first message, and Close disconnects it.
+type Sink struct {
+	url        string // as configured, credentials included: never shown
+	shown      string // url without credentials, path or query, for errors
+	exchange   string
+	routingKey sinks.Template
+	headers    map[string]string
+	config     amqp.Config   // everything a dial needs but Dial and TLSClientConfig
+	tls        *tls.Config   // nil for plain TCP; cloned for each dial
+	slots      chan struct{} // one token per channel in use
+	dialing    chan struct{} // held by the one Send or Open that dials
+	mu         sync.Mutex    // guards what follows
+	conn       *connection   // nil before the first dial and after Close
+	idle       []*pubChannel // channels of conn that no publish uses
+	closed     bool
+}
+
+// connection is the sink's AMQP connection, with the state the sink keeps beside it.
+type connection struct {
+	amqp *amqp.Connection
+	net  net.Conn               // the TCP connection under it
+	stop atomic.Pointer[string] // the broker's reason while it blocks publishers
+}
+
+// pubChannel is a confirm-mode channel of the pool, with the notifications of the one
+// publish that uses it at a time.
+type pubChannel struct {
+	ch      *amqp.Channel
+	conn    *connection
+	returns chan amqp.Return // messages the broker returned as unroutable
+	closes  chan *amqp.Error // the reason the channel closed, if not by the sink
+}
+
+// New returns the sink of a topic's rabbitmq settings: url (amqp:// or amqps://),
+// exchange (empty: the default exchange), routing_key (a template, default {topic}),
+// headers, username and password (PLAIN authentication instead of the URL's credentials)
+// and tls (used for amqps://). It checks the settings and reads the TLS files but does not
+// connect: Open or the first Send does. Errors name the setting at fault and never show
+// credentials.
+func New(topic string, cfg activities.SinkConfig) (activities.Handler, error) {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{key}, args...)...))
+	}
+	urlOK, secure := false, false
+	if err := CheckURL(cfg.URL); err != nil {
+		bad("url", "%v", err)
+	} else {
+		u, _ := url.Parse(cfg.URL)
+		urlOK, secure = true, u.Scheme == "amqps"
+	}
+	key := cmp.Or(cfg.RoutingKey, DefaultRoutingKey)
+	tmpl, err := sinks.ParseTemplate(key)
+	switch {
+	case err != nil:
+		bad("routing_key", "%v", err)
+	case tmpl.Static() && len(key) > maxShortstr:
+		bad("routing_key", "must be at most %d bytes, got %d", maxShortstr, len(key))
+	}
+	if len(cfg.Exchange) > maxShortstr {
+		bad("exchange", "must be at most %d bytes, got %d", maxShortstr, len(cfg.Exchange))
+	}
+	for name := range cfg.Headers {
+		if len(name) > maxShortstr {
+			bad("headers", "header name %.32q... must be at most %d bytes, got %d", name, maxShortstr, len(name))
+		}
+	}
+	if cfg.Password != "" && cfg.Username == "" {
+		bad("username", "must be set with password")
+	}
+	var tlsConfig *tls.Config
+	if !cfg.TLS.IsZero() && urlOK && !secure {
+		bad("tls", "is set, but url %s does not use TLS: use amqps://", sinks.Redact(cfg.URL))
+	}
+	if secure || !cfg.TLS.IsZero() {
+		// Load's errors name the setting (tls.ca_file ...) already.
+		if tlsConfig, err = cfg.TLS.Load(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+
+	props := amqp.NewConnectionProperties()
+	props.SetClientConnectionName("outbox " + topic)
+	config := amqp.Config{Properties: props}
+	if cfg.Username != "" {
+		config.SASL = []amqp.Authentication{&amqp.PlainAuth{Username: cfg.Username, Password: cfg.Password}}
+	}
+	return &Sink{
+		url:        cfg.URL,
+		shown:      sinks.Redact(cfg.URL),
+		exchange:   cfg.Exchange,
+		routingKey: tmpl,
+		headers:    cfg.Headers,
+		config:     config,
+		tls:        tlsConfig,
+		slots:      make(chan struct{}, maxChannels),
+		dialing:    make(chan struct{}, 1),
+	}, nil
+}
+
+// CheckURL checks a broker URL: amqp:// or amqps:// with a host. Its errors show the URL
+// without credentials.
+func CheckURL(raw string) error {
+	if raw == "" {
+		return errors.New("must be set: the broker's amqp:// or amqps:// URL")
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Hostname() == "" {
+		return fmt.Errorf("must be an amqp:// or amqps:// URL with a host, got %q", sinks.Redact(raw))
+	}
+	// The URL parses, so ParseURI's errors are about its port, query options or spaces,
+	// and do not quote it.
+	if _, err := amqp.ParseURI(raw); err != nil {
+		return fmt.Errorf("must be a valid amqp:// or amqps:// URL, got %q: %v", sinks.Redact(raw), err)
+	}
+	return nil
+}
+
+// Open connects to the broker and opens a first channel, so that a broker the worker
+// cannot reach, or credentials it refuses, stop the worker's start. When the sink
+// publishes to a named exchange, Open also checks that the exchange exists.
+func (s *Sink) Open(ctx context.Context) error {
+	c, err := s.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	conn := c.conn
+	s.release(c, true)
+	if s.exchange == "" {
+		return nil
+	}
+	// A passive declare that fails closes its channel: use one of its own.
+	ch, err := conn.amqp.Channel()
+	if err != nil {
+		return fmt.Errorf("rabbitmq: open a channel on %s: %w", s.shown, err)
+	}
+	defer func() { _ = ch.Close() }()
+	if err := ch.ExchangeDeclarePassive(s.exchange, amqp.ExchangeDirect, false, false, false, false, nil); err != nil {
+		var aerr *amqp.Error
+		if errors.As(err, &aerr) && aerr.Code == amqp.NotFound {
+			return fmt.Errorf("rabbitmq: exchange %q not found on %s (%w): declare it, or fix exchange", s.exchange, s.shown, brokerError{aerr})
+		}
+		return fmt.Errorf("rabbitmq: check exchange %q on %s: %w", s.exchange, s.shown, err)
+	}
+	return nil
+}
+
+// Send publishes d and waits for the broker's confirm. See the package documentation for
+// how its failures are classified.
+func (s *Sink) Send(ctx context.Context, d activities.Delivery) error {
+	key, err := s.routingKey.Expand(d)
+	if err != nil {
+		return err // permanent already
+	}
+	if len(key) > maxShortstr {
+		return activities.Permanent(fmt.Errorf("rabbitmq: routing key %.32q... of message %s is %d bytes, more than the %d AMQP allows: fix routing_key",
+			key, d.MessageID, len(key), maxShortstr))
+	}
+	headers := sinks.Headers(ctx, d, s.headers)
+	table := make(amqp.Table, len(headers))
+	for name, v := range headers {
+		if len(name) > maxShortstr {
+			return activities.Permanent(fmt.Errorf("rabbitmq: header name %.32q... of message %s is %d bytes, more than the %d AMQP allows",
+				name, d.MessageID, len(name), maxShortstr))
+		}
+		table[name] = v
+	}
+	msg := amqp.Publishing{
+		Headers:      table,
+		ContentType:  "application/json",
+		DeliveryMode: amqp.Persistent,
+		MessageId:    d.MessageID.String(),
+		Timestamp:    d.CreatedAt,
+		Body:         d.Payload,
+	}
+
+	c, err := s.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	keep, err := s.publish(ctx, c, key, msg)
+	s.release(c, keep)
+	return err
+}
+
+// publish publishes msg on c and waits for its confirm. keep reports whether c may serve
+// the next publish: it is open and owes no confirm.
+func (s *Sink) publish(ctx context.Context, c *pubChannel, key string, msg amqp.Publishing) (keep bool, err error) {
+	if reason := c.conn.stop.Load(); reason != nil {
+		// The broker would not read the message until its alarm clears.
+		return true, activities.Retryable(fmt.Errorf("rabbitmq: %s blocks publishers (%s)", s.shown, *reason), 0)
+	}
+	drain(c.returns)
+	dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, s.exchange, key, true, false, msg)
+	if err != nil {
+		// The channel or connection was closed, the context was done, or the frames
+		// could not all be written: the broker routes no message it did not receive
+		// whole.
+		ctxDone := ctx.Err() != nil && errors.Is(err, ctx.Err())
+		return ctxDone, activities.Retryable(fmt.Errorf("rabbitmq: publish to %s on %s: %w", s.where(key), s.shown, err), 0)
+	}
+	acked, err := dc.WaitContext(ctx)
+	if err != nil {
+		// The confirm may still come, on a channel no other publish may now use.
+		return false, activities.Ambiguous(fmt.Errorf("rabbitmq: no confirm from %s for the message published to %s: %w", s.shown, s.where(key), err))
+	}
+	if !acked {
+		select {
+		case aerr := <-c.closes:
+			// The channel closed, which resolves every pending confirm as a nack; the
+			// channel reports why before it does.
+			return false, s.closedError(aerr, key)
+		default:
+			return true, activities.Retryable(fmt.Errorf("rabbitmq: %s nacked the message published to %s: the broker did not take it", s.shown, s.where(key)), 0)
+		}
+	}
+	// The client hands a basic.return to NotifyReturn before it processes the ack that
+	// follows it, so a return for this message is buffered by now.
+	for {
+		select {
+		case r, ok := <-c.returns:
+			if !ok {
+				return false, nil
+			}
+			if r.MessageId != msg.MessageId {
+				continue // not this publish's: cannot happen with one publish per channel
+			}
+			return true, activities.Permanent(s.returnedError(r))
+		default:
+			return true, nil
+		}
+	}
+}
+
+// where names the destination of a publish with the routing key key.
+func (s *Sink) where(key string) string {
+	if s.exchange == "" {
+		return fmt.Sprintf("the default exchange with routing key %q", key)
+	}
+	return fmt.Sprintf("exchange %q with routing key %q", s.exchange, key)
+}
+
+// returnedError describes a message the broker returned.
+func (s *Sink) returnedError(r amqp.Return) error {
+	fix := "bind a queue that matches, or fix routing_key"
+	by := fmt.Sprintf("exchange %q", r.Exchange)
+	if r.Exchange == "" {
+		fix = fmt.Sprintf("declare a queue named %q, or fix routing_key", r.RoutingKey)
+		by = "the default exchange"
+	}
+	return fmt.Errorf("rabbitmq: message returned unroutable (%d %s) by %s with routing key %q: %s",
+		r.ReplyCode, r.ReplyText, by, r.RoutingKey, fix)
+}
+
+// closedError classifies the closing of a channel between a publish and its confirm: aerr
+// is the broker's reason, or nil when the sink closed it.
+func (s *Sink) closedError(aerr *amqp.Error, key string) error {
+	if aerr == nil {
+		return activities.Ambiguous(fmt.Errorf("rabbitmq: connection to %s closed before the broker confirmed the message published to %s", s.shown, s.where(key)))
+	}
+	berr := brokerError{aerr}
+	switch aerr.Code {
+	case amqp.NotFound:
+		if s.exchange == "" {
+			return activities.Permanent(fmt.Errorf("rabbitmq: %s refused the message published to %s (%w)", s.shown, s.where(key), berr))
+		}
+		return activities.Permanent(fmt.Errorf("rabbitmq: exchange %q not found on %s (%w): declare it, or fix exchange", s.exchange, s.shown, berr))
+	case amqp.AccessRefused:
+		return activities.Permanent(fmt.Errorf("rabbitmq: %s refused to let the user publish to %s (%w): grant write permission, or fix username", s.shown, s.where(key), berr))
+	case amqp.PreconditionFailed:
+		return activities.Permanent(fmt.Errorf("rabbitmq: %s rejected the message published to %s (%w)", s.shown, s.where(key), berr))
+	default:
+		return activities.Ambiguous(fmt.Errorf("rabbitmq: %s closed the channel before it confirmed the message published to %s (%w); it may have the message", s.shown, s.where(key), berr))
+	}
+}
+
+// brokerError shows an AMQP exception as its code and the broker's text ("404 NOT_FOUND -
+// no exchange ..."), and unwraps to it.
+type brokerError struct{ err *amqp.Error }
+
+func (e brokerError) Error() string { return fmt.Sprintf("%d %s", e.err.Code, e.err.Reason) }
+func (e brokerError) Unwrap() error { return e.err }
+
+// Close closes the connection, and with it every channel; a publish still waiting for its
+// confirm fails as ambiguous, and a Send after Close fails as retryable.
+func (s *Sink) Close() error {
+	s.mu.Lock()
+	conn := s.conn
+	s.closed, s.conn, s.idle = true, nil, nil
+	s.mu.Unlock()
+	if conn == nil || conn.amqp.IsClosed() {
+		return nil
+	}
+	if err := conn.amqp.CloseDeadline(time.Now().Add(closeTimeout)); err != nil && !errors.Is(err, amqp.ErrClosed) {
+		return fmt.Errorf("rabbitmq: close the connection to %s: %w", s.shown, err)
+	}
+	return nil
+}
+
+// acquire returns a channel for one publish: an idle one of the pool, or a new one,
+// connecting first if the sink has no open connection. Its errors are retryable: nothing
+// was sent.
+func (s *Sink) acquire(ctx context.Context) (*pubChannel, error) {
+	select {
+	case s.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, activities.Retryable(fmt.Errorf("rabbitmq: wait for a channel to %s: %w", s.shown, ctx.Err()), 0)
+	}
+	conn, err := s.connect(ctx)
+	if err != nil {
+		<-s.slots
+		return nil, err
+	}
+	s.mu.Lock()
+	for len(s.idle) > 0 {
+		c := s.idle[len(s.idle)-1]
+		s.idle = s.idle[:len(s.idle)-1]
+		if c.conn == conn && !c.ch.IsClosed() {
+			s.mu.Unlock()
+			return c, nil
+		}
+		discard(c)
+	}
+	s.mu.Unlock()
+	c, err := openChannel(conn)
+	if err != nil {
+		<-s.slots
+		return nil, activities.Retryable(fmt.Errorf("rabbitmq: open a channel on %s: %w", s.shown, err), 0)
+	}
+	return c, nil
+}
+
+// release gives back the slot of a channel acquire returned, and puts the channel back in
+// the pool when keep is set and it is still open on the current connection.
+func (s *Sink) release(c *pubChannel, keep bool) {
+	defer func() { <-s.slots }()
+	if keep {
+		s.mu.Lock()
+		if !s.closed && c.conn == s.conn && !c.ch.IsClosed() {
+			s.idle = append(s.idle, c)
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+	}
+	discard(c)
+}
+
+// connect returns the sink's open connection, dialing when it has none or the one it had
+// was closed. One caller dials at a time; the others wait for it, or for their context.
+func (s *Sink) connect(ctx context.Context) (*connection, error) {
+	if conn, err := s.current(); conn != nil || err != nil {
+		return conn, err
+	}
+	select {
+	case s.dialing <- struct{}{}:
+		defer func() { <-s.dialing }()
+	case <-ctx.Done():
+		return nil, activities.Retryable(fmt.Errorf("rabbitmq: connect to %s: %w", s.shown, ctx.Err()), 0)
+	}
+	if conn, err := s.current(); conn != nil || err != nil {
+		return conn, err // dialed while this caller waited
+	}
+	conn, err := s.dial(ctx)
+	if err != nil {
+		return nil, activities.Retryable(fmt.Errorf("rabbitmq: connect to %s: %w", s.shown, err), 0)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		_ = conn.amqp.Close()
+		return nil, activities.Retryable(ErrClosed, 0)
+	}
+	for _, c := range s.idle {
+		discard(c)
+	}
+	s.conn, s.idle = conn, nil
+	return conn, nil
+}
+
+// current returns the sink's connection if it is open, nil if there is none, and an error
+// after Close.
+func (s *Sink) current() (*connection, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, activities.Retryable(ErrClosed, 0)
+	}
+	if s.conn != nil && !s.conn.amqp.IsClosed() {
+		return s.conn, nil
+	}
+	return nil, nil
+}
+
+// dial opens a connection. ctx bounds the TCP connect and the handshakes, not the
+// connection's life.
+func (s *Sink) dial(ctx context.Context) (*connection, error) {
+	conn := &connection{}
+	config := s.config
+	if s.tls != nil {
+		config.TLSClientConfig = s.tls.Clone() // the client fills in ServerName
+	}
+	var stop func() bool
+	config.Dial = func(network, addr string) (net.Conn, error) {
+		d := net.Dialer{Timeout: dialTimeout}
+		nc, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		// The client clears the deadline once the AMQP handshake is done.
+		deadline := time.Now().Add(dialTimeout)
+		if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+			deadline = dl
+		}
+		if err := nc.SetDeadline(deadline); err != nil {
+			_ = nc.Close()
+			return nil, err
+		}
+		stop = context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+		conn.net = nc
+		return nc, nil
+	}
+	c, err := amqp.DialConfig(s.url, config)
+	if stop != nil && !stop() && err == nil {
+		// ctx ended during the handshake; its deadline may hit the connection yet.
+		_ = c.Close()
+		return nil, ctx.Err()
+	}
+	if err != nil {
+		return nil, err
+	}
+	conn.amqp = c
+	blocks := c.NotifyBlocked(make(chan amqp.Blocking, 1))
+	go func() {
+		// Ends when the connection closes, which closes blocks.
+		for b := range blocks {
+			if b.Active {
+				reason := cmp.Or(b.Reason, "resource alarm")
+				conn.stop.Store(&reason)
+			} else {
+				conn.stop.Store(nil)
+			}
+		}
+	}()
+	return conn, nil
+}
+
+// openChannel opens a confirm-mode channel on conn.
+func openChannel(conn *connection) (*pubChannel, error) {
+	ch, err := conn.amqp.Channel()
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		_ = ch.Close()
+		return nil, err
+	}
+	return &pubChannel{
+		ch:   ch,
+		conn: conn,
+		// One publish at a time gets at most one return; the slack keeps the client's
+		// reader from ever waiting on this channel.
+		returns: ch.NotifyReturn(make(chan amqp.Return, 4)),
+		closes:  ch.NotifyClose(make(chan *amqp.Error, 1)),
+	}, nil
+}
+
+// discard closes a channel the pool no longer wants, without waiting for the broker.
+func discard(c *pubChannel) {
+	if !c.ch.IsClosed() {
+		go func() { _ = c.ch.Close() }()
+	}
+}
+
+// drain empties a notification channel without blocking.
+func drain[T any](ch <-chan T) {
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+		default:
+			return
+		}
+	}
+}

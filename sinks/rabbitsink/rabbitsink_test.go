@@ -1,0 +1,634 @@
+package rabbitsink_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/sinks"
+	"github.com/outbox-go/outbox/sinks/rabbitsink"
+)
+
+// The tests run against a real broker: RABBITMQ_URL, or the local one with the default
+// guest account.
+func brokerURL() string {
+	if u := os.Getenv("RABBITMQ_URL"); u != "" {
+		return u
+	}
+	return "amqp://guest:guest@127.0.0.1:5672/"
+}
+
+// broker is a test's own connection to the broker, to set up and inspect what the sink
+// publishes to.
+type broker struct {
+	t    *testing.T
+	conn *amqp.Connection
+	ch   *amqp.Channel
+	name string // a prefix unique to the test
+}
+
+func newBroker(t *testing.T) *broker {
+	t.Helper()
+	conn, err := amqp.Dial(brokerURL())
+	if err != nil {
+		t.Fatalf("cannot connect to RabbitMQ at %s: %v\nstart it with scripts/services.sh (or set RABBITMQ_URL)", sinks.Redact(brokerURL()), err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &broker{t: t, conn: conn, ch: ch, name: "outbox-test-" + uuid.NewString()[:8]}
+	t.Cleanup(func() { _ = conn.Close() })
+	return b
+}
+
+// exchange declares a direct exchange that is deleted when the test ends.
+func (b *broker) exchange(name string) string {
+	b.t.Helper()
+	name = b.name + "-" + name
+	if err := b.ch.ExchangeDeclare(name, amqp.ExchangeDirect, false, false, false, false, nil); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() { b.cleanup(func(ch *amqp.Channel) error { return ch.ExchangeDelete(name, false, false) }) })
+	return name
+}
+
+// queue declares a queue bound to exchange with each key, deleted when the test ends.
+func (b *broker) queue(name, exchange string, args amqp.Table, keys ...string) string {
+	b.t.Helper()
+	name = b.name + "-" + name
+	if _, err := b.ch.QueueDeclare(name, false, false, false, false, args); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() {
+		b.cleanup(func(ch *amqp.Channel) error { _, err := ch.QueueDelete(name, false, false, false); return err })
+	})
+	for _, k := range keys {
+		if err := b.ch.QueueBind(name, k, exchange, false, nil); err != nil {
+			b.t.Fatal(err)
+		}
+	}
+	return name
+}
+
+// cleanup runs f on a fresh channel: the test may have closed b.ch with an error.
+func (b *broker) cleanup(f func(*amqp.Channel) error) {
+	ch, err := b.conn.Channel()
+	if err != nil {
+		b.t.Errorf("cleanup: %v", err)
+		return
+	}
+	defer ch.Close()
+	if err := f(ch); err != nil {
+		b.t.Errorf("cleanup: %v", err)
+	}
+}
+
+// depth returns the number of ready messages in queue.
+func (b *broker) depth(queue string) int {
+	b.t.Helper()
+	q, err := b.ch.QueueDeclarePassive(queue, false, false, false, false, nil)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return q.Messages
+}
+
+// newSink builds a sink with the test broker's URL, closed when the test ends.
+func newSink(t *testing.T, topic string, cfg activities.SinkConfig) *rabbitsink.Sink {
+	t.Helper()
+	if cfg.URL == "" {
+		cfg.URL = brokerURL()
+	}
+	h, err := rabbitsink.New(topic, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := h.(*rabbitsink.Sink)
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+func delivery(topic string, n int) activities.Delivery {
+	return activities.Delivery{
+		MessageID: uuid.New(),
+		Topic:     topic,
+		Payload:   json.RawMessage(fmt.Sprintf(`{"n":%d}`, n)),
+		Headers:   map[string]string{"X-Row": fmt.Sprint(n)},
+		CreatedAt: time.Now().UTC().Truncate(time.Second), // AMQP timestamps are in seconds
+		Attempt:   1,
+	}
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestConcurrentPublishesAreDeliveredOnceWithProperties(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	ex := b.exchange("orders")
+	topic := b.name + ".order.created"
+	q := b.queue("orders", ex, nil, topic)
+	s := newSink(t, topic, activities.SinkConfig{Exchange: ex, Headers: map[string]string{"X-Team": "checkout"}})
+	ctx := ctxFor(t)
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	port := s.LocalPort()
+
+	const n, workers = 50, 8
+	sent := make(map[string]activities.Delivery, n)
+	work := make(chan activities.Delivery)
+	for i := range n {
+		d := delivery(topic, i)
+		sent[d.MessageID.String()] = d
+	}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for d := range work {
+				if err := s.Send(ctx, d); err != nil {
+					t.Errorf("Send %s: %v", d.MessageID, err)
+				}
+			}
+		})
+	}
+	for _, d := range sent {
+		work <- d
+	}
+	close(work)
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	if got := s.LocalPort(); got != port {
+		t.Errorf("the sink reconnected (port %d, then %d): want one connection", port, got)
+	}
+	if idle := s.IdleChannels(); idle < 1 || idle > workers {
+		t.Errorf("%d idle channels after %d concurrent publishers: want 1..%d", idle, workers, workers)
+	}
+
+	deliveries, err := b.ch.Consume(q, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	timeout := time.After(10 * time.Second)
+	for len(seen) < n {
+		select {
+		case m := <-deliveries:
+			want, ok := sent[m.MessageId]
+			switch {
+			case !ok:
+				t.Fatalf("unexpected message_id %q", m.MessageId)
+			case seen[m.MessageId]:
+				t.Fatalf("message %s consumed twice", m.MessageId)
+			}
+			seen[m.MessageId] = true
+			checkMessage(t, m, want)
+		case <-timeout:
+			t.Fatalf("consumed %d of %d messages", len(seen), n)
+		}
+	}
+	// Every Send returned after the broker's confirm: a duplicate would be queued by now.
+	if depth := b.depth(q); depth != 0 {
+		t.Errorf("%d more messages in the queue after all %d were consumed", depth, n)
+	}
+	select {
+	case m := <-deliveries:
+		t.Errorf("extra delivery %s", m.MessageId)
+	default:
+	}
+}
+
+func checkMessage(t *testing.T, m amqp.Delivery, want activities.Delivery) {
+	t.Helper()
+	id := want.MessageID.String()
+	if m.DeliveryMode != amqp.Persistent {
+		t.Errorf("%s: delivery mode %d, want persistent", id, m.DeliveryMode)
+	}
+	if m.ContentType != "application/json" {
+		t.Errorf("%s: content type %q", id, m.ContentType)
+	}
+	if string(m.Body) != string(want.Payload) {
+		t.Errorf("%s: body %s, want %s", id, m.Body, want.Payload)
+	}
+	if !m.Timestamp.Equal(want.CreatedAt) {
+		t.Errorf("%s: timestamp %v, want %v", id, m.Timestamp, want.CreatedAt)
+	}
+	if m.RoutingKey != want.Topic {
+		t.Errorf("%s: routing key %q, want the topic %q", id, m.RoutingKey, want.Topic)
+	}
+	for k, v := range map[string]string{
+		sinks.HeaderMessageID: id,
+		sinks.HeaderTopic:     want.Topic,
+		sinks.HeaderAttempt:   "1",
+		sinks.HeaderCreatedAt: want.CreatedAt.Format(time.RFC3339Nano),
+		"X-Team":              "checkout",
+		"X-Row":               want.Headers["X-Row"],
+	} {
+		if got, _ := m.Headers[k].(string); got != v {
+			t.Errorf("%s: header %s = %v, want %q", id, k, m.Headers[k], v)
+		}
+	}
+}
+
+func TestUnroutableMessageIsPermanentAndNotMisattributed(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	ex := b.exchange("routed")
+	routed, nowhere := b.name+".routed", b.name+".nowhere"
+	q := b.queue("routed", ex, nil, routed)
+	s := newSink(t, "ignored", activities.SinkConfig{Exchange: ex, RoutingKey: "{topic}"})
+	ctx := ctxFor(t)
+
+	err := s.Send(ctx, delivery(nowhere, 0))
+	if !activities.IsPermanent(err) {
+		t.Fatalf("unroutable message: got %v, want a permanent error", err)
+	}
+	t.Logf("unroutable: %v", err)
+	for _, want := range []string{"312 NO_ROUTE", fmt.Sprintf("exchange %q", ex), fmt.Sprintf("routing key %q", nowhere), "routing_key"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not contain %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "guest:") {
+		t.Errorf("error shows credentials: %v", err)
+	}
+
+	// Routable and unroutable publishes interleaved on the same sink: each gets its own
+	// outcome.
+	const n = 40
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range 8 {
+		wg.Go(func() {
+			for i := range work {
+				topic := routed
+				if i%2 == 1 {
+					topic = nowhere
+				}
+				err := s.Send(ctx, delivery(topic, i))
+				switch {
+				case topic == routed && err != nil:
+					t.Errorf("routable message %d: %v", i, err)
+				case topic == nowhere && !activities.IsPermanent(err):
+					t.Errorf("unroutable message %d: got %v, want a permanent error", i, err)
+				}
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if depth := b.depth(q); depth != n/2 {
+		t.Errorf("queue holds %d messages, want %d", depth, n/2)
+	}
+}
+
+func TestUnroutableOnDefaultExchange(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	topic := b.name + ".no-such-queue"
+	s := newSink(t, topic, activities.SinkConfig{})
+	err := s.Send(ctxFor(t), delivery(topic, 0))
+	if !activities.IsPermanent(err) {
+		t.Fatalf("got %v, want a permanent error", err)
+	}
+	for _, want := range []string{"312 NO_ROUTE", "the default exchange", fmt.Sprintf("declare a queue named %q", topic)} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not contain %q", err, want)
+		}
+	}
+
+	// The default exchange routes by queue name.
+	q := b.queue("by-name", "", nil)
+	if err := s.Send(ctxFor(t), delivery(q, 1)); err != nil {
+		t.Fatalf("Send to queue %s: %v", q, err)
+	}
+	if depth := b.depth(q); depth != 1 {
+		t.Errorf("queue holds %d messages, want 1", depth)
+	}
+}
+
+func TestNackIsRetryable(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	ex := b.exchange("full")
+	// A queue that holds nothing and rejects what overflows it: the broker nacks.
+	b.queue("full", ex, amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"}, "full")
+	q := b.queue("ok", ex, nil, "ok")
+	s := newSink(t, "t", activities.SinkConfig{Exchange: ex, RoutingKey: "{ordering_key}"})
+	ctx := ctxFor(t)
+
+	d := delivery("t", 0)
+	d.OrderingKey = "full"
+	err := s.Send(ctx, d)
+	if _, ok := activities.IsRetryable(err); !ok {
+		t.Fatalf("nacked message: got %v, want a retryable error", err)
+	}
+	t.Logf("nack: %v", err)
+	if !strings.Contains(err.Error(), "nacked") {
+		t.Errorf("error %q does not say the broker nacked", err)
+	}
+	d = delivery("t", 1)
+	d.OrderingKey = "ok"
+	if err := s.Send(ctx, d); err != nil {
+		t.Fatalf("Send after a nack: %v", err)
+	}
+	if depth := b.depth(q); depth != 1 {
+		t.Errorf("queue holds %d messages, want 1", depth)
+	}
+}
+
+func TestMissingExchange(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	missing := b.name + "-missing"
+	s := newSink(t, "t", activities.SinkConfig{Exchange: missing})
+	err := s.Open(ctxFor(t))
+	if err == nil {
+		t.Fatal("Open succeeded with a missing exchange")
+	}
+	t.Logf("Open, missing exchange: %v", err)
+	for _, want := range []string{fmt.Sprintf("exchange %q not found", missing), "404", "fix exchange"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Open error %q does not contain %q", err, want)
+		}
+	}
+
+	// An exchange deleted after Open: the send fails for good, and the channel the broker
+	// closed is not reused once the exchange is back.
+	ex := b.exchange("deleted")
+	s = newSink(t, "t", activities.SinkConfig{Exchange: ex})
+	ctx := ctxFor(t)
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ch.ExchangeDelete(ex, false, false); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Send(ctx, delivery("t", 0))
+	if !activities.IsPermanent(err) || !strings.Contains(err.Error(), fmt.Sprintf("exchange %q not found", ex)) {
+		t.Fatalf("Send to a deleted exchange: got %v, want a permanent error naming it", err)
+	}
+	t.Logf("Send, deleted exchange: %v", err)
+	b.exchange("deleted")
+	q := b.queue("deleted", ex, nil, "t")
+	if err := s.Send(ctx, delivery("t", 1)); err != nil {
+		t.Fatalf("Send once the exchange is back: %v", err)
+	}
+	if depth := b.depth(q); depth != 1 {
+		t.Errorf("queue holds %d messages, want 1", depth)
+	}
+}
+
+func TestUnreachableBroker(t *testing.T) {
+	t.Parallel()
+	s := newSink(t, "t", activities.SinkConfig{URL: "amqp://user:s3cret@127.0.0.1:1/vhost"})
+	ctx := ctxFor(t)
+	err := s.Open(ctx)
+	if err == nil {
+		t.Fatal("Open succeeded with no broker")
+	}
+	t.Logf("Open, no broker: %v", err)
+	if !strings.Contains(err.Error(), "amqp://127.0.0.1:1") || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("Open error %q: want the redacted URL and no password", err)
+	}
+	err = s.Send(ctx, delivery("t", 0))
+	if _, ok := activities.IsRetryable(err); !ok {
+		t.Errorf("Send with no broker: got %v, want a retryable error", err)
+	}
+}
+
+func TestCredentialsFromSettings(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	u, err := url.Parse(brokerURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := u.User.Username()
+	pass, _ := u.User.Password()
+	u.User = nil
+	q := b.queue("creds", "", nil)
+
+	s := newSink(t, q, activities.SinkConfig{URL: u.String(), Username: user, Password: pass})
+	if err := s.Send(ctxFor(t), delivery(q, 0)); err != nil {
+		t.Fatalf("Send with username and password settings: %v", err)
+	}
+
+	s = newSink(t, q, activities.SinkConfig{URL: u.String(), Username: user, Password: "wr0ng-pa55"})
+	err = s.Open(ctxFor(t))
+	if err == nil {
+		t.Fatal("Open succeeded with a wrong password")
+	}
+	t.Logf("Open, wrong password: %v", err)
+	if strings.Contains(err.Error(), "wr0ng-pa55") {
+		t.Errorf("Open error shows the password: %v", err)
+	}
+}
+
+func TestCheckURL(t *testing.T) {
+	for _, tc := range []struct {
+		url, want string
+	}{
+		{"", "must be set: the broker's amqp:// or amqps:// URL"},
+		{"http://broker:5672/", `must be an amqp:// or amqps:// URL with a host, got "http://broker:5672"`},
+		{"amqp://user:s3cret@/vhost", `must be an amqp:// or amqps:// URL with a host, got "amqp://"`},
+		{"broker:5672", `must be an amqp:// or amqps:// URL with a host`},
+		{"amqp://user:s3cret@broker/?heartbeat=x", `heartbeat`},
+		{"amqp://broker", ""},
+		{"amqps://user:s3cret@broker:5671/vhost", ""},
+	} {
+		err := rabbitsink.CheckURL(tc.url)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("CheckURL(%q): %v", tc.url, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("CheckURL(%q) = %v, want an error containing %q", tc.url, err, tc.want)
+		case err != nil && strings.Contains(err.Error(), "s3cret"):
+			t.Errorf("CheckURL(%q) shows the password: %v", tc.url, err)
+		}
+	}
+}
+
+func TestNewValidation(t *testing.T) {
+	missing := t.TempDir() + "/missing-ca.pem"
+	for _, tc := range []struct {
+		name string
+		cfg  activities.SinkConfig
+		want []string
+	}{
+		{"bad scheme", activities.SinkConfig{URL: "nats://user:s3cret@broker:4222"}, []string{"url: must be an amqp:// or amqps:// URL", `"nats://broker:4222"`}},
+		{"no url", activities.SinkConfig{}, []string{"url: must be set"}},
+		{"bad template", activities.SinkConfig{URL: "amqp://broker", RoutingKey: "orders.{nope}"}, []string{"routing_key:", "{nope}"}},
+		{"password alone", activities.SinkConfig{URL: "amqp://broker", Password: "s3cret"}, []string{"username: must be set with password"}},
+		{"tls without amqps", activities.SinkConfig{URL: "amqp://broker", TLS: activities.TLSFiles{ServerName: "broker"}}, []string{"tls:", "amqps://"}},
+		{"missing ca", activities.SinkConfig{URL: "amqps://broker", TLS: activities.TLSFiles{CAFile: missing}}, []string{"tls.ca_file"}},
+		{"long exchange", activities.SinkConfig{URL: "amqp://broker", Exchange: strings.Repeat("x", 256)}, []string{"exchange: must be at most 255 bytes"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := rabbitsink.New("t", tc.cfg)
+			if err == nil {
+				t.Fatalf("New succeeded: %#v", h)
+			}
+			if h != nil {
+				t.Errorf("New returned a handler with its error")
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not contain %q", err, want)
+				}
+			}
+			if strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("error shows the password: %v", err)
+			}
+		})
+	}
+
+	// New does not connect: a broker that is not there is found by Open or Send.
+	h, err := rabbitsink.New("t", activities.SinkConfig{URL: "amqps://127.0.0.1:1", RoutingKey: "{topic}.{ordering_key}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := h.(*rabbitsink.Sink)
+	defer s.Close()
+	// A template that cannot expand fails before any connection is tried.
+	if err := s.Send(context.Background(), delivery("t", 0)); !activities.IsPermanent(err) || !strings.Contains(err.Error(), "{ordering_key}") {
+		t.Errorf("Send without an ordering key: got %v, want a permanent error about {ordering_key}", err)
+	}
+}
+
+func TestReconnectsAfterTheConnectionBreaks(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	q := b.queue("recover", "", nil)
+	s := newSink(t, q, activities.SinkConfig{})
+	ctx := ctxFor(t)
+	if err := s.Send(ctx, delivery(q, 0)); err != nil {
+		t.Fatal(err)
+	}
+
+	// Broken under a send that comes at once: at most one retryable failure, then the
+	// sink dials again.
+	port := s.LocalPort()
+	if !s.BreakConnection() {
+		t.Fatal("the sink has no connection")
+	}
+	sent := 1
+	if err := s.Send(ctx, delivery(q, 1)); err != nil {
+		if _, ok := activities.IsRetryable(err); !ok {
+			t.Fatalf("Send on a broken connection: got %v, want success or a retryable error", err)
+		}
+		t.Logf("first Send after the break: %v", err)
+	} else {
+		sent++
+	}
+	if err := s.Send(ctx, delivery(q, 2)); err != nil {
+		t.Fatalf("second Send after the break: %v", err)
+	}
+	sent++
+	if s.LocalPort() == port {
+		t.Errorf("the sink still uses the broken connection")
+	}
+
+	// Broken and noticed: the next send reconnects and succeeds.
+	s.BreakConnection()
+	eventually(t, 5*time.Second, "the sink notices the broken connection", func() bool { return !s.Connected() })
+	if err := s.Send(ctx, delivery(q, 3)); err != nil {
+		t.Fatalf("Send after the break was noticed: %v", err)
+	}
+	sent++
+	eventually(t, 5*time.Second, "every sent message is in the queue", func() bool { return b.depth(q) == sent })
+}
+
+func TestReconnectsAfterTheBrokerClosesTheConnection(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
+		t.Skip("rabbitmqctl is not installed: cannot make the broker close a connection")
+	}
+	if u, err := url.Parse(brokerURL()); err != nil || (u.Hostname() != "127.0.0.1" && u.Hostname() != "localhost") {
+		t.Skip("the broker is not local: rabbitmqctl cannot reach it")
+	}
+	b := newBroker(t)
+	q := b.queue("forced", "", nil)
+	s := newSink(t, q, activities.SinkConfig{})
+	ctx := ctxFor(t)
+	if err := s.Send(ctx, delivery(q, 0)); err != nil {
+		t.Fatal(err)
+	}
+
+	// What a broker restart does to its clients: connection.close, 320 CONNECTION_FORCED.
+	port := s.LocalPort()
+	expr := fmt.Sprintf(`[rabbit_networking:close_connection(P, "outbox test") || P <- rabbit_networking:connections(), rabbit_networking:connection_info(P, [peer_port]) =:= [{peer_port, %d}]].`, port)
+	out, err := exec.CommandContext(ctx, "rabbitmqctl", "eval", expr).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "ok") {
+		t.Fatalf("rabbitmqctl eval: %v\n%s", err, out)
+	}
+	eventually(t, 5*time.Second, "the sink sees the broker close its connection", func() bool { return !s.Connected() })
+	if err := s.Send(ctx, delivery(q, 1)); err != nil {
+		t.Fatalf("Send after the broker closed the connection: %v", err)
+	}
+	if s.LocalPort() == port {
+		t.Errorf("the sink still uses the closed connection")
+	}
+	eventually(t, 5*time.Second, "both messages are in the queue", func() bool { return b.depth(q) == 2 })
+}
+
+func TestSendAfterCloseIsRetryable(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	q := b.queue("closed", "", nil)
+	s := newSink(t, q, activities.SinkConfig{})
+	ctx := ctxFor(t)
+	if err := s.Send(ctx, delivery(q, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Send(ctx, delivery(q, 1))
+	if _, ok := activities.IsRetryable(err); !ok || !errors.Is(err, rabbitsink.ErrClosed) {
+		t.Fatalf("Send after Close: got %v, want a retryable ErrClosed", err)
+	}
+	if err := s.Open(ctx); !errors.Is(err, rabbitsink.ErrClosed) {
+		t.Errorf("Open after Close: got %v, want ErrClosed", err)
+	}
+	if depth := b.depth(q); depth != 1 {
+		t.Errorf("queue holds %d messages, want 1", depth)
+	}
+}
