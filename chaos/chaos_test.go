@@ -181,7 +181,7 @@ func check(t *testing.T, e *chaosEnv, l *loader, within time.Duration) result {
 	for id := range rows {
 		require.True(t, committed[id], "row %s is in outbox_messages but its transaction was never started by the loader", id)
 	}
-	snap := e.rcv.Snapshot()
+	snap := e.downstream()
 	res.messages = len(committed)
 	var lost []string
 	for id := range committed {
@@ -231,7 +231,7 @@ func check(t *testing.T, e *chaosEnv, l *loader, within time.Duration) result {
 	if len(res.duplicated) > 0 {
 		t.Logf("duplicates (%d extra requests on %d messages), e.g.:\n  %s", res.dups, len(res.duplicated), strings.Join(first(res.duplicated, 10), "\n  "))
 	}
-	t.Logf("receiver: %d POSTs, %d check_url GETs, %d effects", snap.Total, snap.Checks, len(snap.Effects))
+	t.Logf("downstream: %d requests, %d check_url GETs, %d effects", snap.Total, snap.Checks, len(snap.Effects))
 	return res
 }
 
@@ -285,7 +285,7 @@ func runFault(t *testing.T, e *chaosEnv, name string, n int, zeroDuplicates bool
 	wall := time.Since(start)
 	sr := summaryRow{fault: name, messages: res.messages, sent: res.sent, dead: res.dead, lost: res.lost,
 		dups: res.dups, uncertain: res.uncertain, retried: int(l.retries.Load()),
-		receiverReqs: e.rcv.totalRequests(), wall: wall}
+		receiverReqs: e.downstream().Total, wall: wall}
 	summaryMu.Lock()
 	summary = append(summary, sr)
 	summaryMu.Unlock()

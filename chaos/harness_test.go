@@ -243,8 +243,11 @@ type chaosEnv struct {
 	config    string
 	taskQueue string
 	rcv       *receiver
-	pool      *pgxpool.Pool
-	store     *store.Store
+	// downstream is what reached the healthy topic's downstream: the receiver's record,
+	// or a broker's.
+	downstream func() testutil.Snapshot
+	pool       *pgxpool.Pool
+	store      *store.Store
 
 	mu     sync.Mutex
 	worker *proc
@@ -274,6 +277,20 @@ func newEnvWith(t *testing.T, extraConfig string) *chaosEnv {
 // newEnvPolicy is newEnvWith with the healthy topic's policy lines (indented under the
 // topic); "" leaves it the default policy.
 func newEnvPolicy(t *testing.T, policy, extraConfig string) *chaosEnv {
+	t.Helper()
+	return newEnvSink(t, httpSink, policy, extraConfig)
+}
+
+// httpSink is the healthy topic's sink: the receiver (RECEIVER is its URL).
+const httpSink = `    sink: http
+    url: RECEIVER/events
+    check_url: RECEIVER/events/{message_id}
+`
+
+// newEnvSink is newEnvPolicy with the healthy topic's sink lines (indented under the
+// topic; RECEIVER is the receiver's URL). Before the worker starts, prepare runs (when not
+// nil) with the env, to start what the sink needs.
+func newEnvSink(t *testing.T, sink, policy, extraConfig string, prepare ...func(*chaosEnv)) *chaosEnv {
 	t.Helper()
 	if setupErr != nil {
 		t.Skipf("chaos suite cannot run here: %v", setupErr)
@@ -337,10 +354,11 @@ relay:
   reconcile_interval: 500ms
 topics:
   %s:
-    sink: http
-    url: %s/events
-    check_url: %s/events/{message_id}
-%s%s`, topic, e.rcv.url, e.rcv.url, policy, strings.ReplaceAll(extraConfig, "RECEIVER", e.rcv.url))), 0o644))
+%s%s%s`, topic, strings.ReplaceAll(sink, "RECEIVER", e.rcv.url), policy, strings.ReplaceAll(extraConfig, "RECEIVER", e.rcv.url))), 0o644))
+	e.downstream = e.rcv.Snapshot
+	for _, p := range prepare {
+		p(e)
+	}
 
 	// Migrate, the business table, worker and relay.
 	mig := exec.Command(outboxBin, "migrate", "--config", e.config)

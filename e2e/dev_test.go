@@ -21,6 +21,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
@@ -295,4 +297,59 @@ func TestDevWithoutPostgreSQL(t *testing.T) {
 	l.Close()
 	procs, _ := exec.Command("pgrep", "-f", dir).Output()
 	require.Empty(t, strings.TrimSpace(string(procs)))
+}
+
+// TestDevBroker: outbox dev --broker nats, with no NATS server at --nats-url, starts
+// nats-server with JetStream in the dev folder, and each demo order reaches the demo stream
+// with its message ID as Nats-Msg-Id.
+func TestDevBroker(t *testing.T) {
+	t.Parallel()
+	bin, err := buildOutbox()
+	require.NoError(t, err)
+	base, err := os.MkdirTemp("", "outbox-dev-test-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(base, 0o755))
+	t.Cleanup(func() { _ = os.RemoveAll(base) })
+
+	ports := testutil.FreePorts(t, 8)
+	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", ports[7])
+	p := startDev(t, bin, devEnv(), "--dir", filepath.Join(base, "dev"), "--ephemeral", "--broker", "nats", "--nats-url", natsURL,
+		"--port", strconv.Itoa(ports[0]), "--history-port", strconv.Itoa(ports[1]),
+		"--matching-port", strconv.Itoa(ports[2]), "--worker-port", strconv.Itoa(ports[3]), "--ui-port", "0",
+		"--orders-addr", fmt.Sprintf("127.0.0.1:%d", ports[5]), "--inventory-addr", fmt.Sprintf("127.0.0.1:%d", ports[6]))
+	p.waitReady(t)
+	require.Contains(t, p.stdout.String(), "NATS server")
+	require.Contains(t, p.stdout.String(), "stream OUTBOX_DEMO")
+
+	resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/orders", ports[5]), "application/json", strings.NewReader(`{"sku": "SKU-9", "qty": 1}`))
+	require.NoError(t, err)
+	var order struct {
+		Placed uuid.UUID `json:"placed_message_id"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&order))
+	resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	require.NotEqual(t, uuid.Nil, order.Placed)
+
+	nc, err := nats.Connect(natsURL)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var msg *jetstream.RawStreamMsg
+	require.Eventually(t, func() bool {
+		st, err := js.Stream(ctx, "OUTBOX_DEMO")
+		if err != nil {
+			return false
+		}
+		msg, err = st.GetLastMsgForSubject(ctx, "demo.order.placed")
+		return err == nil
+	}, time.Minute, 100*time.Millisecond, "stderr:\n%s", p.stderr)
+	require.Equal(t, order.Placed.String(), msg.Header.Get(jetstream.MsgIDHeader))
+	require.JSONEq(t, `{"order_id": 1, "sku": "SKU-9", "qty": 1}`, string(msg.Data))
+	require.Eventually(t, func() bool {
+		return strings.Contains(p.stderr.String(), "Demo NATS consumer: message arrived")
+	}, 10*time.Second, 50*time.Millisecond, "the demo consumer logs the arrival")
 }

@@ -48,6 +48,9 @@ type Config struct {
 	// TeamTopics makes each order enqueue the demo teams' messages too (order.points and
 	// order.fulfil, see TeamTopics), for a session whose config routes them.
 	TeamTopics bool
+	// BrokerTopic makes each order enqueue an order.placed message too (see
+	// BrokerTopics), for a session whose config routes it to a broker.
+	BrokerTopic bool
 }
 
 // Topics returns the config that routes the demo's topic to an inventory service at
@@ -123,7 +126,7 @@ func Start(ctx context.Context, cfg Config) (*Services, error) {
 	for _, srv := range []struct {
 		l net.Listener
 		h http.Handler
-	}{{ordersL, (&orders{pool: cfg.Pool, store: cfg.Store, teamTopics: cfg.TeamTopics}).handler()}, {inventoryL, inv.handler()}} {
+	}{{ordersL, (&orders{pool: cfg.Pool, store: cfg.Store, teamTopics: cfg.TeamTopics, brokerTopic: cfg.BrokerTopic}).handler()}, {inventoryL, inv.handler()}} {
 		hs := &http.Server{Handler: srv.h, ReadHeaderTimeout: 10 * time.Second}
 		s.servers = append(s.servers, hs)
 		go func() {
@@ -154,9 +157,10 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 type orders struct {
-	pool       *pgxpool.Pool
-	store      *store.Store
-	teamTopics bool // enqueue order.points and order.fulfil too
+	pool        *pgxpool.Pool
+	store       *store.Store
+	teamTopics  bool // enqueue order.points and order.fulfil too
+	brokerTopic bool // enqueue order.placed too
 }
 
 type orderRequest struct {
@@ -187,6 +191,7 @@ func (o *orders) create(w http.ResponseWriter, r *http.Request) {
 	var orderID int64
 	var messageID uuid.UUID
 	var teamMessages []uuid.UUID
+	var brokerMessage uuid.UUID
 	err := pgx.BeginFunc(r.Context(), o.pool, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(r.Context(), `INSERT INTO demo_orders (sku, qty) VALUES ($1, $2) RETURNING id`, req.SKU, req.Qty).Scan(&orderID); err != nil {
 			return err
@@ -194,8 +199,18 @@ func (o *orders) create(w http.ResponseWriter, r *http.Request) {
 		payload := orderPayload{OrderID: orderID, SKU: req.SKU, Qty: req.Qty}
 		res, err := o.store.EnqueueJSON(r.Context(), tx, store.Message{Topic: TopicOrderCreated}, payload)
 		messageID = res.MessageID
-		if err != nil || !o.teamTopics {
+		if err != nil {
 			return err
+		}
+		if o.brokerTopic {
+			res, err := o.store.EnqueueJSON(r.Context(), tx, store.Message{Topic: TopicOrderPlaced, OrderingKey: fmt.Sprintf("order-%d", orderID)}, payload)
+			if err != nil {
+				return err
+			}
+			brokerMessage = res.MessageID
+		}
+		if !o.teamTopics {
+			return nil
 		}
 		// The same transaction tells the loyalty and fulfilment teams.
 		for _, topic := range []string{TopicOrderPoints, TopicOrderFulfil} {
@@ -212,6 +227,9 @@ func (o *orders) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	answer := map[string]any{"order_id": orderID, "message_id": messageID, "workflow_id": "outbox-" + messageID.String()}
+	if brokerMessage != uuid.Nil {
+		answer["placed_message_id"] = brokerMessage
+	}
 	if len(teamMessages) == 2 {
 		answer["points_workflow_id"] = "outbox-" + teamMessages[0].String()
 		answer["fulfilment_workflow_id"] = fmt.Sprintf("fulfil-order-%d", orderID)

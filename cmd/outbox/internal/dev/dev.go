@@ -49,6 +49,8 @@ type Options struct {
 	Temporal TemporalOptions
 
 	NoDemo        bool
+	Broker        string
+	NATSURL       string
 	OrdersAddr    string
 	InventoryAddr string
 	FailRate      float64
@@ -82,6 +84,9 @@ and UI.`,
 			if o.PGBinDir == "" {
 				o.PGBinDir, _ = env.LookupEnv("OUTBOX_PG_BIN_DIR")
 			}
+			if o.NATSURL == "" {
+				o.NATSURL, _ = env.LookupEnv("NATS_URL")
+			}
 			return Run(cmd.Context(), env, o, cmd.OutOrStdout())
 		},
 	}
@@ -102,6 +107,8 @@ and UI.`,
 	f.IntVar(&o.Temporal.UIPort, "ui-port", 8233, "Web UI port (0: no UI)")
 	f.StringVar(&o.Temporal.Namespace, "namespace", "default", "Temporal namespace")
 	f.BoolVar(&o.NoDemo, "no-demo", false, "do not run the demo services")
+	f.StringVar(&o.Broker, "broker", "", `also publish each demo order to a broker: "nats" (JetStream at --nats-url, started from the local nats-server when none answers)`)
+	f.StringVar(&o.NATSURL, "nats-url", "", "NATS server of --broker nats (default: $NATS_URL, else nats://127.0.0.1:4222)")
 	f.StringVar(&o.OrdersAddr, "orders-addr", "127.0.0.1:8080", "listen address of the demo order service")
 	f.StringVar(&o.InventoryAddr, "inventory-addr", "127.0.0.1:8081", "listen address of the demo inventory service")
 	f.Float64Var(&o.FailRate, "fail-rate", 0, "share of demo inventory requests answered with 503, 0 to 1")
@@ -113,6 +120,13 @@ func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) (err error
 	if o.Only != "" && o.Only != "temporal" {
 		return fmt.Errorf(`--only must be "temporal", got %q`, o.Only)
 	}
+	if o.Broker != "" && o.Broker != "nats" {
+		return fmt.Errorf(`--broker must be "nats", got %q`, o.Broker)
+	}
+	if o.Broker != "" && (o.NoDemo || env.ConfigPath() != "") {
+		return errors.New("--broker adds the demo's broker topic; with --no-demo or --config, route topics to a broker in the config (sink: nats)")
+	}
+	o.NATSURL = cmp.Or(o.NATSURL, "nats://127.0.0.1:4222")
 	logger, err := env.Logger()
 	if err != nil {
 		return err
@@ -279,6 +293,12 @@ func (s *session) openOutbox(ctx context.Context, demoTopics bool) error {
 		s.cfg.Topics = demo.Topics("http://" + loopback(s.o.InventoryAddr))
 		maps.Copy(s.cfg.Topics, demo.TeamTopics())
 		s.teamTopics = true
+		if s.o.Broker == "nats" {
+			if err := s.startBroker(ctx); err != nil {
+				return err
+			}
+			maps.Copy(s.cfg.Topics, demo.BrokerTopics(s.o.NATSURL))
+		}
 	}
 	a, err := app.Open(ctx, s.cfg, s.logger)
 	if err != nil {
@@ -306,7 +326,7 @@ func (s *session) openOutbox(ctx context.Context, demoTopics bool) error {
 
 // startDemo starts the demo's order and inventory services.
 func (s *session) startDemo(ctx context.Context) error {
-	d, err := demo.Start(ctx, demo.Config{Pool: s.app.Pool, Store: s.app.Store, OrdersAddr: s.o.OrdersAddr, InventoryAddr: s.o.InventoryAddr, FailRate: s.o.FailRate, Logger: s.logger, TeamTopics: s.teamTopics})
+	d, err := demo.Start(ctx, demo.Config{Pool: s.app.Pool, Store: s.app.Store, OrdersAddr: s.o.OrdersAddr, InventoryAddr: s.o.InventoryAddr, FailRate: s.o.FailRate, Logger: s.logger, TeamTopics: s.teamTopics, BrokerTopic: s.o.Broker != ""})
 	if err != nil {
 		return err
 	}
