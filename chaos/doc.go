@@ -8,7 +8,9 @@
 // Faults covered: the worker SIGKILLed mid-send, the relay SIGKILLed while it starts
 // workflows, PostgreSQL restarted (fast shutdown) mid-run, the Temporal server stopped and
 // started again on the same folder, the downstream flapping (503s, connection resets,
-// answers after the send timeout) for a window, and a topic answering 422 plus a topic that
+// answers after the send timeout) for a window, a NATS JetStream server that the healthy
+// topic publishes to restarted mid-run (under the default delivery policy; the stream's
+// duplicate window must absorb every resend), and a topic answering 422 plus a topic that
 // never answers (its sends filling the worker's eight activity slots until they time out)
 // beside the healthy topic, whose commit-to-sent latency is reported next to a run without
 // them.

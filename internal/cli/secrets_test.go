@@ -26,20 +26,26 @@ const (
 	webhookQuery   = "WebhookQueryLeakCanary"
 	headerToken    = "HeaderTokenLeakCanary"
 	codecKeyPrefix = "Q29kZWNLZXlMZWFrQ2FuYXJ5" // base64 of "CodecKeyLeakCanary"
+	natsPassword   = "NatsUrlPasswordLeakCanary"
+	rabbitPassword = "RabbitPasswordLeakCanary"
+	signingSecret  = "U2lnbmluZ1NlY3JldExlYWtDYW5hcnkwMTIzNDU2Nzg5" // base64 of "SigningSecretLeakCanary0123456789"
 )
 
 // codecKey is base64 of 32 bytes: the 18 of the prefix and 14 more.
 var codecKey = codecKeyPrefix + base64.StdEncoding.EncodeToString([]byte("0123456789abcd"))
 
 func secrets() []string {
-	return []string{dbPassword, apiKey, webhookToken, webhookQuery, headerToken, codecKeyPrefix, codecKey}
+	return []string{dbPassword, apiKey, webhookToken, webhookQuery, headerToken, codecKeyPrefix, codecKey, natsPassword, rabbitPassword, signingSecret}
 }
 
 // secretConfig writes a config file with a webhook URL and a topic header that carry
-// tokens.
+// tokens, a signing secret and broker credentials (in a URL and in a file).
 func secretConfig(t *testing.T, extra string) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "outbox.yaml")
+	dir := t.TempDir()
+	path := filepath.Join(dir, "outbox.yaml")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "signing"), []byte("whsec_"+signingSecret+"\n"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "rabbit"), []byte(rabbitPassword), 0o600))
 	require.NoError(t, os.WriteFile(path, []byte(`
 alerts:
   webhook_url: https://hooks.example.com/services/T0/`+webhookToken+`?token=`+webhookQuery+`
@@ -47,6 +53,15 @@ topics:
   order.created:
     url: http://127.0.0.1:1/events
     headers: {Authorization: Bearer `+headerToken+`}
+    signing_secrets: ['file:`+filepath.Join(dir, "signing")+`']
+  order.published:
+    sink: nats
+    url: nats://outbox:`+natsPassword+`@127.0.0.1:1
+  order.queued:
+    sink: rabbitmq
+    url: amqp://127.0.0.1:1/
+    username: outbox
+    password: 'file:`+filepath.Join(dir, "rabbit")+`'
 `+extra), 0o600))
 	return path
 }
