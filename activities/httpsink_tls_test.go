@@ -2,106 +2,34 @@ package activities
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"io"
 	"log"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-go/outbox/internal/testutil"
 )
 
-// testPKI is a CA with a server certificate for receiverName and a client certificate for
-// clientName, all signed by the CA, as PEM files in a temporary directory.
-type testPKI struct {
-	caFile, certFile, keyFile string // the CA, and the client's certificate and key
-	pool                      *x509.CertPool
-	server                    tls.Certificate
-}
-
-const (
-	receiverName = "receiver.outbox.test"
-	clientName   = "outbox-worker"
-)
-
-func newTestPKI(t *testing.T) *testPKI {
-	t.Helper()
-	dir := t.TempDir()
-	now := time.Now()
-
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "outbox test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	require.NoError(t, err)
-	ca, err := x509.ParseCertificate(caDER)
-	require.NoError(t, err)
-
-	// leaf returns a certificate signed by the CA, and its key.
-	leaf := func(serial int64, tmpl *x509.Certificate) (certDER []byte, key *ecdsa.PrivateKey) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		require.NoError(t, err)
-		tmpl.SerialNumber = big.NewInt(serial)
-		tmpl.NotBefore, tmpl.NotAfter = now.Add(-time.Hour), now.Add(time.Hour)
-		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
-		certDER, err = x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		require.NoError(t, err)
-		return certDER, key
-	}
-	// The server's certificate names it, not its address: the sink reaches it by
-	// 127.0.0.1 and needs server_name.
-	serverDER, serverKey := leaf(2, &x509.Certificate{
-		Subject: pkix.Name{CommonName: receiverName}, DNSNames: []string{receiverName},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	})
-	clientDER, clientKey := leaf(3, &x509.Certificate{
-		Subject:     pkix.Name{CommonName: clientName},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	})
-
-	writePEM := func(name, typ string, der []byte) string {
-		path := filepath.Join(dir, name)
-		require.NoError(t, os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600))
-		return path
-	}
-	clientKeyDER, err := x509.MarshalPKCS8PrivateKey(clientKey)
-	require.NoError(t, err)
-	p := &testPKI{
-		caFile:   writePEM("ca.pem", "CERTIFICATE", caDER),
-		certFile: writePEM("client.pem", "CERTIFICATE", clientDER),
-		keyFile:  writePEM("client-key.pem", "PRIVATE KEY", clientKeyDER),
-		pool:     x509.NewCertPool(),
-		server:   tls.Certificate{Certificate: [][]byte{serverDER}, PrivateKey: serverKey},
-	}
-	p.pool.AddCert(ca)
-	return p
-}
+// receiverName is the only name of the server's certificate: the sink reaches the server
+// by 127.0.0.1 and needs server_name.
+const receiverName = "receiver.outbox.test"
 
 // mtlsServer starts a TLS server that requires a client certificate signed by the CA, and
 // counts the requests it served.
-func mtlsServer(t *testing.T, p *testPKI) (*httptest.Server, *atomic.Int32) {
+func mtlsServer(t *testing.T, p *testutil.PKI) (*httptest.Server, *atomic.Int32) {
 	t.Helper()
 	var served atomic.Int32
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if len(r.TLS.PeerCertificates) == 0 || r.TLS.PeerCertificates[0].Subject.CommonName != clientName {
+		if len(r.TLS.PeerCertificates) == 0 || r.TLS.PeerCertificates[0].Subject.CommonName != testutil.ClientName {
 			w.WriteHeader(http.StatusForbidden)
 			return
 		}
@@ -113,9 +41,9 @@ func mtlsServer(t *testing.T, p *testPKI) (*httptest.Server, *atomic.Int32) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	srv.TLS = &tls.Config{
-		Certificates: []tls.Certificate{p.server},
+		Certificates: []tls.Certificate{p.Server},
 		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    p.pool,
+		ClientCAs:    p.Pool,
 		MinVersion:   tls.VersionTLS12,
 	}
 	// The failed handshakes below are expected; keep them out of the test output.
@@ -128,9 +56,9 @@ func mtlsServer(t *testing.T, p *testPKI) (*httptest.Server, *atomic.Int32) {
 func TestHTTPSinkTLS(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	p := newTestPKI(t)
+	p := testutil.NewPKI(t, receiverName)
 	srv, served := mtlsServer(t, p)
-	full := TLSFiles{CAFile: p.caFile, CertFile: p.certFile, KeyFile: p.keyFile, ServerName: receiverName}
+	full := TLSFiles{CAFile: p.CAFile, CertFile: p.CertFile, KeyFile: p.KeyFile, ServerName: receiverName}
 	sink := func(t *testing.T, files TLSFiles) *HTTPSink {
 		t.Helper()
 		s, err := NewHTTPSink(SinkConfig{URL: srv.URL + "/events", CheckURL: srv.URL + "/events/{message_id}", TLS: files})
@@ -168,13 +96,13 @@ func TestHTTPSinkTLS(t *testing.T) {
 	t.Run("WithoutClientCertificate", func(t *testing.T) {
 		// Under TLS 1.3 the server refuses the handshake after the client sent its request,
 		// so the failure is ambiguous rather than retryable; either is retried.
-		err := sendFails(t, TLSFiles{CAFile: p.caFile, ServerName: receiverName})
+		err := sendFails(t, TLSFiles{CAFile: p.CAFile, ServerName: receiverName})
 		require.False(t, IsPermanent(err), "a refused handshake is worth retrying: %v", err)
 	})
 
 	t.Run("SystemRoots", func(t *testing.T) {
 		// Without ca_file the sink trusts the system's roots, which do not hold the test CA.
-		err := sendFails(t, TLSFiles{CertFile: p.certFile, KeyFile: p.keyFile, ServerName: receiverName})
+		err := sendFails(t, TLSFiles{CertFile: p.CertFile, KeyFile: p.KeyFile, ServerName: receiverName})
 		var verr *tls.CertificateVerificationError
 		require.ErrorAs(t, err, &verr)
 		var uerr x509.UnknownAuthorityError
@@ -207,10 +135,10 @@ func TestHTTPSinkTLS(t *testing.T) {
 		require.ErrorContains(t, err, "missing.pem")
 		require.True(t, errors.Is(err, os.ErrNotExist), "%v", err)
 
-		_, err = NewHTTPSink(SinkConfig{URL: srv.URL, TLS: TLSFiles{CAFile: p.keyFile}})
+		_, err = NewHTTPSink(SinkConfig{URL: srv.URL, TLS: TLSFiles{CAFile: p.KeyFile}})
 		require.ErrorContains(t, err, "tls.ca_file: no PEM certificate")
 
-		_, err = NewHTTPSink(SinkConfig{URL: srv.URL, TLS: TLSFiles{CAFile: p.caFile, CertFile: p.certFile}})
+		_, err = NewHTTPSink(SinkConfig{URL: srv.URL, TLS: TLSFiles{CAFile: p.CAFile, CertFile: p.CertFile}})
 		require.ErrorContains(t, err, "tls.key_file")
 	})
 }

@@ -133,6 +133,18 @@ func devEnv() []string {
 	return env
 }
 
+// devDir returns a dev folder (not yet made) removed when the test ends. PostgreSQL may run
+// as another user than the test (when the test runs as root), so the folder must be
+// reachable by others: not in t.TempDir, which is private.
+func devDir(t *testing.T) string {
+	t.Helper()
+	base, err := os.MkdirTemp("", "outbox-dev-test-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(base, 0o755))
+	t.Cleanup(func() { _ = os.RemoveAll(base) })
+	return filepath.Join(base, "dev")
+}
+
 // TestDev runs `outbox dev` as a user does: an order goes through the demo and the outbox,
 // the workflow is visible through Temporal and the UI answers; SIGINT stops everything,
 // PostgreSQL included; a restart keeps the data.
@@ -141,13 +153,7 @@ func TestDev(t *testing.T) {
 	bin, err := buildOutbox()
 	require.NoError(t, err)
 
-	// PostgreSQL may run as another user than the test (when the test runs as root), so
-	// the dev folder must be reachable by others: not t.TempDir, which is private.
-	base, err := os.MkdirTemp("", "outbox-dev-test-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(base, 0o755))
-	t.Cleanup(func() { _ = os.RemoveAll(base) })
-	dir := filepath.Join(base, "dev")
+	dir := devDir(t)
 
 	ports := testutil.FreePorts(t, 7)
 	args := []string{
@@ -306,14 +312,9 @@ func TestDevBroker(t *testing.T) {
 	t.Parallel()
 	bin, err := buildOutbox()
 	require.NoError(t, err)
-	base, err := os.MkdirTemp("", "outbox-dev-test-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(base, 0o755))
-	t.Cleanup(func() { _ = os.RemoveAll(base) })
-
 	ports := testutil.FreePorts(t, 8)
 	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", ports[7])
-	p := startDev(t, bin, devEnv(), "--dir", filepath.Join(base, "dev"), "--ephemeral", "--broker", "nats", "--nats-url", natsURL,
+	p := startDev(t, bin, devEnv(), "--dir", devDir(t), "--ephemeral", "--broker", "nats", "--nats-url", natsURL,
 		"--port", strconv.Itoa(ports[0]), "--history-port", strconv.Itoa(ports[1]),
 		"--matching-port", strconv.Itoa(ports[2]), "--worker-port", strconv.Itoa(ports[3]), "--ui-port", "0",
 		"--orders-addr", fmt.Sprintf("127.0.0.1:%d", ports[5]), "--inventory-addr", fmt.Sprintf("127.0.0.1:%d", ports[6]))

@@ -2,17 +2,7 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -30,80 +20,19 @@ import (
 
 	"github.com/outbox-go/outbox/app"
 	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/internal/testutil"
 )
-
-// testPKI is a throwaway CA with a server certificate for 127.0.0.1 and localhost and a
-// client certificate, as PEM files in a temporary directory.
-type testPKI struct {
-	caPool                    *x509.CertPool
-	server, client            tls.Certificate
-	caFile, certFile, keyFile string
-	otherCAFile               string
-}
-
-func newTestPKI(t *testing.T) *testPKI {
-	t.Helper()
-	dir := t.TempDir()
-	newCA := func(name string) (*x509.Certificate, *ecdsa.PrivateKey, []byte) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		require.NoError(t, err)
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-		require.NoError(t, err)
-		cert, err := x509.ParseCertificate(der)
-		require.NoError(t, err)
-		return cert, key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	}
-	ca, caKey, caPEM := newCA("outbox test CA")
-	_, _, otherPEM := newCA("some other CA")
-	leaf := func(serial int64, usage x509.ExtKeyUsage) (tls.Certificate, []byte, []byte) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		require.NoError(t, err)
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "localhost"},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		require.NoError(t, err)
-		keyDER, err := x509.MarshalECPrivateKey(key)
-		require.NoError(t, err)
-		certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-		keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
-		pair, err := tls.X509KeyPair(certPEM, keyPEM)
-		require.NoError(t, err)
-		return pair, certPEM, keyPEM
-	}
-	p := &testPKI{caPool: x509.NewCertPool()}
-	p.caPool.AddCert(ca)
-	p.server, _, _ = leaf(2, x509.ExtKeyUsageServerAuth)
-	var certPEM, keyPEM []byte
-	p.client, certPEM, keyPEM = leaf(3, x509.ExtKeyUsageClientAuth)
-	write := func(name string, data []byte) string {
-		path := filepath.Join(dir, name)
-		require.NoError(t, os.WriteFile(path, data, 0o600))
-		return path
-	}
-	p.caFile, p.otherCAFile = write("ca.pem", caPEM), write("other-ca.pem", otherPEM)
-	p.certFile, p.keyFile = write("client.pem", certPEM), write("client-key.pem", keyPEM)
-	return p
-}
 
 // newTLSServer starts a Temporal server whose frontend requires TLS, and mutual TLS when
 // mutual is true. The server's own clients of the frontend use the client certificate.
 // It records the authorization headers the frontend receives.
-func newTLSServer(t *testing.T, p *testPKI, mutual bool) (*temporaltest.TestServer, func() []string) {
+func newTLSServer(t *testing.T, p *testutil.PKI, mutual bool) (*temporaltest.TestServer, func() []string) {
 	t.Helper()
-	serverTLS := &tls.Config{Certificates: []tls.Certificate{p.server}, MinVersion: tls.VersionTLS12}
+	serverTLS := &tls.Config{Certificates: []tls.Certificate{p.Server}, MinVersion: tls.VersionTLS12}
 	if mutual {
-		serverTLS.ClientAuth, serverTLS.ClientCAs = tls.RequireAndVerifyClientCert, p.caPool
+		serverTLS.ClientAuth, serverTLS.ClientCAs = tls.RequireAndVerifyClientCert, p.Pool
 	}
-	internalClient := &tls.Config{RootCAs: p.caPool, Certificates: []tls.Certificate{p.client}, MinVersion: tls.VersionTLS12}
+	internalClient := &tls.Config{RootCAs: p.Pool, Certificates: []tls.Certificate{p.Client}, MinVersion: tls.VersionTLS12}
 	var (
 		mu    sync.Mutex
 		auths []string
@@ -145,7 +74,7 @@ func echoWorkflow(_ workflow.Context, s string) (string, error) { return "echo: 
 
 func TestTLS(t *testing.T) {
 	t.Parallel()
-	p := newTestPKI(t)
+	p := testutil.NewPKI(t, "localhost", "127.0.0.1")
 
 	t.Run("MutualTLS", func(t *testing.T) {
 		t.Parallel()
@@ -153,7 +82,7 @@ func TestTLS(t *testing.T) {
 		const apiKey = "test-api-key-0123456789"
 
 		c, err := dialFromEnv(t, ts, map[string]string{
-			"TEMPORAL_TLS_CA": p.caFile, "TEMPORAL_TLS_CERT": p.certFile, "TEMPORAL_TLS_KEY": p.keyFile,
+			"TEMPORAL_TLS_CA": p.CAFile, "TEMPORAL_TLS_CERT": p.CertFile, "TEMPORAL_TLS_KEY": p.KeyFile,
 			"TEMPORAL_TLS_SERVER_NAME": "localhost", "TEMPORAL_API_KEY": apiKey,
 		})
 		require.NoError(t, err)
@@ -174,7 +103,7 @@ func TestTLS(t *testing.T) {
 		require.Equal(t, "echo: over TLS", got)
 
 		t.Run("WithoutClientCertificateFails", func(t *testing.T) {
-			_, err := dialFromEnv(t, ts, map[string]string{"TEMPORAL_TLS_CA": p.caFile})
+			_, err := dialFromEnv(t, ts, map[string]string{"TEMPORAL_TLS_CA": p.CAFile})
 			require.Error(t, err)
 			t.Log(err)
 			require.Contains(t, err.Error(), "connect to Temporal at "+ts.GetFrontendHostPort())
@@ -186,7 +115,7 @@ func TestTLS(t *testing.T) {
 		t.Parallel()
 		ts, _ := newTLSServer(t, p, false)
 
-		c, err := dialFromEnv(t, ts, map[string]string{"TEMPORAL_TLS_CA": p.caFile})
+		c, err := dialFromEnv(t, ts, map[string]string{"TEMPORAL_TLS_CA": p.CAFile})
 		require.NoError(t, err)
 		_, err = c.CheckHealth(context.Background(), &client.CheckHealthRequest{})
 		require.NoError(t, err)
@@ -201,7 +130,7 @@ func TestTLS(t *testing.T) {
 		})
 
 		t.Run("WithAnotherCAFails", func(t *testing.T) {
-			_, err := dialFromEnv(t, ts, map[string]string{"TEMPORAL_TLS_CA": p.otherCAFile})
+			_, err := dialFromEnv(t, ts, map[string]string{"TEMPORAL_TLS_CA": p.OtherCAFile})
 			require.Error(t, err)
 			t.Log(err)
 			require.Contains(t, err.Error(), "x509: certificate signed by unknown authority")

@@ -2,19 +2,9 @@ package kafkasink_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/internal/testutil"
 	"github.com/outbox-go/outbox/sinks"
 	"github.com/outbox-go/outbox/sinks/kafkasink"
 )
@@ -422,43 +413,16 @@ func TestSASLPlain(t *testing.T) {
 
 func TestTLS(t *testing.T) {
 	t.Parallel()
-	serverCfg, caFile := selfSigned(t)
-	c := newCluster(t, kfake.TLS(serverCfg), kfake.SeedTopics(1, "orders"))
+	p := testutil.NewPKI(t, "127.0.0.1")
+	c := newCluster(t, kfake.TLS(&tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{p.Server}}), kfake.SeedTopics(1, "orders"))
 
-	s := openSink(t, c, activities.SinkConfig{TLS: activities.TLSFiles{CAFile: caFile}})
+	s := openSink(t, c, activities.SinkConfig{TLS: activities.TLSFiles{CAFile: p.CAFile}})
 	require.NoError(t, s.Send(sendCtx(t, 10*time.Second), delivery("orders", "k", 0)))
 
 	// With TLS on but the system's roots only, the server's certificate is not trusted.
 	plain := newSink(t, activities.SinkConfig{Brokers: c.ListenAddrs(), TLS: activities.TLSFiles{Enabled: true}})
 	err := plain.Open(sendCtx(t, 5*time.Second))
 	require.ErrorContains(t, err, "certificate")
-}
-
-// selfSigned returns a server TLS configuration for 127.0.0.1 and the file of its
-// certificate, which signs itself.
-func selfSigned(t *testing.T) (*tls.Config, string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "kfake"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	require.NoError(t, os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
-	return &tls.Config{
-		MinVersion:   tls.VersionTLS12,
-		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
-	}, caFile
 }
 
 func TestNewValidation(t *testing.T) {
