@@ -827,6 +827,9 @@ func (t Topic) validateSink(field, sink string) error {
 		if t.Username != "" || t.Password != "" {
 			bad("username/password", "are for the broker sinks; put an http endpoint's credentials in headers")
 		}
+		if !t.TLS.IsZero() && strings.HasPrefix(t.URL, "http://") {
+			bad("tls", "is set, but url %s does not use TLS: use https://", redactHTTP(t.URL))
+		}
 	case "nats":
 		if err := natssink.CheckURL(t.URL); err != nil {
 			bad("url", "%v", err)
@@ -851,9 +854,13 @@ func (t Topic) validateSink(field, sink string) error {
 		}
 		template("topic", t.Topic)
 	}
+	if len(t.Options) > 0 {
+		bad("options", "are for the sinks a worker registers, not for sink %s", sink)
+	}
 	// Reading the secrets and TLS files here reports a missing variable or file before the
 	// worker starts; the errors name them, never their contents.
-	if _, err := t.SinkConfig(); err != nil {
+	cfg, err := t.SinkConfig()
+	if err != nil {
 		errs = append(errs, prefixLines(field+".", err))
 	}
 	if !t.TLS.IsZero() {
@@ -861,7 +868,26 @@ func (t Topic) validateSink(field, sink string) error {
 			errs = append(errs, prefixLines(field+".", err))
 		}
 	}
+	if len(errs) == 0 && sink != "http" {
+		// The sink's own checks (they connect to nothing).
+		h, err := Sinks()[sink](field, cfg)
+		if err != nil {
+			errs = append(errs, prefixLines(field+".", err))
+		} else if c, ok := h.(io.Closer); ok {
+			_ = c.Close()
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// redactHTTP shows an http URL without user information and query.
+func redactHTTP(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	u.User, u.RawQuery = nil, ""
+	return u.String()
 }
 
 // prefixLines puts prefix before each error that err joins.

@@ -124,11 +124,13 @@ func Redact(raw string) string {
 		return "(unparsable URL)"
 	}
 	rest := raw[i+3:]
-	if j := strings.IndexAny(rest, "/?#"); j >= 0 {
-		rest = rest[:j]
-	}
+	// User information first, up to the last @: a password may hold /, ? or # that
+	// were not percent-encoded.
 	if j := strings.LastIndex(rest, "@"); j >= 0 {
 		rest = rest[j+1:]
+	}
+	if j := strings.IndexAny(rest, "/?#"); j >= 0 {
+		rest = rest[:j]
 	}
 	return raw[:i+3] + rest
 }

@@ -20,6 +20,8 @@ func TestClassify(t *testing.T) {
 		retryable = "retryable"
 		ambiguous = "ambiguous"
 	)
+	// The client gives a record up without always knowing whether an earlier request
+	// wrote it, so only what it refused before buffering the record is retryable.
 	for _, tc := range []struct {
 		err  error
 		want string
@@ -35,16 +37,16 @@ func TestClassify(t *testing.T) {
 		{kerr.ClusterAuthorizationFailed, permanent},
 		{kerr.SaslAuthenticationFailed, permanent},
 		{kerr.PolicyViolation, permanent},
-		{kerr.NotEnoughReplicas, retryable},
-		{kerr.NotLeaderForPartition, retryable},
-		{kerr.ThrottlingQuotaExceeded, retryable},
-		{kerr.UnknownServerError, retryable},
+		{kerr.NotEnoughReplicas, ambiguous},
+		{kerr.NotLeaderForPartition, ambiguous},
+		{kerr.ThrottlingQuotaExceeded, ambiguous},
+		{kerr.UnknownServerError, ambiguous},
 		{kerr.RequestTimedOut, ambiguous},
 		{kerr.NotEnoughReplicasAfterAppend, ambiguous},
-		{context.DeadlineExceeded, retryable},
-		{context.Canceled, retryable},
-		{kgo.ErrRecordTimeout, retryable},
-		{kgo.ErrRecordRetries, retryable},
+		{context.DeadlineExceeded, ambiguous},
+		{context.Canceled, ambiguous},
+		{kgo.ErrRecordTimeout, ambiguous},
+		{kgo.ErrRecordRetries, ambiguous},
 		{kgo.ErrMaxBuffered, retryable},
 		{kgo.ErrClientClosed, ambiguous},
 		{errors.New("read tcp: connection reset by peer"), ambiguous},

@@ -182,6 +182,10 @@ func (s *Sink) Open(ctx context.Context) error {
 }
 
 // checkTopic asks the cluster for the topic's metadata, without creating it.
+// errTopicMissing is wrapped by checkTopic's error when the cluster does not know the
+// topic.
+var errTopicMissing = errors.New("no such topic")
+
 func checkTopic(ctx context.Context, cl *kgo.Client, name string) error {
 	req := kmsg.NewPtrMetadataRequest()
 	rt := kmsg.NewMetadataRequestTopic()
@@ -200,7 +204,7 @@ func checkTopic(ctx context.Context, cl *kgo.Client, name string) error {
 		case err == nil:
 			return nil
 		case errors.Is(err, kerr.UnknownTopicOrPartition):
-			return fmt.Errorf("kafka topic %q does not exist: create it, or change the sink's topic", name)
+			return fmt.Errorf("kafka topic %q does not exist: create it, or change the sink's topic: %w", name, errTopicMissing)
 		default:
 			return fmt.Errorf("kafka: look up topic %q: %w", name, err)
 		}
@@ -225,10 +229,10 @@ func (s *Sink) Close() error {
 // Send produces the message and waits for the acknowledgement of the partition's in-sync
 // replicas.
 //
-// The client retries on its own until the attempt's context ends. Shortly before that
-// (see giveUpBefore), it is asked to give the record up, which it does only when it can
-// tell the record was not written, so that failure is retryable; a record still in flight
-// when the context ends is reported as an ambiguous failure (and may yet be written).
+// The client retries on its own until shortly before the attempt's context ends (see
+// giveUpBefore), so that its failure is reported within the attempt. A record it gave up
+// after sending it may have been written: such failures are ambiguous, as is a record
+// still in flight when the context ends.
 func (s *Sink) Send(ctx context.Context, d activities.Delivery) error {
 	topic, err := s.topic.Expand(d)
 	if err != nil {
@@ -247,16 +251,33 @@ func (s *Sink) Send(ctx context.Context, d activities.Delivery) error {
 	}
 	select {
 	case err := <-done:
-		return classify(topic, err)
+		return s.outcome(ctx, topic, err)
 	case <-ctx.Done():
 		select {
 		case err := <-done:
-			return classify(topic, err)
+			return s.outcome(ctx, topic, err)
 		default:
 		}
 		return activities.Ambiguous(fmt.Errorf("kafka produce to topic %q: no acknowledgement before the attempt ended (%w); the record may still be written",
 			topic, context.Cause(ctx)))
 	}
+}
+
+// outcome classifies a produce error. A topic the client reports unknown is confirmed
+// missing with a metadata request before the failure is permanent: the client may give a
+// batch up as unknown-topic after a request whose answer it lost.
+func (s *Sink) outcome(ctx context.Context, topic string, err error) error {
+	if errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID) {
+		s.mu.RLock()
+		cl := s.client
+		s.mu.RUnlock()
+		lookup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if cl == nil || !errors.Is(checkTopic(lookup, cl, topic), errTopicMissing) {
+			return activities.Ambiguous(fmt.Errorf("kafka produce to topic %q: %w", topic, err))
+		}
+	}
+	return classify(topic, err)
 }
 
 // produce hands rec to the client. The read lock keeps Close from closing the client
@@ -325,30 +346,23 @@ func classify(topic string, err error) error {
 		return nil
 	}
 	failure := fmt.Errorf("kafka produce to topic %q: %w", topic, err)
-	var kafkaErr *kerr.Error
 	switch {
 	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
-		// The client looked the topic up UnknownTopicRetries times first.
+		// The client looked the topic up UnknownTopicRetries times first; the caller
+		// confirms the topic is missing before this is final (see Send).
 		return activities.Permanent(fmt.Errorf("kafka topic %q does not exist: create it, or change the sink's topic (%w)", topic, err))
 	case slices.ContainsFunc(permanentErrs, func(p error) bool { return errors.Is(err, p) }):
 		return activities.Permanent(failure)
 	case errors.Is(err, kerr.RequestTimedOut), errors.Is(err, kerr.NotEnoughReplicasAfterAppend):
 		// The leader may have appended the record before it gave up on the replicas.
 		return activities.Ambiguous(failure)
-	case errors.As(err, &kafkaErr):
-		// The broker refused the record (NOT_ENOUGH_REPLICAS, a leader moving, a quota):
-		// it did not write it.
-		return activities.Retryable(failure, 0)
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
-		errors.Is(err, kgo.ErrRecordTimeout):
-		// The idempotent client gives a record up only while no request with it is
-		// unanswered: it was never sent, or the broker refused it.
-		return activities.Retryable(fmt.Errorf("kafka produce to topic %q: not written before the attempt's deadline (%w); are the brokers reachable?", topic, err), 0)
-	case errors.Is(err, kgo.ErrRecordRetries), errors.Is(err, kgo.ErrMaxBuffered), errors.Is(err, kgo.ErrAborting):
+	case errors.Is(err, kgo.ErrMaxBuffered), errors.Is(err, kgo.ErrAborting):
+		// Refused before the record was buffered.
 		return activities.Retryable(failure, 0)
 	default:
-		// The client closed under the record (the worker is stopping), or an error with
-		// no answer from the broker: the record may have been written.
+		// The client gave the record up (a timeout, its retries ran out, a broker error
+		// after a request whose answer was lost, the client closed under it): the client
+		// cannot always tell whether an earlier request wrote it, so it may have.
 		return activities.Ambiguous(failure)
 	}
 }

@@ -313,15 +313,16 @@ func TestOpenUnreachableCluster(t *testing.T) {
 	assert.NoError(t, ctx.Err(), "Open returned only when its context ended")
 }
 
-func TestSendNotWrittenIsRetryable(t *testing.T) {
+func TestSendToUnreachableBrokersFailsWithinTheAttempt(t *testing.T) {
 	t.Parallel()
-	// No broker answers: the client never learns the topic's partitions, gives the record
-	// up before the attempt ends, and Send reports it was not written.
+	// No broker answers: the client gives the record up before the attempt ends, and
+	// Send reports a failure the workflow retries.
 	s := newSink(t, activities.SinkConfig{Brokers: []string{"127.0.0.1:1"}})
-	err := s.Send(sendCtx(t, time.Second), delivery("orders", "k", 0))
+	ctx := sendCtx(t, time.Second)
+	err := s.Send(ctx, delivery("orders", "k", 0))
 	require.Error(t, err)
-	_, ok := activities.IsRetryable(err)
-	assert.True(t, ok, "%v", err)
+	assert.False(t, activities.IsPermanent(err), "%v", err)
+	assert.NoError(t, ctx.Err(), "Send returned before the attempt ended")
 }
 
 func TestSendUnansweredIsAmbiguous(t *testing.T) {

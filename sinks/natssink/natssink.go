@@ -74,6 +74,11 @@ func New(topic string, cfg activities.SinkConfig) (activities.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("subject: %w", err)
 	}
+	for name := range cfg.Headers {
+		if !validHeaderName(name) {
+			return nil, fmt.Errorf("headers: %q is not a header name NATS carries: use letters, digits and !#$%%&'*+-.^_`|~", name)
+		}
+	}
 	s := &Sink{url: cfg.URL, subject: subject, headers: cfg.Headers}
 	s.options = []nats.Option{
 		nats.Name("outbox " + cmp.Or(topic, "default")),
@@ -82,6 +87,9 @@ func New(topic string, cfg activities.SinkConfig) (activities.Handler, error) {
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(time.Second),
 		nats.ReconnectBufSize(-1),
+		// An authorization error while reconnecting (credentials being rotated) does
+		// not close the connection for good.
+		nats.IgnoreAuthErrorAbort(),
 	}
 	if cfg.Username != "" || cfg.Password != "" {
 		s.options = append(s.options, nats.UserInfo(cfg.Username, cfg.Password))
@@ -123,9 +131,11 @@ func (s *Sink) jetStream() (jetstream.JetStream, error) {
 	if s.closed {
 		return nil, errors.New("the nats sink is closed")
 	}
-	if s.conn != nil {
+	if s.conn != nil && !s.conn.IsClosed() {
 		return s.js, nil
 	}
+	// No connection yet, or the client closed it for good (an authorization error while
+	// reconnecting, a protocol error): connect anew.
 	nc, err := nats.Connect(s.url, s.options...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to nats %s: %s", redact(s.url), redactErr(err, s.url))
@@ -168,6 +178,9 @@ func (s *Sink) Send(ctx context.Context, d activities.Delivery) error {
 	msg := nats.NewMsg(subject)
 	msg.Data = d.Payload
 	for k, v := range sinks.Headers(ctx, d, s.headers) {
+		if !validHeaderName(k) {
+			return activities.Permanent(fmt.Errorf("message %s has header %q, which NATS cannot carry (allowed: letters, digits and !#$%%&'*+-.^_`|~)", d.MessageID, k))
+		}
 		msg.Header.Set(k, v)
 	}
 	msg.Header.Set("Content-Type", "application/json")
@@ -181,8 +194,15 @@ func (s *Sink) Send(ctx context.Context, d activities.Delivery) error {
 	return nil
 }
 
-// classify turns a failed publish into a handler error: nothing sent, sent in doubt, or
-// a failure no retry fixes.
+// JetStream error codes the sink tells apart.
+const (
+	errCodeDuplicateInProcess = 10158 // the same Nats-Msg-Id is being stored right now
+	errCodeMessageTooLarge    = 10054 // jetstream.JSErrCodeStreamMessageExceedsMaximum
+	errCodeStreamSealed       = 10109 // the stream takes no more messages
+)
+
+// classify turns a failed publish into a handler error: nothing stored, stored in doubt,
+// or a failure no retry fixes.
 func (s *Sink) classify(ctx context.Context, js jetstream.JetStream, subject string, err error) error {
 	failure := fmt.Errorf("nats publish to %q: %s", subject, redactErr(err, s.url))
 	var apiErr *jetstream.APIError
@@ -190,28 +210,35 @@ func (s *Sink) classify(ctx context.Context, js jetstream.JetStream, subject str
 	case errors.Is(err, jetstream.ErrNoStreamResponse):
 		// Nothing listens on the subject: either no stream captures it, or the stream is
 		// between leaders (a restart). Only the first is permanent.
-		lookup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		lookup, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		if _, lerr := js.StreamNameBySubject(lookup, subject); errors.Is(lerr, jetstream.ErrStreamNotFound) {
 			return activities.Permanent(fmt.Errorf("nats: no JetStream stream captures subject %q: add one or change the topic's subject", subject))
 		}
 		return activities.Retryable(failure, 0)
-	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining),
-		errors.Is(err, nats.ErrReconnectBufExceeded), errors.Is(err, nats.ErrConnectionReconnecting),
-		errors.Is(err, nats.ErrDisconnected):
-		// The request never left this process.
+	case errors.Is(err, nats.ErrReconnectBufExceeded), errors.Is(err, nats.ErrConnectionReconnecting):
+		// Refused while disconnected: the request never left this process.
 		return activities.Retryable(failure, 0)
 	case errors.Is(err, nats.ErrMaxPayload):
 		return activities.Permanent(failure)
+	case errors.Is(err, nats.ErrBadHeaderMsg):
+		return activities.Permanent(fmt.Errorf("%w (a header name NATS does not allow)", failure))
 	case errors.As(err, &apiErr):
-		// The stream answered with an error: it did not store the message.
-		if apiErr.Code >= 500 {
+		// The stream answered: it did not store the message, unless the same ID is
+		// being stored by an earlier publish.
+		switch apiErr.ErrorCode {
+		case errCodeDuplicateInProcess:
+			return activities.Ambiguous(failure)
+		case errCodeMessageTooLarge, errCodeStreamSealed:
+			return activities.Permanent(failure)
+		default:
+			// Limits, rate limits, storage full, a stream between leaders: retried until
+			// the attempts run out, then dead-lettered with the reason.
 			return activities.Retryable(failure, 0)
 		}
-		return activities.Permanent(failure)
 	default:
-		// A timeout or a lost connection after the publish went out: the stream may have
-		// stored it. A resend is absorbed by the duplicate window.
+		// A timeout, or a connection closed or lost after the publish went out: the
+		// stream may have stored it. A resend is absorbed by the duplicate window.
 		return activities.Ambiguous(failure)
 	}
 }
@@ -228,6 +255,20 @@ func checkSubject(subject string) error {
 		}
 	}
 	return nil
+}
+
+// validHeaderName reports whether name is an HTTP token, which is what a NATS header name
+// may be.
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, c := range []byte(name) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // redact shows server URLs without credentials.

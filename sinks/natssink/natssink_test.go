@@ -168,6 +168,12 @@ func TestSubjectFromTemplate(t *testing.T) {
 	err = s.Send(context.Background(), message("order.created", "a..b"))
 	require.True(t, activities.IsPermanent(err), "%v", err)
 	require.ErrorContains(t, err, "empty token")
+
+	d := message("order.created", "k")
+	d.Headers = map[string]string{"bad header": "x"}
+	err = s.Send(context.Background(), d)
+	require.True(t, activities.IsPermanent(err), "%v", err)
+	require.ErrorContains(t, err, `header "bad header"`)
 }
 
 func TestUnreachableServer(t *testing.T) {
@@ -203,6 +209,7 @@ func TestNewRefusesBadSettings(t *testing.T) {
 		{activities.SinkConfig{URL: "nats://u:secret@h:1,ftp://h:2"}, `got "nats://h:1,ftp://h:2"`},
 		{activities.SinkConfig{URL: "nats://h:1", Subject: "a.{nope}"}, "subject: unknown placeholder {nope}"},
 		{activities.SinkConfig{URL: "nats://h:1", TLS: activities.TLSFiles{CAFile: "/nonexistent/ca.pem"}}, "tls.ca_file"},
+		{activities.SinkConfig{URL: "nats://h:1", Headers: map[string]string{"X-Region/Zone": "eu"}}, `headers: "X-Region/Zone" is not a header name NATS carries`},
 	} {
 		_, err := natssink.New("orders", tc.cfg)
 		require.ErrorContains(t, err, tc.want)

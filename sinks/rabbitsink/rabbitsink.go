@@ -259,11 +259,16 @@ func (s *Sink) publish(ctx context.Context, c *pubChannel, key string, msg amqp.
 	drain(c.returns)
 	dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, s.exchange, key, true, false, msg)
 	if err != nil {
-		// The channel or connection was closed, the context was done, or the frames
-		// could not all be written: the broker routes no message it did not receive
-		// whole.
+		failure := fmt.Errorf("rabbitmq: publish to %s on %s: %w", s.where(key), s.shown, err)
 		ctxDone := ctx.Err() != nil && errors.Is(err, ctx.Err())
-		return ctxDone, activities.Retryable(fmt.Errorf("rabbitmq: publish to %s on %s: %w", s.where(key), s.shown, err), 0)
+		if ctxDone || errors.Is(err, amqp.ErrClosed) {
+			// Refused before a frame was written: the channel or connection was closed,
+			// or the context was done.
+			return ctxDone, activities.Retryable(failure, 0)
+		}
+		// A write error: the connection's writer is shared, and another publish's flush
+		// may have put this message on the wire before the error.
+		return false, activities.Ambiguous(failure)
 	}
 	acked, err := dc.WaitContext(ctx)
 	if err != nil {
@@ -277,7 +282,9 @@ func (s *Sink) publish(ctx context.Context, c *pubChannel, key string, msg amqp.
 			// channel reports why before it does.
 			return false, s.closedError(aerr, key)
 		default:
-			return true, activities.Retryable(fmt.Errorf("rabbitmq: %s nacked the message published to %s: the broker did not take it", s.shown, s.where(key)), 0)
+			// A message routed to several queues is nacked when one of them refuses it,
+			// though the others may have queued it.
+			return true, activities.Ambiguous(fmt.Errorf("rabbitmq: %s nacked the message published to %s (a queue refused it)", s.shown, s.where(key)))
 		}
 	}
 	// The client hands a basic.return to NotifyReturn before it processes the ack that
@@ -389,6 +396,16 @@ func (s *Sink) acquire(ctx context.Context) (*pubChannel, error) {
 	}
 	s.mu.Unlock()
 	c, err := openChannel(conn)
+	if err != nil {
+		// The connection may be broken before it knows (a write error shuts it down in
+		// the background): close it, and try once more on a new one.
+		_ = conn.amqp.Close()
+		if conn, err = s.connect(ctx); err != nil {
+			<-s.slots
+			return nil, err
+		}
+		c, err = openChannel(conn)
+	}
 	if err != nil {
 		<-s.slots
 		return nil, activities.Retryable(fmt.Errorf("rabbitmq: open a channel on %s: %w", s.shown, err), 0)
