@@ -225,39 +225,44 @@ func (r *Registry) Lookup(topic string) (Handler, bool) {
 	return r.fallback, r.fallback != nil
 }
 
-// Open opens the handlers that implement Opener (see SinkFactory), and reports every one
-// that failed by topic.
+// Open opens the handlers that implement Opener (see SinkFactory), each once, and reports
+// every one that failed by topic.
 func (r *Registry) Open(ctx context.Context) error {
 	var errs []error
-	for topic, h := range r.handlers() {
-		if o, ok := h.(Opener); ok {
+	for _, n := range r.handlers() {
+		if o, ok := n.handler.(Opener); ok {
 			if err := o.Open(ctx); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", topic, err))
+				errs = append(errs, fmt.Errorf("%s: %w", n.name, err))
 			}
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// Close closes the handlers that implement io.Closer.
+// Close closes the handlers that implement io.Closer, each once.
 func (r *Registry) Close() error {
 	var errs []error
-	for topic, h := range r.handlers() {
-		if c, ok := h.(io.Closer); ok {
+	for _, n := range r.handlers() {
+		if c, ok := n.handler.(io.Closer); ok {
 			if err := c.Close(); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", topic, err))
+				errs = append(errs, fmt.Errorf("%s: %w", n.name, err))
 			}
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// handlers returns each handler once, named by the first topic (sorted) it serves or
-// "default".
-func (r *Registry) handlers() map[string]Handler {
+type namedHandler struct {
+	name    string // "topic <name>", or "default"
+	handler Handler
+}
+
+// handlers returns each handler once, by the first topic (sorted) it serves, the default
+// handler last.
+func (r *Registry) handlers() []namedHandler {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	out := map[string]Handler{}
+	var out []namedHandler
 	seen := map[Handler]bool{}
 	add := func(name string, h Handler) {
 		if reflect.TypeOf(h).Comparable() { // a HandlerFunc is not
@@ -266,7 +271,7 @@ func (r *Registry) handlers() map[string]Handler {
 			}
 			seen[h] = true
 		}
-		out[name] = h
+		out = append(out, namedHandler{name, h})
 	}
 	for _, topic := range slices.Sorted(maps.Keys(r.topics)) {
 		add("topic "+topic, r.topics[topic])

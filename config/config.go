@@ -800,8 +800,8 @@ func (t Topic) validateSink(field, sink string) error {
 		"check_url": t.CheckURL != "", "signing_secrets": len(t.SigningSecrets) > 0, "subject": t.Subject != "",
 		"exchange": t.Exchange != "", "routing_key": t.RoutingKey != "", "brokers": len(t.Brokers) > 0, "topic": t.Topic != "",
 	}
-	for kind, keys := range sinkKeys {
-		for _, k := range keys {
+	for _, kind := range slices.Sorted(maps.Keys(sinkKeys)) {
+		for _, k := range sinkKeys[kind] {
 			if kind != sink && set[k] {
 				bad(k, "is a setting of sink %s, not of sink %s", kind, sink)
 			}
