@@ -257,7 +257,16 @@ func (s *Sink) publish(ctx context.Context, c *pubChannel, key string, msg amqp.
 		return true, activities.Retryable(fmt.Errorf("rabbitmq: %s blocks publishers (%s)", s.shown, *reason), 0)
 	}
 	drain(c.returns)
+	if err := ctx.Err(); err != nil {
+		return true, activities.Retryable(fmt.Errorf("rabbitmq: publish to %s on %s: %w", s.where(key), s.shown, err), 0)
+	}
+	// The client writes without a deadline: a broker that stopped reading (an alarm not
+	// yet announced) would hold the publish past the attempt. If ctx ends during the
+	// write, a past write deadline breaks the connection: the publish fails (ambiguous),
+	// and the next send dials again.
+	unblock := context.AfterFunc(ctx, func() { _ = c.conn.net.SetWriteDeadline(time.Unix(1, 0)) })
 	dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, s.exchange, key, true, false, msg)
+	unblock()
 	if err != nil {
 		failure := fmt.Errorf("rabbitmq: publish to %s on %s: %w", s.where(key), s.shown, err)
 		ctxDone := ctx.Err() != nil && errors.Is(err, ctx.Err())
