@@ -69,12 +69,12 @@ func NewHTTPSink(t SinkConfig) (*HTTPSink, error) {
 		},
 	}
 	if !t.TLS.IsZero() {
-		if strings.HasPrefix(t.URL, "http://") {
-			return nil, fmt.Errorf("tls: is set, but url %s does not use TLS: use https://", redactURL(t.URL, true))
-		}
 		tlsConfig, err := t.TLS.Load()
 		if err != nil {
 			return nil, err
+		}
+		if strings.HasPrefix(t.URL, "http://") {
+			return nil, fmt.Errorf("tls: is set, but url %s does not use TLS: use https://", redactURL(t.URL, true))
 		}
 		// A clone keeps the default transport's proxy, timeouts and HTTP/2, and gives the
 		// topic connections of its own.

@@ -827,9 +827,6 @@ func (t Topic) validateSink(field, sink string) error {
 		if t.Username != "" || t.Password != "" {
 			bad("username/password", "are for the broker sinks; put an http endpoint's credentials in headers")
 		}
-		if !t.TLS.IsZero() && strings.HasPrefix(t.URL, "http://") {
-			bad("tls", "is set, but url %s does not use TLS: use https://", redactHTTP(t.URL))
-		}
 	case "nats":
 		if err := natssink.CheckURL(t.URL); err != nil {
 			bad("url", "%v", err)
@@ -857,20 +854,15 @@ func (t Topic) validateSink(field, sink string) error {
 	if len(t.Options) > 0 {
 		bad("options", "are for the sinks a worker registers, not for sink %s", sink)
 	}
-	// Reading the secrets and TLS files here reports a missing variable or file before the
-	// worker starts; the errors name them, never their contents.
+	// Reading the secrets here reports a missing variable or file before the worker
+	// starts; the errors name them, never their contents.
 	cfg, err := t.SinkConfig()
 	if err != nil {
 		errs = append(errs, prefixLines(field+".", err))
 	}
-	if !t.TLS.IsZero() {
-		if _, err := t.TLS.Load(); err != nil {
-			errs = append(errs, prefixLines(field+".", err))
-		}
-	}
-	if len(errs) == 0 && sink != "http" {
-		// The sink's own checks (they connect to nothing).
-		h, err := Sinks()[sink](field, cfg)
+	if len(errs) == 0 {
+		// The sink's own checks, its TLS files read (it connects to nothing).
+		h, err := activities.NewSink(field, cfg, Sinks())
 		if err != nil {
 			errs = append(errs, prefixLines(field+".", err))
 		} else if c, ok := h.(io.Closer); ok {
@@ -878,16 +870,6 @@ func (t Topic) validateSink(field, sink string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// redactHTTP shows an http URL without user information and query.
-func redactHTTP(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	u.User, u.RawQuery = nil, ""
-	return u.String()
 }
 
 // prefixLines puts prefix before each error that err joins.
