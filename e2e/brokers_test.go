@@ -22,7 +22,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/app"
 	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/internal/testdb"
 	"github.com/outbox-go/outbox/sinks"
 	"github.com/outbox-go/outbox/sinks/natssink"
 	"github.com/outbox-go/outbox/store"
@@ -347,4 +349,30 @@ func TestKafkaSink(t *testing.T) {
 		require.Len(t, seqs[k], 20)
 		require.Len(t, partitions[k], 1, "key %s in one partition", k)
 	}
+}
+
+// TestWorkerStartReportsUnreachableBrokers: a worker whose topics publish to brokers it
+// cannot reach does not start, and says which topics and brokers, without their
+// credentials.
+func TestWorkerStartReportsUnreachableBrokers(t *testing.T) {
+	t.Parallel()
+	ts := newServer(t)
+	e := newEnv(t, ts)
+	e.cfg.Topics["order.published"] = config.Topic{Sink: "nats", URL: "nats://outbox:hunter2@127.0.0.1:1"}
+	e.cfg.Topics["order.queued"] = config.Topic{Sink: "rabbitmq", URL: "amqp://outbox:hunter2@127.0.0.1:1/"}
+	ctx := context.Background()
+	a, err := app.Connect(ctx, &config.Config{
+		DatabaseURL: testdb.URL(),
+		Schema:      e.store.Schema(),
+		Temporal:    config.Temporal{Address: ts.GetFrontendHostPort(), Namespace: e.namespace, TaskQueue: e.taskQueue},
+		Topics:      e.cfg.Topics,
+	}, logger)
+	require.NoError(t, err)
+	t.Cleanup(a.Close)
+
+	err = a.RunWorker(ctx, app.Handlers{})
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "topic order.published: connect to nats nats://127.0.0.1:1")
+	require.Contains(t, err.Error(), "topic order.queued: rabbitmq: connect to amqp://127.0.0.1:1")
+	require.NotContains(t, err.Error(), "hunter2")
 }
