@@ -96,6 +96,12 @@ func Retryable(err error, retryAfter time.Duration) error {
 // workflow asks the handler's Checker before it sends again.
 func Ambiguous(err error) error { return &HandlerError{Err: err, kind: kindAmbiguous} }
 
+// ErrConnectionLost marks a send that failed because the connection it was written on
+// broke, not because of the message: a handler wraps it (fmt.Errorf("...: %w",
+// ErrConnectionLost)) inside an Ambiguous or Retryable error, and the send activity counts
+// it (outbox_send_connection_lost_total) besides the attempt's failure.
+var ErrConnectionLost = errors.New("connection lost")
+
 // IsPermanent reports whether err, or an error it wraps, was marked with Permanent.
 func IsPermanent(err error) bool { return markOf(err) == kindPermanent }
 
@@ -165,6 +171,11 @@ type SinkConfig struct {
 
 	// Options holds the settings of sinks registered by a worker.
 	Options map[string]string
+
+	// RetrySpan is the longest a resend of a message can come after its first send (see
+	// workflows.Policy.RetrySpan); a sink whose broker de-duplicates within a window warns
+	// when the window is shorter. Zero when unknown.
+	RetrySpan time.Duration
 }
 
 // SinkFactory builds the handler of a topic from its sink settings. A handler that holds a

@@ -313,7 +313,7 @@ func (t Topic) SinkConfig() (activities.SinkConfig, error) {
 	cfg := activities.SinkConfig{
 		Sink: t.Sink, URL: t.URL, CheckURL: t.CheckURL, Headers: t.Headers,
 		Subject: t.Subject, Exchange: t.Exchange, RoutingKey: t.RoutingKey, Brokers: t.Brokers, Topic: t.Topic,
-		Username: t.Username, TLS: t.TLS, Options: t.Options,
+		Username: t.Username, TLS: t.TLS, Options: t.Options, RetrySpan: t.Policy().RetrySpan(),
 	}
 	var errs []error
 	if t.Password != "" {

@@ -284,6 +284,19 @@ func (p Policy) Backoff(n int) time.Duration {
 	return min(time.Duration(d), p.MaxInterval)
 }
 
+// RetrySpan returns the longest time from the start of a message's first attempt to the
+// end of its last: every attempt running out its SendTimeout, and every wait between them
+// at its longest. A resend can come this long after the first send, so a broker that
+// de-duplicates within a window needs a window at least this long.
+func (p Policy) RetrySpan() time.Duration {
+	p = p.WithDefaults()
+	span := time.Duration(p.MaxAttempts) * p.SendTimeout
+	for n := 1; n < p.MaxAttempts; n++ {
+		span += p.Backoff(n)
+	}
+	return span
+}
+
 // DeliveryInput is the input of OutboxDelivery: a reference to the message, not its
 // payload (the send activity loads it), and the resolved policy.
 type DeliveryInput struct {
