@@ -4,15 +4,19 @@
 // sink: nats, rabbitmq or kafka.
 //
 // A broker sink publishes the message's payload as the body (JSON, content type
-// application/json) and its metadata as headers: the row's headers, Outbox-Message-Id,
+// application/json) and its metadata as headers: the row's headers (none that the broker
+// acts on: see [Reserved]), Outbox-Message-Id,
 // Outbox-Topic, Outbox-Created-At (RFC 3339), Outbox-Attempt, Outbox-Ordering-Key when the
 // message has one, and the trace context (traceparent, tracestate) of the send span.
 package sinks
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/internal/redact"
 	"github.com/outbox-go/outbox/internal/tracing"
 )
 
@@ -94,16 +99,88 @@ func (t Template) Expand(d activities.Delivery) (string, error) {
 	return strings.NewReplacer("{topic}", d.Topic, "{message_id}", d.MessageID.String(), "{ordering_key}", d.OrderingKey).Replace(t.text), nil
 }
 
-// Headers returns the headers a broker sink publishes with d: the message's own, then the
-// outbox's (which win over a message header of the same name) and the trace context of
-// ctx's span.
-func Headers(ctx context.Context, d activities.Delivery, extra map[string]string) map[string]string {
+// Reserved names the headers a broker acts on, besides carrying them: NATS's Nats-*
+// (Nats-Rollup purges a subject, Nats-Expected-* fail every publish, Nats-Msg-Id is the
+// outbox's de-duplication key), RabbitMQ's CC and BCC (more routing keys) and x-* (read by
+// plugins and queues). Every sink also reserves the outbox's own Outbox-* headers. A
+// message's headers come from whoever writes the row, so none of them may steer the
+// broker; a topic's configured headers may not either. Outbox-* and NATS's names compare
+// case-insensitively; RabbitMQ's exactly, as the broker compares them (so X-Request-Id
+// passes and x-delay does not).
+type Reserved struct {
+	Sink      string   // the sink kind, for errors
+	Names     []string // reserved names
+	Prefixes  []string // reserved prefixes
+	ExactCase bool     // Names and Prefixes compare case-sensitively
+}
+
+// The headers each broker sink reserves.
+var (
+	NATSReserved     = Reserved{Sink: "nats", Prefixes: []string{"Nats-"}}
+	RabbitMQReserved = Reserved{Sink: "rabbitmq", Names: []string{"CC", "BCC"}, Prefixes: []string{"x-"}, ExactCase: true}
+	KafkaReserved    = Reserved{Sink: "kafka"}
+)
+
+// outboxPrefix starts the headers the outbox sets on every message.
+const outboxPrefix = "Outbox-"
+
+// Check returns an error naming header name and the sink when the sink reserves it.
+func (r Reserved) Check(name string) error {
+	equal := strings.EqualFold
+	if r.ExactCase {
+		equal = func(a, b string) bool { return a == b }
+	}
+	hasPrefix := func(p string) bool { return len(name) >= len(p) && equal(name[:len(p)], p) }
+	if len(name) >= len(outboxPrefix) && strings.EqualFold(name[:len(outboxPrefix)], outboxPrefix) {
+		return fmt.Errorf("header %q: Outbox-* headers are set by the outbox on every message and cannot be set otherwise", name)
+	}
+	for _, n := range r.Names {
+		if equal(name, n) {
+			return fmt.Errorf("header %q: the %s sink reserves it (the broker acts on it); reserved: %s", name, r.Sink, r.list())
+		}
+	}
+	for _, p := range r.Prefixes {
+		if hasPrefix(p) {
+			return fmt.Errorf("header %q: the %s sink reserves %s* headers (the broker acts on them); reserved: %s", name, r.Sink, p, r.list())
+		}
+	}
+	return nil
+}
+
+// CheckConfig checks a topic's configured headers, for a sink's constructor.
+func (r Reserved) CheckConfig(headers map[string]string) error {
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(headers)) {
+		if err := r.Check(name); err != nil {
+			errs = append(errs, fmt.Errorf("headers: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (r Reserved) list() string {
+	all := []string{outboxPrefix + "*"}
+	for _, p := range r.Prefixes {
+		all = append(all, p+"*")
+	}
+	return strings.Join(append(all, r.Names...), ", ")
+}
+
+// Headers returns the headers a broker sink publishes with d: the topic's configured
+// extra, the message's own, then the outbox's and the trace context of ctx's span (which
+// replace a message's traceparent and tracestate). A message header that r reserves fails
+// the send permanently (the message is dead-lettered with the header's name): a row cannot
+// steer the broker.
+func Headers(ctx context.Context, d activities.Delivery, extra map[string]string, r Reserved) (map[string]string, error) {
 	h := make(map[string]string, len(d.Headers)+len(extra)+7)
 	for k, v := range extra {
 		h[k] = v
 	}
-	for k, v := range d.Headers {
-		h[k] = v
+	for _, k := range slices.Sorted(maps.Keys(d.Headers)) {
+		if err := r.Check(k); err != nil {
+			return nil, activities.Permanent(fmt.Errorf("message %s: %w; rename it in the row's headers", d.MessageID, err))
+		}
+		h[k] = d.Headers[k]
 	}
 	h[HeaderMessageID] = d.MessageID.String()
 	h[HeaderTopic] = d.Topic
@@ -113,24 +190,10 @@ func Headers(ctx context.Context, d activities.Delivery, extra map[string]string
 		h[HeaderOrderingKey] = d.OrderingKey
 	}
 	tracing.Propagator(nil).Inject(ctx, propagation.MapCarrier(h))
-	return h
+	return h, nil
 }
 
 // Redact returns the form of a broker URL that errors and logs may show: scheme, host and
-// port, without credentials, path or query.
-func Redact(raw string) string {
-	i := strings.Index(raw, "://")
-	if i < 0 {
-		return "(unparsable URL)"
-	}
-	rest := raw[i+3:]
-	// User information first, up to the last @: a password may hold /, ? or # that
-	// were not percent-encoded.
-	if j := strings.LastIndex(rest, "@"); j >= 0 {
-		rest = rest[j+1:]
-	}
-	if j := strings.IndexAny(rest, "/?#"); j >= 0 {
-		rest = rest[:j]
-	}
-	return raw[:i+3] + rest
-}
+// port, without credentials, path or query (see package internal/redact, which every
+// error of the outbox that names a URL goes through).
+func Redact(raw string) string { return redact.URL(raw) }

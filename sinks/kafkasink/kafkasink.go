@@ -72,7 +72,8 @@ type Sink struct {
 // reads the TLS files, but does not connect; Open does. The outbox topic is not needed:
 // each message carries its own.
 //
-// SASL/PLAIN sends the password as it is: without TLS, anyone on the path can read it.
+// SASL/PLAIN sends the password as it is: without TLS, anyone on the path can read it, so
+// New refuses a username without TLS unless AllowPlaintextAuth is set.
 func New(_ string, cfg activities.SinkConfig) (activities.Handler, error) {
 	if err := checkBrokers(cfg.Brokers); err != nil {
 		return nil, err
@@ -85,6 +86,9 @@ func New(_ string, cfg activities.SinkConfig) (activities.Handler, error) {
 		if err := checkTopicName(tmpl.String()); err != nil {
 			return nil, fmt.Errorf("topic: %w", err)
 		}
+	}
+	if err := sinks.KafkaReserved.CheckConfig(cfg.Headers); err != nil {
+		return nil, err
 	}
 	s := &Sink{brokers: slices.Clone(cfg.Brokers), topic: tmpl, headers: cfg.Headers}
 	s.opts = []kgo.Opt{
@@ -105,6 +109,9 @@ func New(_ string, cfg activities.SinkConfig) (activities.Handler, error) {
 		return nil, errors.New("password: must be set with username, for SASL/PLAIN")
 	case cfg.Password != "":
 		return nil, errors.New("username: must be set with password, for SASL/PLAIN")
+	}
+	if cfg.Username != "" && cfg.TLS.IsZero() && !cfg.AllowPlaintextAuth {
+		return nil, errors.New("username/password: SASL/PLAIN without tls sends the password in plaintext: set tls (enabled: true, or ca_file) or, for a broker on localhost or a private link, allow_plaintext_auth: true")
 	}
 	if !cfg.TLS.IsZero() {
 		tlsCfg, err := cfg.TLS.Load()
@@ -241,7 +248,10 @@ func (s *Sink) Send(ctx context.Context, d activities.Delivery) error {
 	if err := checkTopicName(topic); err != nil {
 		return activities.Permanent(fmt.Errorf("topic of message %s: %w", d.MessageID, err))
 	}
-	rec := s.record(ctx, topic, d)
+	rec, err := s.record(ctx, topic, d)
+	if err != nil {
+		return err
+	}
 
 	produceCtx, cancel := giveUpBefore(ctx)
 	defer cancel()
@@ -297,12 +307,15 @@ func (s *Sink) produce(ctx context.Context, rec *kgo.Record, promise func(*kgo.R
 }
 
 // record builds the Kafka record of d.
-func (s *Sink) record(ctx context.Context, topic string, d activities.Delivery) *kgo.Record {
+func (s *Sink) record(ctx context.Context, topic string, d activities.Delivery) (*kgo.Record, error) {
 	key := d.OrderingKey
 	if key == "" {
 		key = d.MessageID.String()
 	}
-	h := sinks.Headers(ctx, d, s.headers)
+	h, err := sinks.Headers(ctx, d, s.headers, sinks.KafkaReserved)
+	if err != nil {
+		return nil, err
+	}
 	h["Content-Type"] = "application/json"
 	headers := make([]kgo.RecordHeader, 0, len(h))
 	for _, k := range slices.Sorted(maps.Keys(h)) {
@@ -314,7 +327,7 @@ func (s *Sink) record(ctx context.Context, topic string, d activities.Delivery) 
 		Value:     d.Payload,
 		Headers:   headers,
 		Timestamp: d.CreatedAt,
-	}
+	}, nil
 }
 
 // giveUpBefore returns the context the client produces under: ctx, ending a little before

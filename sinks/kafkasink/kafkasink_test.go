@@ -402,11 +402,15 @@ func TestSASLPlain(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, kfake.EnableSASL(), kfake.Superuser("PLAIN", "outbox", "right-password"), kfake.SeedTopics(1, "orders"))
 
-	s := openSink(t, c, activities.SinkConfig{Username: "outbox", Password: "right-password"})
+	_, err := kafkasink.New("orders", activities.SinkConfig{Brokers: c.ListenAddrs(), Username: "outbox", Password: "right-password"})
+	require.ErrorContains(t, err, "SASL/PLAIN without tls sends the password in plaintext", "refused without tls or allow_plaintext_auth")
+	assert.NotContains(t, err.Error(), "right-password")
+
+	s := openSink(t, c, activities.SinkConfig{Username: "outbox", Password: "right-password", AllowPlaintextAuth: true})
 	require.NoError(t, s.Send(sendCtx(t, 10*time.Second), delivery("orders", "k", 0)))
 
-	bad := newSink(t, activities.SinkConfig{Brokers: c.ListenAddrs(), Username: "outbox", Password: "wrong-password"})
-	err := bad.Open(sendCtx(t, 5*time.Second))
+	bad := newSink(t, activities.SinkConfig{Brokers: c.ListenAddrs(), Username: "outbox", Password: "wrong-password", AllowPlaintextAuth: true})
+	err = bad.Open(sendCtx(t, 5*time.Second))
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "wrong-password")
 	assert.NotContains(t, err.Error(), "right-password")

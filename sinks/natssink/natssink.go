@@ -79,6 +79,9 @@ func New(topic string, cfg activities.SinkConfig) (activities.Handler, error) {
 			return nil, fmt.Errorf("headers: %q is not a header name NATS carries: use letters, digits and !#$%%&'*+-.^_`|~", name)
 		}
 	}
+	if err := sinks.NATSReserved.CheckConfig(cfg.Headers); err != nil {
+		return nil, err
+	}
 	s := &Sink{url: cfg.URL, subject: subject, headers: cfg.Headers}
 	s.options = []nats.Option{
 		nats.Name("outbox " + cmp.Or(topic, "default")),
@@ -177,7 +180,11 @@ func (s *Sink) Send(ctx context.Context, d activities.Delivery) error {
 	}
 	msg := nats.NewMsg(subject)
 	msg.Data = d.Payload
-	for k, v := range sinks.Headers(ctx, d, s.headers) {
+	headers, err := sinks.Headers(ctx, d, s.headers, sinks.NATSReserved)
+	if err != nil {
+		return err
+	}
+	for k, v := range headers {
 		if !validHeaderName(k) {
 			return activities.Permanent(fmt.Errorf("message %s has header %q, which NATS cannot carry (allowed: letters, digits and !#$%%&'*+-.^_`|~)", d.MessageID, k))
 		}

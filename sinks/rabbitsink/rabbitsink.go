@@ -127,6 +127,9 @@ func New(topic string, cfg activities.SinkConfig) (activities.Handler, error) {
 		if len(name) > maxShortstr {
 			bad("headers", "header name %.32q... must be at most %d bytes, got %d", name, maxShortstr, len(name))
 		}
+		if err := sinks.RabbitMQReserved.Check(name); err != nil {
+			bad("headers", "%v", err)
+		}
 	}
 	if cfg.Password != "" && cfg.Username == "" {
 		bad("username", "must be set with password")
@@ -222,7 +225,10 @@ func (s *Sink) Send(ctx context.Context, d activities.Delivery) error {
 		return activities.Permanent(fmt.Errorf("rabbitmq: routing key %.32q... of message %s is %d bytes, more than the %d AMQP allows: fix routing_key",
 			key, d.MessageID, len(key), maxShortstr))
 	}
-	headers := sinks.Headers(ctx, d, s.headers)
+	headers, err := sinks.Headers(ctx, d, s.headers, sinks.RabbitMQReserved)
+	if err != nil {
+		return err
+	}
 	table := make(amqp.Table, len(headers))
 	for name, v := range headers {
 		if len(name) > maxShortstr {

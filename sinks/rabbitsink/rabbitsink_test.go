@@ -470,7 +470,7 @@ func TestCheckURL(t *testing.T) {
 	}{
 		{"", "must be set: the broker's amqp:// or amqps:// URL"},
 		{"http://broker:5672/", `must be an amqp:// or amqps:// URL with a host, got "http://broker:5672"`},
-		{"amqp://user:s3cret@/vhost", `must be an amqp:// or amqps:// URL with a host, got "amqp://"`},
+		{"amqp://user:s3cret@/vhost", `must be an amqp:// or amqps:// URL with a host, got "(unparsable URL)"`},
 		{"broker:5672", `must be an amqp:// or amqps:// URL with a host`},
 		{"amqp://user:s3cret@broker/?heartbeat=x", `heartbeat`},
 		{"amqp://broker", ""},

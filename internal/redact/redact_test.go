@@ -1,0 +1,32 @@
+package redact
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestURLShowsOnlySchemeAndHost(t *testing.T) {
+	for raw, want := range map[string]string{
+		"https://hooks.slack.com/services/T000/B000/XXXXSECRET":     "https://hooks.slack.com",
+		"https://user:s3cr%zzet@host/x":                             "https://host",
+		"https://user:pa/ss?#word@host:8443/path?token=SECRET#frag": "https://host:8443",
+		"HTTP://Example.com/webhook/SECRET":                         "http://Example.com",
+		"amqp://guest:guest@127.0.0.1:5672/vhost":                   "amqp://127.0.0.1:5672",
+		"nats://tok3n@nats.internal:4222":                           "nats://nats.internal:4222",
+		"amqp://outbox:1234#SECRET@rabbit:5672/v":                   "amqp://rabbit:5672",
+		"https://h/x?api_key=SECRET":                                "https://h",
+		"no scheme SECRET":                                          Unparsable,
+		"://SECRET":                                                 Unparsable,
+		"https://":                                                  Unparsable,
+	} {
+		got := URL(raw)
+		if got != want {
+			t.Errorf("URL(%q) = %q, want %q", raw, got, want)
+		}
+		for _, secret := range []string{"SECRET", "s3cr", "pa/ss", "guest", "tok3n", "token"} {
+			if strings.Contains(got, secret) {
+				t.Errorf("URL(%q) = %q shows %q", raw, got, secret)
+			}
+		}
+	}
+}
