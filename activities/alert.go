@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/outbox-go/outbox/internal/redact"
 )
 
 // DeadLetterAlert is the JSON body an alert webhook receives for each dead letter.
@@ -56,11 +58,11 @@ func (w *AlertWebhooks) Send(ctx context.Context, alert DeadLetterAlert) error {
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("POST %s: %w", redactURL(url, false), unwrapURLError(err))
+		return fmt.Errorf("POST %s: %w", redact.URL(url), unwrapURLError(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("POST %s: HTTP %d%s", redactURL(url, false), resp.StatusCode, readSnippet(resp.Body))
+		return fmt.Errorf("POST %s: HTTP %d%s", redact.URL(url), resp.StatusCode, readSnippet(resp.Body))
 	}
 	return nil
 }

@@ -176,6 +176,9 @@ type SinkConfig struct {
 	// workflows.Policy.RetrySpan); a sink whose broker de-duplicates within a window warns
 	// when the window is shorter. Zero when unknown.
 	RetrySpan time.Duration
+	// AllowPlaintextAuth lets the kafka sink send a SASL/PLAIN password without TLS. By
+	// default username and password need TLS.
+	AllowPlaintextAuth bool
 }
 
 // SinkFactory builds the handler of a topic from its sink settings. A handler that holds a

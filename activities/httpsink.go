@@ -17,6 +17,7 @@ import (
 
 	"go.opentelemetry.io/otel/propagation"
 
+	"github.com/outbox-go/outbox/internal/redact"
 	"github.com/outbox-go/outbox/internal/tracing"
 	"github.com/outbox-go/outbox/webhook"
 )
@@ -55,6 +56,27 @@ func NewHTTPSink(t SinkConfig) (*HTTPSink, error) {
 	if t.URL == "" {
 		return nil, errors.New("url: the http sink needs a url")
 	}
+	u, err := url.Parse(t.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("url: must be an absolute http or https URL, got %q", redact.URL(t.URL))
+	}
+	secure := u.Scheme == "https" // url.Parse lower-cases the scheme: HTTPS:// is https
+	if !t.TLS.IsZero() && !secure {
+		return nil, fmt.Errorf("tls: is set, but url %s does not use TLS: use https://", redact.URL(t.URL))
+	}
+	if t.CheckURL != "" {
+		// The check's GETs carry the topic's headers (an Authorization among them): a
+		// topic that sends over TLS checks over TLS, and with tls set, on the same host.
+		cu, err := url.Parse(t.CheckURL)
+		switch {
+		case err != nil || (cu.Scheme != "http" && cu.Scheme != "https") || cu.Host == "":
+			return nil, fmt.Errorf("check_url: must be an absolute http or https URL, got %q", redact.URL(t.CheckURL))
+		case secure && cu.Scheme != "https":
+			return nil, fmt.Errorf("check_url: must use https as url does, got %s: the check's requests carry the topic's headers", redact.URL(t.CheckURL))
+		case !t.TLS.IsZero() && !strings.EqualFold(cu.Hostname(), u.Hostname()):
+			return nil, fmt.Errorf("check_url: must be on url's host %s when tls is set, got %s", u.Hostname(), redact.URL(t.CheckURL))
+		}
+	}
 	for i, key := range t.SigningSecrets {
 		if len(key) == 0 {
 			return nil, fmt.Errorf("signing_secrets[%d]: the key is empty", i)
@@ -72,9 +94,6 @@ func NewHTTPSink(t SinkConfig) (*HTTPSink, error) {
 		tlsConfig, err := t.TLS.Load()
 		if err != nil {
 			return nil, err
-		}
-		if strings.HasPrefix(t.URL, "http://") {
-			return nil, fmt.Errorf("tls: is set, but url %s does not use TLS: use https://", redactURL(t.URL, true))
 		}
 		// A clone keeps the default transport's proxy, timeouts and HTTP/2, and gives the
 		// topic connections of its own.
@@ -106,7 +125,7 @@ func (s *HTTPSink) Send(ctx context.Context, d Delivery) error {
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL, bytes.NewReader(body))
 	if err != nil {
-		return Permanent(fmt.Errorf("build request to %s: %w", redactURL(s.URL, true), err))
+		return Permanent(fmt.Errorf("build request to %s: %w", redact.URL(s.URL), err))
 	}
 	for k, v := range s.Headers {
 		req.Header.Set(k, v)
@@ -124,11 +143,11 @@ func (s *HTTPSink) Send(ctx context.Context, d Delivery) error {
 
 	resp, err := s.Client.Do(req)
 	if err != nil {
-		return transportError("POST", redactURL(s.URL, true), err)
+		return transportError("POST", redact.URL(s.URL), err)
 	}
 	defer resp.Body.Close()
 	snippet := readSnippet(resp.Body)
-	failure := fmt.Errorf("POST %s: HTTP %d%s", redactURL(s.URL, true), resp.StatusCode, snippet)
+	failure := fmt.Errorf("POST %s: HTTP %d%s", redact.URL(s.URL), resp.StatusCode, snippet)
 	wait := retryAfter(resp.Header.Get("Retry-After"), time.Now())
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
@@ -153,7 +172,7 @@ func (s *HTTPSink) CheckProcessed(ctx context.Context, d Delivery) (bool, error)
 	u := strings.ReplaceAll(s.CheckURL, "{message_id}", url.PathEscape(d.MessageID.String()))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return false, fmt.Errorf("build request to %s: %w", redactURL(u, true), err)
+		return false, fmt.Errorf("build request to %s: %w", redact.URL(u), err)
 	}
 	for k, v := range s.Headers {
 		req.Header.Set(k, v)
@@ -162,7 +181,7 @@ func (s *HTTPSink) CheckProcessed(ctx context.Context, d Delivery) (bool, error)
 	tracing.Propagator(nil).Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := s.Client.Do(req)
 	if err != nil {
-		return false, fmt.Errorf("GET %s: %w", redactURL(u, true), unwrapURLError(err))
+		return false, fmt.Errorf("GET %s: %w", redact.URL(u), unwrapURLError(err))
 	}
 	defer resp.Body.Close()
 	snippet := readSnippet(resp.Body)
@@ -172,7 +191,7 @@ func (s *HTTPSink) CheckProcessed(ctx context.Context, d Delivery) (bool, error)
 	case http.StatusNotFound:
 		return false, nil
 	default:
-		return false, fmt.Errorf("GET %s: HTTP %d%s (want 200 or 404)", redactURL(u, true), resp.StatusCode, snippet)
+		return false, fmt.Errorf("GET %s: HTTP %d%s (want 200 or 404)", redact.URL(u), resp.StatusCode, snippet)
 	}
 }
 
@@ -224,21 +243,6 @@ func retryAfter(v string, now time.Time) time.Duration {
 		return t.Sub(now)
 	}
 	return 0
-}
-
-// redactURL returns the form of a URL that errors, the row's last_error, the dead letter
-// and the workflow history may show: no user information, no query (where API keys
-// live) and, unless keepPath, no path (a webhook's path is often its secret).
-func redactURL(raw string, keepPath bool) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" {
-		return "(unparsable URL)"
-	}
-	out := u.Scheme + "://" + u.Host
-	if keepPath {
-		out += u.EscapedPath()
-	}
-	return out
 }
 
 // unwrapURLError drops the *url.Error wrapper, whose text repeats the full URL.

@@ -104,7 +104,8 @@ func TestHTTPSink(t *testing.T) {
 		require.Error(t, err)
 		require.NotContains(t, err.Error(), "hunter2")
 		require.NotContains(t, err.Error(), "s3cr3t")
-		require.Contains(t, err.Error(), "/events: HTTP 500")
+		require.Contains(t, err.Error(), strings.TrimPrefix(srv.URL, "http://")+": HTTP 500")
+		require.NotContains(t, err.Error(), "/events", "a webhook's path is often its token")
 
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)

@@ -34,6 +34,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -42,6 +43,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/internal/redact"
 	"github.com/outbox-go/outbox/sinks"
 	"github.com/outbox-go/outbox/sinks/kafkasink"
 	"github.com/outbox-go/outbox/sinks/natssink"
@@ -242,6 +244,10 @@ type Topic struct {
 	// a secret "whsec_" + base64 of 24 to 64 random bytes; with several, each request
 	// carries one signature per secret (for rotation). Optional.
 	SigningSecrets []string `yaml:"signing_secrets"`
+	// AllowPlaintextAuth lets sink kafka send a SASL/PLAIN password without TLS, where
+	// anyone on the path can read it: for a broker on localhost or a private link only.
+	// Defaults to false: username and password need tls.
+	AllowPlaintextAuth bool `yaml:"allow_plaintext_auth"`
 
 	// MaxAttempts is the number of sends before the message is dead-lettered, unless the
 	// row sets max_retry_times. Defaults to 12.
@@ -307,14 +313,11 @@ type Topic struct {
 	Signal string `yaml:"signal"`
 }
 
-// SinkConfig returns the topic's sink settings, with its password and signing secrets
-// read from the environment or their files.
+// SinkConfig returns the topic's sink settings, with its password, signing secrets and
+// the header values that are secret references read from the environment or their files.
+// Only the worker, which sends, needs them; Validate checks the references' form alone.
 func (t Topic) SinkConfig() (activities.SinkConfig, error) {
-	cfg := activities.SinkConfig{
-		Sink: t.Sink, URL: t.URL, CheckURL: t.CheckURL, Headers: t.Headers,
-		Subject: t.Subject, Exchange: t.Exchange, RoutingKey: t.RoutingKey, Brokers: t.Brokers, Topic: t.Topic,
-		Username: t.Username, TLS: t.TLS, Options: t.Options, RetrySpan: t.Policy().RetrySpan(),
-	}
+	cfg := t.sinkConfig()
 	var errs []error
 	if t.Password != "" {
 		pw, err := ReadSecret(t.Password)
@@ -334,7 +337,29 @@ func (t Topic) SinkConfig() (activities.SinkConfig, error) {
 		}
 		cfg.SigningSecrets = append(cfg.SigningSecrets, raw)
 	}
+	for _, name := range slices.Sorted(maps.Keys(t.Headers)) {
+		if v := t.Headers[name]; IsSecretRef(v) {
+			secret, err := ReadSecret(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("headers[%q]: %w", name, err))
+				continue
+			}
+			cfg.Headers[name] = string(secret)
+		}
+	}
 	return cfg, errors.Join(errs...)
+}
+
+// sinkConfig returns the topic's sink settings without reading a secret: Password,
+// SigningSecrets and the header values that are references are left as they are (empty,
+// empty, the reference).
+func (t Topic) sinkConfig() activities.SinkConfig {
+	return activities.SinkConfig{
+		Sink: t.Sink, URL: t.URL, CheckURL: t.CheckURL, Headers: maps.Clone(t.Headers),
+		Subject: t.Subject, Exchange: t.Exchange, RoutingKey: t.RoutingKey, Brokers: t.Brokers, Topic: t.Topic,
+		Username: t.Username, TLS: t.TLS, Options: t.Options, RetrySpan: t.Policy().RetrySpan(),
+		AllowPlaintextAuth: t.AllowPlaintextAuth,
+	}
 }
 
 // Sinks returns the sink kinds built in besides http: nats, rabbitmq and kafka.
@@ -362,7 +387,7 @@ func (c *Config) Registry(sinks map[string]activities.SinkFactory) (*activities.
 				return nil
 			}
 		}
-		return fmt.Errorf("%s: %w", field, err)
+		return prefixLines(field+": ", err)
 	}
 	var errs []error
 	for _, topic := range slices.Sorted(maps.Keys(c.Topics)) {
@@ -381,6 +406,33 @@ func (c *Config) Registry(sinks map[string]activities.SinkFactory) (*activities.
 	}
 	return r, nil
 }
+
+// IsSecretRef reports whether a header value is a secret reference (env:NAME or
+// file:PATH) rather than the value itself.
+func IsSecretRef(v string) bool {
+	return strings.HasPrefix(v, "env:") || strings.HasPrefix(v, "file:")
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// CheckSecretRef checks the form of a secret reference without reading it: env:NAME, a
+// variable name, or file:PATH. Every command checks the references of the file; only the
+// one that uses a secret reads it, so a relay runs without the worker's broker password.
+func CheckSecretRef(ref string) error {
+	kind, name, _ := strings.Cut(ref, ":")
+	switch {
+	case kind == "env" && envName.MatchString(name):
+		return nil
+	case kind == "env" && name != "":
+		return fmt.Errorf("env:%s: %q is not an environment variable name (letters, digits and _, not starting with a digit)", name, name)
+	case kind == "file" && name != "":
+		return nil
+	default:
+		return errors.New(secretRefForm)
+	}
+}
+
+const secretRefForm = "must be env:NAME or file:PATH, a reference to the secret (the secret itself never goes in the config file)"
 
 // ReadSecret reads a secret by reference: env:NAME (a variable that must be set and not
 // empty) or file:PATH (the file's contents, trailing newline removed). Errors name the
@@ -405,7 +457,7 @@ func ReadSecret(ref string) ([]byte, error) {
 		}
 		return b, nil
 	default:
-		return nil, errors.New("must be env:NAME or file:PATH, a reference to the secret (the secret itself never goes in the config file)")
+		return nil, errors.New(secretRefForm)
 	}
 }
 
@@ -854,14 +906,44 @@ func (t Topic) validateSink(field, sink string) error {
 	if len(t.Options) > 0 {
 		bad("options", "are for the sinks a worker registers, not for sink %s", sink)
 	}
-	// Reading the secrets here reports a missing variable or file before the worker
-	// starts; the errors name them, never their contents.
-	cfg, err := t.SinkConfig()
-	if err != nil {
-		errs = append(errs, prefixLines(field+".", err))
+	// The secrets are not read here (a relay or dlq command has no use for them, and
+	// need not have them): their references' form is checked, and the worker reads them.
+	if t.Password != "" {
+		if err := CheckSecretRef(t.Password); err != nil {
+			bad("password", "%v", err)
+		}
+	}
+	for i, ref := range t.SigningSecrets {
+		if err := CheckSecretRef(ref); err != nil {
+			bad(fmt.Sprintf("signing_secrets[%d]", i), "%v", err)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(t.Headers)) {
+		if v := t.Headers[name]; IsSecretRef(v) {
+			if err := CheckSecretRef(v); err != nil {
+				bad(fmt.Sprintf("headers[%q]", name), "%v", err)
+			}
+		}
+	}
+	if (t.TLS.CertFile == "") != (t.TLS.KeyFile == "") {
+		bad("tls", "cert_file and key_file go together, for mutual TLS: set both or neither")
+	}
+	if sink != "kafka" && t.AllowPlaintextAuth {
+		bad("allow_plaintext_auth", "is a setting of sink kafka, not of sink %s", sink)
 	}
 	if len(errs) == 0 {
-		// The sink's own checks, its TLS files read (it connects to nothing).
+		// The sink's own checks, on settings whose secrets stand in unread and whose TLS
+		// files are not opened (it connects to nothing): the worker builds the real one.
+		cfg := t.sinkConfig()
+		if t.Password != "" {
+			cfg.Password = "unread"
+		}
+		for range t.SigningSecrets {
+			cfg.SigningSecrets = append(cfg.SigningSecrets, make([]byte, 32))
+		}
+		if !t.TLS.IsZero() {
+			cfg.TLS = activities.TLSFiles{Enabled: true, ServerName: t.TLS.ServerName}
+		}
 		h, err := activities.NewSink(field, cfg, Sinks())
 		if err != nil {
 			errs = append(errs, prefixLines(field+".", err))
@@ -887,13 +969,8 @@ func prefixLines(prefix string, err error) error {
 func checkURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		shown := s
-		if err == nil && (u.User != nil || u.RawQuery != "") {
-			// Keep credentials out of the message.
-			u.User, u.RawQuery = nil, ""
-			shown = u.String() + " (user and query left out)"
-		}
-		return fmt.Errorf("must be an absolute http or https URL, got %q", shown)
+		// Only scheme and host: the rest of a URL may be a credential.
+		return fmt.Errorf("must be an absolute http or https URL, got %q (shown without user, path or query)", redact.URL(s))
 	}
 	return nil
 }

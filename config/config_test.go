@@ -99,7 +99,7 @@ func TestParse(t *testing.T) {
 			{"relay: {reconcile_interval: 5ms}\n", "relay.reconcile_interval: must be at least 10ms, got 5ms"},
 			{"relay: {wakeup: often}\n", `relay.wakeup: must be "poll" or "notify", got "often"`},
 			{"schema: Bad-Schema\n", `got "Bad-Schema"`},
-			{"topics: {a: {url: 'not a url'}}\n", `topics["a"].url: must be an absolute http or https URL, got "not a url"`},
+			{"topics: {a: {url: 'not a url'}}\n", `topics["a"].url: must be an absolute http or https URL, got "(unparsable URL)"`},
 			{"topics: {a: {url: 'http://x', check_url: 'http://x/check'}}\n", `topics["a"].check_url: must contain {message_id}, got "http://x/check"`},
 			{"topics: {a: {sink: sqs}}\n", `topics["a"].sink: must be one of http, nats, rabbitmq, kafka, got "sqs"`},
 			{"topics: {a: {sink: kafka}}\n", `topics["a"].brokers: must list at least one seed broker (host:port)`},
@@ -113,14 +113,31 @@ func TestParse(t *testing.T) {
 			{"topics: {a: {sink: rabbitmq, url: 'http://h'}}\n", `topics["a"].url: must be an amqp:// or amqps:// URL with a host, got "http://h"`},
 			{"topics: {a: {sink: rabbitmq, url: 'amqp://h', subject: s}}\n", `topics["a"].subject: is a setting of sink nats, not of sink rabbitmq`},
 			{"topics: {a: {sink: rabbitmq, url: 'amqp://h', password: hunter2}}\n", `topics["a"].password: must be env:NAME or file:PATH`},
-			{"topics: {a: {sink: rabbitmq, url: 'amqp://h', username: u, password: 'env:OUTBOX_TEST_UNSET_VARIABLE'}}\n", `topics["a"].password: environment variable OUTBOX_TEST_UNSET_VARIABLE is not set or empty`},
+			// A reference's form is checked; the secret is read by the worker only.
+			{"topics: {a: {sink: rabbitmq, url: 'amqp://h', username: u, password: 'env:OUTBOX_TEST_UNSET_VARIABLE'}}\n", ""},
+			{"topics: {a: {sink: rabbitmq, url: 'amqp://h', username: u, password: 'env:1X'}}\n", `topics["a"].password: env:1X: "1X" is not an environment variable name`},
+			{"topics: {a: {url: 'http://x', headers: {Authorization: 'env:'}}}\n", `topics["a"].headers["Authorization"]: must be env:NAME or file:PATH`},
+			{"topics: {a: {url: 'http://x', headers: {Authorization: 'env:OUTBOX_TEST_UNSET_VARIABLE'}}}\n", ""},
 			{"topics: {a: {sink: rabbitmq, url: 'amqp://h', routing_key: 'k', signing_secrets: ['env:X']}}\n", `topics["a"].signing_secrets: is a setting of sink http, not of sink rabbitmq`},
 			{"topics: {a: {url: 'http://x', signing_secrets: [whsec_abc]}}\n", `topics["a"].signing_secrets[0]: must be env:NAME or file:PATH`},
-			{"topics: {a: {url: 'http://x', signing_secrets: ['file:/nonexistent/secret']}}\n", `topics["a"].signing_secrets[0]: open /nonexistent/secret: no such file or directory`},
-			{"topics: {a: {url: 'http://x', tls: {ca_file: /nonexistent/ca.pem}}}\n", `topics["a"].tls.ca_file: open /nonexistent/ca.pem`},
-			{"topics: {a: {url: 'http://x', tls: {cert_file: c.pem}}}\n", `topics["a"].tls.key_file: must be set with cert_file (c.pem)`},
+			{"topics: {a: {url: 'http://x', signing_secrets: ['file:/nonexistent/secret']}}\n", ""},
+			{"topics: {a: {url: 'https://x', tls: {ca_file: /nonexistent/ca.pem}}}\n", ""},
+			{"topics: {a: {url: 'https://x', tls: {cert_file: c.pem}}}\n", `topics["a"].tls: cert_file and key_file go together`},
+			{"topics: {a: {url: 'HTTP://x/hook', tls: {server_name: x}}}\n", `topics["a"].tls: is set, but url http://x does not use TLS`},
+			{"topics: {a: {url: 'https://x/hook', check_url: 'http://x/{message_id}'}}\n", `topics["a"].check_url: must use https as url does, got http://x`},
+			{"topics: {a: {url: 'https://x/hook', check_url: 'https://y/{message_id}', tls: {server_name: x}}}\n", `topics["a"].check_url: must be on url's host x when tls is set, got https://y`},
+			{"topics: {a: {url: 'https://user:s3cr%zzet@host/x'}}\n", `topics["a"].url: must be an absolute http or https URL, got "https://host"`},
+			{"topics: {a: {sink: kafka, brokers: ['k:9092'], username: u, password: 'env:P'}}\n", `topics["a"].username/password: SASL/PLAIN without tls sends the password in plaintext`},
+			{"topics: {a: {sink: kafka, brokers: ['k:9092'], username: u, password: 'env:P', allow_plaintext_auth: true}}\n", ""},
+			{"topics: {a: {sink: kafka, brokers: ['k:9092'], username: u, password: 'env:P', tls: {enabled: true}}}\n", ""},
+			{"topics: {a: {sink: nats, url: 'nats://h:4222', allow_plaintext_auth: true}}\n", `topics["a"].allow_plaintext_auth: is a setting of sink kafka, not of sink nats`},
+			{"topics: {a: {sink: nats, url: 'nats://h:4222', headers: {Nats-Rollup: sub}}}\n", `topics["a"].headers: header "Nats-Rollup": the nats sink reserves Nats-* headers`},
+			{"topics: {a: {sink: rabbitmq, url: 'amqp://h', headers: {cc: [q]}}}\n", "cannot unmarshal"},
+			{"topics: {a: {sink: rabbitmq, url: 'amqp://h', headers: {CC: q}}}\n", `topics["a"].headers: header "CC": the rabbitmq sink reserves it`},
+			{"topics: {a: {sink: rabbitmq, url: 'amqp://h', headers: {X-Team: q, x-delay: '5'}}}\n", `topics["a"].headers: header "x-delay": the rabbitmq sink reserves x-* headers`},
+			{"topics: {a: {sink: kafka, brokers: ['k:9092'], headers: {outbox-topic: t}}}\n", `topics["a"].headers: header "outbox-topic": Outbox-* headers are set by the outbox`},
 			{"topics: {a: {url: 'http://x', tls: {ca: x}}}\n", "field ca not found"},
-			{"topics: {a: {url: 'http://u:p@x/hook?k=secret', tls: {server_name: x}}}\n", `topics["a"].tls: is set, but url http://x/hook does not use TLS: use https://`},
+			{"topics: {a: {url: 'http://u:p@x/hook?k=secret', tls: {server_name: x}}}\n", `topics["a"].tls: is set, but url http://x does not use TLS: use https://`},
 			{"topics: {a: {sink: nats, url: 'nats://h:4222', options: {k: v}}}\n", `topics["a"].options: are for the sinks a worker registers, not for sink nats`},
 			{"topics: {a: {sink: kafka, brokers: ['k:9092'], username: u}}\n", `topics["a"].password: must be set with username`},
 			{"topics: {a: {sink: nats, url: 'nats://h:4222', headers: {'a b': c}}}\n", `topics["a"].headers: "a b" is not a header name NATS carries`},
@@ -142,6 +159,9 @@ func TestParse(t *testing.T) {
 			}
 			require.Error(t, err, tc.yaml)
 			require.Contains(t, err.Error(), tc.want, tc.yaml)
+			for _, secret := range []string{"s3cr", "hunter2", "hook", "k=secret"} {
+				require.NotContains(t, err.Error(), secret, tc.yaml)
+			}
 		}
 	})
 
@@ -249,7 +269,40 @@ topics:
 	require.Equal(t, "hunter2", b.Password)
 
 	t.Setenv("OUTBOX_TEST_SIGNING_SECRET", "whsec_c2hvcnQ=")
-	err = d.Validate()
-	require.ErrorContains(t, err, `topics["a"].signing_secrets[0]: a signing secret must hold 24 to 64 bytes, this one holds 5`)
+	require.NoError(t, d.Validate(), "validation checks references, not secrets")
+	_, err = d.Topics["a"].SinkConfig()
+	require.ErrorContains(t, err, `signing_secrets[0]: a signing secret must hold 24 to 64 bytes, this one holds 5`)
 	require.NotContains(t, err.Error(), "c2hvcnQ")
+}
+
+// TestSecretsAreReadByTheWorkerOnly: a configuration whose secrets are referenced but not
+// set validates (every command can run), and only building the worker's handlers reads
+// them, with errors that name the references and never a value.
+func TestSecretsAreReadByTheWorkerOnly(t *testing.T) {
+	t.Setenv("OUTBOX_TEST_TOKEN", "")
+	c, err := config.Parse(strings.NewReader(`
+topics:
+  a: {url: 'https://x/hook', headers: {Authorization: 'env:OUTBOX_TEST_TOKEN', X-Plain: 'v'}, signing_secrets: ['file:/nonexistent/secret'], tls: {ca_file: /nonexistent/ca.pem}}
+  b: {sink: rabbitmq, url: 'amqp://h', username: outbox, password: 'env:OUTBOX_TEST_TOKEN'}
+`))
+	require.NoError(t, err)
+	d := c.WithDefaults()
+	require.NoError(t, d.Validate())
+	_, err = d.Registry(nil)
+	require.Error(t, err)
+	for _, want := range []string{
+		`topics["a"]: headers["Authorization"]: environment variable OUTBOX_TEST_TOKEN is not set or empty`,
+		`topics["a"]: signing_secrets[0]: open /nonexistent/secret`,
+		`topics["b"]: password: environment variable OUTBOX_TEST_TOKEN is not set or empty`,
+	} {
+		require.ErrorContains(t, err, want)
+	}
+
+	// Set, the header's reference is replaced by the secret; a literal value stays.
+	t.Setenv("OUTBOX_TEST_TOKEN", "Bearer t0ken")
+	a, err := d.Topics["a"].SinkConfig()
+	require.Error(t, err, "the signing secret's file is still missing")
+	require.Equal(t, "Bearer t0ken", a.Headers["Authorization"])
+	require.Equal(t, "v", a.Headers["X-Plain"])
+	require.Equal(t, "env:OUTBOX_TEST_TOKEN", d.Topics["a"].Headers["Authorization"], "the configuration keeps the reference")
 }
