@@ -148,6 +148,9 @@ func (a *Activities) Send(ctx context.Context, in workflows.SendInput) error {
 		a.recordDelivered(ctx, in)
 		return nil
 	}
+	if errors.Is(err, ErrConnectionLost) {
+		a.Metrics.ConnectionLost(in.Topic)
+	}
 	appErr := toApplicationError(err)
 	endSendSpan(span, appErr)
 	a.recordFailure(ctx, in, appErr)

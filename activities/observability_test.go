@@ -175,6 +175,7 @@ func TestActivityMetrics(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	o := setupObserved(t, http.StatusOK)
+	o.a.Metrics.KnownTopics("order.created")
 	enqueue := func(topic string) string {
 		id, err := o.st.Enqueue(ctx, o.st.DB(), store.Message{Topic: topic, Payload: json.RawMessage(`{}`)})
 		require.NoError(t, err)
@@ -193,12 +194,12 @@ func TestActivityMetrics(t *testing.T) {
 	}))
 
 	created := map[string]string{"topic": "order.created"}
-	unrouted := map[string]string{"topic": "order.unrouted"}
+	unrouted := map[string]string{"topic": metrics.OtherTopic} // no topic of the worker's
 	require.Equal(t, 1.0, o.value(t, "outbox_send_attempts_total", created))
 	require.Equal(t, 1.0, o.value(t, "outbox_send_attempts_total", unrouted))
 	require.Equal(t, 1.0, o.value(t, "outbox_messages_sent_total", created), "a repeated mark-sent counts once")
 	require.Equal(t, 1.0, o.value(t, "outbox_commit_to_sent_seconds", created))
-	require.Equal(t, 1.0, o.value(t, "outbox_send_failures_total", map[string]string{"topic": "order.unrouted", "kind": "unknown_topic"}))
+	require.Equal(t, 1.0, o.value(t, "outbox_send_failures_total", map[string]string{"topic": metrics.OtherTopic, "kind": "unknown_topic"}))
 	require.Equal(t, 1.0, o.value(t, "outbox_messages_dead_lettered_total", unrouted))
 	require.Equal(t, 0.0, o.value(t, "outbox_errors_total", map[string]string{"operation": metrics.OpMarkSent}))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
@@ -14,8 +15,11 @@ import (
 
 // SignalWithStart signals a team's workflow with a message, starting the workflow first
 // when it is not running (Temporal's signal-with-start), for a topic whose workflow handler
-// names a signal. A workflow of that ID that closed, where the topic's workflow_id_reuse
-// does not allow another, counts as delivered. It needs the worker's Temporal client.
+// names a signal. When the workflow of that ID closed, the signal starts a new run if the
+// topic's workflow_id_reuse allows one (allow_duplicate, the default for signals); if it
+// does not, the message was delivered to no one: the failure is permanent (the message is
+// dead-lettered) and names the closed run, and outbox_signal_target_closed_total counts
+// it. It needs the worker's Temporal client.
 func (a *Activities) SignalWithStart(ctx context.Context, in workflows.SignalWithStartInput) (workflows.StartedWorkflow, error) {
 	if a.Client == nil {
 		return workflows.StartedWorkflow{}, temporal.NewNonRetryableApplicationError(
@@ -33,8 +37,16 @@ func (a *Activities) SignalWithStart(ctx context.Context, in workflows.SignalWit
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	switch {
 	case errors.As(err, &started):
-		a.logger().InfoContext(ctx, "Workflow closed and may not start again; counted as delivered", "workflow_id", in.WorkflowID)
-		return workflows.StartedWorkflow{WorkflowID: in.WorkflowID}, nil
+		a.Metrics.SignalTargetClosed(in.Message.Topic)
+		closed := "run " + started.RunId
+		if desc, derr := a.Client.DescribeWorkflowExecution(ctx, in.WorkflowID, ""); derr == nil {
+			info := desc.GetWorkflowExecutionInfo()
+			closed = fmt.Sprintf("run %s, %s", info.GetExecution().GetRunId(), strings.ToLower(strings.TrimPrefix(info.GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_")))
+		}
+		return workflows.StartedWorkflow{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("signal %s not delivered: workflow %s is closed (%s) and workflow_id_reuse %s lets no new run start; set workflow_id_reuse: allow_duplicate to start a new run with the signal, then redrive",
+				in.Signal, in.WorkflowID, closed, in.IDReuse),
+			workflows.ErrTypePermanent, nil)
 	case err != nil:
 		return workflows.StartedWorkflow{}, temporal.NewApplicationError(
 			fmt.Sprintf("signal-with-start %s of workflow %s: %v", in.Signal, in.WorkflowID, err), workflows.ErrTypeRetryable)

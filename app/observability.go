@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -70,6 +72,7 @@ func (a *App) initMetrics() error {
 		if err != nil {
 			return err
 		}
+		m.KnownTopics(slices.Collect(maps.Keys(a.Config.Topics))...)
 		if err := reg.Register(metrics.NewBacklogCollector(a.Store, backlogTimeout)); err != nil {
 			return err
 		}

@@ -304,8 +304,10 @@ type Topic struct {
 	// the same ID start one workflow). Defaults to "{topic}-{message_id}".
 	WorkflowID string `yaml:"workflow_id"`
 	// WorkflowIDReuse says whether a workflow may start again with the ID of a closed
-	// one: reject_duplicate (the default: the second start counts as delivered),
-	// allow_duplicate or allow_duplicate_failed_only.
+	// one: reject_duplicate (the default without signal: the second start counts as
+	// delivered), allow_duplicate (the default with signal: a new run receives the signal)
+	// or allow_duplicate_failed_only. With signal, reject_duplicate is refused: it would
+	// deliver the messages after the workflow closed to no one.
 	WorkflowIDReuse string `yaml:"workflow_id_reuse"`
 	// Signal, when set, signals the workflow (starting it first when it is not running)
 	// instead of starting it: signal-with-start, from the outbox's worker. A signal is

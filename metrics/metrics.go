@@ -16,12 +16,14 @@
 // # Names
 //
 // Every series starts with outbox_; counters end in _total and durations are in seconds.
-// Labels are topic (the message's topic), kind (a send failure's class: permanent,
+// Labels are topic (the message's topic when it is one of the topics declared with
+// [Metrics.KnownTopics], else [OtherTopic], so rows cannot grow the series without bound), kind (a send failure's class: permanent,
 // unknown_topic, retryable, ambiguous or other) and operation (see [Metrics.Error]).
 package metrics
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,12 +60,59 @@ type Metrics struct {
 	redriven       *prometheus.CounterVec
 	reconciled     *prometheus.CounterVec
 	errors         *prometheus.CounterVec
+	signalClosed   *prometheus.CounterVec
+	connLost       *prometheus.CounterVec
+	sinkReady      *prometheus.GaugeVec
+
+	mu    sync.RWMutex
+	known map[string]bool
+}
+
+// OtherTopic is the topic label of every topic not declared with KnownTopics. No topic
+// can take it: topic names are letters, digits, '.', '_' and '-'.
+const OtherTopic = "(other)"
+
+// KnownTopics declares topics whose series carry their own name; the series of any other
+// topic a row names are counted under OtherTopic. The worker and the relay declare the
+// configured topics and those with a handler of their own.
+func (m *Metrics) KnownTopics(topics ...string) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, t := range topics {
+		m.known[t] = true
+	}
+}
+
+// topic returns the label of topic.
+func (m *Metrics) topic(topic string) string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.known[topic] {
+		return topic
+	}
+	return OtherTopic
 }
 
 // New returns the outbox's metrics, registered with reg. Register them once per
 // registry: a process that runs the relay and the worker shares one *Metrics.
 func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
+		known: map[string]bool{},
+		signalClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_signal_target_closed_total",
+			Help: "Signals not delivered because the target workflow had closed and workflow_id_reuse let no new run start (each is dead-lettered), by topic.",
+		}, []string{"topic"}),
+		connLost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_send_connection_lost_total",
+			Help: "Send attempts that failed because their broker connection broke, not because of their message (each is sent again), by topic.",
+		}, []string{"topic"}),
+		sinkReady: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "outbox_sink_ready",
+			Help: "1 when the worker's sink of a topic is connected, 0 while it cannot reach its broker (sends are retried until it can).",
+		}, []string{"topic"}),
 		claimed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "outbox_messages_claimed_total",
 			Help: "Rows the relay claimed (a row claimed again after its lease expired counts again).",
@@ -127,6 +176,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		for _, c := range []prometheus.Collector{
 			m.claimed, m.started, m.alreadyStarted, m.batchSize, m.batchDuration, m.sendAttempts,
 			m.sendFailures, m.sent, m.commitToSent, m.deadLettered, m.redriven, m.reconciled, m.errors,
+			m.signalClosed, m.connLost, m.sinkReady,
 		} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register outbox metrics: %w", err)
@@ -164,7 +214,7 @@ func (m *Metrics) WorkflowAlreadyStarted() {
 // SendAttempt records the start of a send attempt.
 func (m *Metrics) SendAttempt(topic string) {
 	if m != nil {
-		m.sendAttempts.WithLabelValues(topic).Inc()
+		m.sendAttempts.WithLabelValues(m.topic(topic)).Inc()
 	}
 }
 
@@ -172,7 +222,7 @@ func (m *Metrics) SendAttempt(topic string) {
 // the workflows.ErrType constants).
 func (m *Metrics) SendFailed(topic, errType string) {
 	if m != nil {
-		m.sendFailures.WithLabelValues(topic, FailureKind(errType)).Inc()
+		m.sendFailures.WithLabelValues(m.topic(topic), FailureKind(errType)).Inc()
 	}
 }
 
@@ -201,23 +251,23 @@ func (m *Metrics) Sent(topic string, commitToSent time.Duration) {
 	if m == nil {
 		return
 	}
-	m.sent.WithLabelValues(topic).Inc()
+	m.sent.WithLabelValues(m.topic(topic)).Inc()
 	if commitToSent >= 0 {
-		m.commitToSent.WithLabelValues(topic).Observe(commitToSent.Seconds())
+		m.commitToSent.WithLabelValues(m.topic(topic)).Observe(commitToSent.Seconds())
 	}
 }
 
 // DeadLettered records a message moved to the dead-letter table.
 func (m *Metrics) DeadLettered(topic string) {
 	if m != nil {
-		m.deadLettered.WithLabelValues(topic).Inc()
+		m.deadLettered.WithLabelValues(m.topic(topic)).Inc()
 	}
 }
 
 // Redriven records a dead letter of topic sent back to pending.
 func (m *Metrics) Redriven(topic string) {
 	if m != nil {
-		m.redriven.WithLabelValues(topic).Inc()
+		m.redriven.WithLabelValues(m.topic(topic)).Inc()
 	}
 }
 
@@ -233,4 +283,32 @@ func (m *Metrics) Reconciled(outcome string) {
 	if m != nil {
 		m.reconciled.WithLabelValues(outcome).Inc()
 	}
+}
+
+// SignalTargetClosed records a signal of topic whose target workflow had closed and could
+// not start again.
+func (m *Metrics) SignalTargetClosed(topic string) {
+	if m != nil {
+		m.signalClosed.WithLabelValues(m.topic(topic)).Inc()
+	}
+}
+
+// ConnectionLost records a send attempt of topic that failed with its broker connection.
+func (m *Metrics) ConnectionLost(topic string) {
+	if m != nil {
+		m.connLost.WithLabelValues(m.topic(topic)).Inc()
+	}
+}
+
+// SinkReady sets whether the sink that serves name (a topic, or "default" for the
+// default entry) is connected.
+func (m *Metrics) SinkReady(name string, ready bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if ready {
+		v = 1
+	}
+	m.sinkReady.WithLabelValues(name).Set(v)
 }

@@ -2,6 +2,7 @@ package metrics_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -49,6 +50,7 @@ func TestMetrics(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		m, err := metrics.New(reg)
 		require.NoError(t, err)
+		m.KnownTopics("order.created", "order.failing")
 		m.Batch(3, 20*time.Millisecond)
 		m.Batch(0, time.Second) // empty claims are not batches
 		m.WorkflowStarted()
@@ -59,6 +61,10 @@ func TestMetrics(t *testing.T) {
 		m.DeadLettered("order.failing")
 		m.Redriven("order.failing")
 		m.Error(metrics.OpStartWorkflow)
+		// Topics a row names but nobody declared share one series, however many there are.
+		for i := range 50 {
+			m.SendFailed(fmt.Sprintf("rows.invent.%d", i), workflows.ErrTypeUnknownTopic)
+		}
 
 		want := `
 # HELP outbox_messages_claimed_total Rows the relay claimed (a row claimed again after its lease expired counts again).
@@ -77,6 +83,7 @@ outbox_messages_sent_total{topic="order.created"} 2
 # TYPE outbox_send_failures_total counter
 outbox_send_failures_total{kind="ambiguous",topic="order.created"} 1
 outbox_send_failures_total{kind="other",topic="order.created"} 1
+outbox_send_failures_total{kind="unknown_topic",topic="(other)"} 50
 # HELP outbox_workflows_started_total Delivery workflows the relay started.
 # TYPE outbox_workflows_started_total counter
 outbox_workflows_started_total 1

@@ -37,6 +37,9 @@ type Deps struct {
 func Register(r sdkworker.Registry, deps Deps) {
 	r.RegisterWorkflowWithOptions(workflows.Delivery, workflows.RegisterOptions())
 	r.RegisterWorkflowWithOptions(workflows.Retention, workflows.RetentionRegisterOptions())
+	if deps.Handlers != nil {
+		deps.Metrics.KnownTopics(deps.Handlers.Topics()...)
+	}
 	a := &activities.Activities{Store: deps.Store, Handlers: deps.Handlers, Logger: deps.Logger, Alerts: deps.Alerts, Metrics: deps.Metrics, Client: deps.Client}
 	a.Register(r)
 }

@@ -196,7 +196,7 @@ func TestWorkflowTopic(t *testing.T) {
 		b.input.Policy.Workflow.Signal = "paid"
 		b.env.OnActivity(workflows.ActivitySignalWithStart, mock.Anything, mock.MatchedBy(func(in workflows.SignalWithStartInput) bool {
 			return in.WorkflowID == "fulfil-42" && in.Workflow == "FulfilOrder" && in.TaskQueue == "fulfilment" && in.Signal == "paid" &&
-				in.IDReuse == "reject_duplicate" && in.Message.MessageID == b.input.MessageID && in.Message.Attempt == 1
+				in.IDReuse == "allow_duplicate" && in.Message.MessageID == b.input.MessageID && in.Message.Attempt == 1
 		})).Return(workflows.StartedWorkflow{WorkflowID: "fulfil-42", RunID: "r-1"}, nil).Once()
 		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 1}).Return(nil).Once()
 		res, err := b.run()

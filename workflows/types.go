@@ -119,8 +119,10 @@ type WorkflowHandler struct {
 	// de-duplication key. Defaults to DefaultWorkflowIDTemplate.
 	WorkflowID string `json:"workflow_id,omitempty"`
 	// IDReuse says whether a workflow may start again with the ID of a closed one:
-	// "reject_duplicate" (the default: a second start counts as delivered),
-	// "allow_duplicate" or "allow_duplicate_failed_only".
+	// "reject_duplicate" (the default without Signal: a second start counts as
+	// delivered), "allow_duplicate" (the default with Signal: a new run receives the
+	// signal) or "allow_duplicate_failed_only". With Signal, reject_duplicate is refused,
+	// and a closed workflow that may not start again fails the message permanently.
 	IDReuse string `json:"id_reuse,omitempty"`
 	// Signal, when set, signals the workflow with this signal name (the delivery.Message as
 	// its argument), starting it first when it is not running (signal-with-start), from the
@@ -217,7 +219,9 @@ func (p Policy) WithDefaults() Policy {
 	if p.Workflow != nil {
 		w := *p.Workflow
 		w.WorkflowID = cmp.Or(w.WorkflowID, DefaultWorkflowIDTemplate)
-		w.IDReuse = cmp.Or(w.IDReuse, "reject_duplicate")
+		// A signal goes to a workflow that lives across messages: once it closed, only a
+		// new run can receive the next message.
+		w.IDReuse = cmp.Or(w.IDReuse, map[bool]string{true: "allow_duplicate", false: "reject_duplicate"}[w.Signal != ""])
 		p.Workflow = &w
 	}
 	if p.Activity != nil {
@@ -248,6 +252,8 @@ func (p Policy) Validate() error {
 			return fmt.Errorf("workflow_id_reuse must be reject_duplicate, allow_duplicate or allow_duplicate_failed_only, got %q", w.IDReuse)
 		}
 		switch {
+		case w.Signal != "" && w.IDReuse == "reject_duplicate":
+			return fmt.Errorf("workflow_id_reuse reject_duplicate cannot go with signal %s: once workflow %s closed, every later message of its ID would be delivered to no one; use allow_duplicate (the default for signals: a new run receives the signal) or allow_duplicate_failed_only", w.Signal, w.Workflow)
 		case p.Activity != nil:
 			return fmt.Errorf("activity and workflow cannot both deliver a topic")
 		case w.Workflow == "":
