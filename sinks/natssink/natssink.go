@@ -5,7 +5,10 @@
 // A resend of a message (after an ambiguous failure, or a second delivery run) carries the
 // same Nats-Msg-Id, so the stream's duplicate window (Duplicates in the stream's config,
 // two minutes by default) absorbs it: the consumer sees the message once. Keep the window
-// longer than the delivery's retry schedule when consumers must never see a resend.
+// longer than the delivery's retry schedule when consumers must never see a resend: the
+// sink reads the window of each stream it publishes to (at Open when the subject is the
+// same for every message, else at the first publish the stream acknowledges) and logs a
+// warning when it is shorter than the topic's retry span (activities.SinkConfig.RetrySpan).
 //
 // The body is the payload; the metadata travels as headers (see package sinks).
 package natssink
@@ -16,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -33,16 +37,35 @@ const DefaultSubject = "{topic}"
 // Sink publishes a topic's messages to NATS JetStream. It implements activities.Handler,
 // activities.Opener and io.Closer; its methods are safe for concurrent use.
 type Sink struct {
-	url     string
-	subject sinks.Template
-	headers map[string]string
-	options []nats.Option
+	topic     string
+	url       string
+	subject   sinks.Template
+	headers   map[string]string
+	options   []nats.Option
+	retrySpan time.Duration // zero: unknown, the windows are not checked
 
 	mu     sync.Mutex
 	conn   *nats.Conn
 	js     jetstream.JetStream
 	closed bool
+	logger *slog.Logger // nil: slog.Default()
+
+	windows    sync.Mutex           // guards what follows
+	checked    map[string]bool      // streams whose window was read, or is being read
+	shortfalls map[string]Shortfall // by stream
 }
+
+// Shortfall is a stream whose duplicate window is shorter than the retry span of the
+// topic that publishes to it: a resend later than the window after the first publish is
+// stored again, and consumers see the message twice.
+type Shortfall struct {
+	Stream    string
+	Window    time.Duration // the stream's Duplicates
+	RetrySpan time.Duration // the topic's
+}
+
+// windowCheckTimeout bounds the look-up of a stream's duplicate window.
+const windowCheckTimeout = 5 * time.Second
 
 // CheckURL checks the url setting: one or more nats:// or tls:// server URLs, separated by
 // commas. The error shows the URLs without credentials.
@@ -82,7 +105,10 @@ func New(topic string, cfg activities.SinkConfig) (activities.Handler, error) {
 	if err := sinks.NATSReserved.CheckConfig(cfg.Headers); err != nil {
 		return nil, err
 	}
-	s := &Sink{url: cfg.URL, subject: subject, headers: cfg.Headers}
+	s := &Sink{
+		topic: topic, url: cfg.URL, subject: subject, headers: cfg.Headers, retrySpan: cfg.RetrySpan,
+		checked: map[string]bool{}, shortfalls: map[string]Shortfall{},
+	}
 	s.options = []nats.Option{
 		nats.Name("outbox " + cmp.Or(topic, "default")),
 		// Reconnect for as long as the worker runs; while disconnected, a publish fails at
@@ -118,13 +144,98 @@ func (s *Sink) Open(ctx context.Context) error {
 		return nil
 	}
 	subject := s.subject.String()
-	if _, err := js.StreamNameBySubject(ctx, subject); err != nil {
+	stream, err := js.StreamNameBySubject(ctx, subject)
+	if err != nil {
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			return fmt.Errorf("nats %s: no JetStream stream captures subject %q: add one (nats stream add --subjects %q) or change subject", redact(s.url), subject, subject)
 		}
 		return fmt.Errorf("nats %s: look up the stream of subject %q: %w", redact(s.url), subject, err)
 	}
+	s.checkWindow(ctx, js, stream)
 	return nil
+}
+
+// SetLogger sets the logger of the sink's warnings; nil, the default, is slog.Default().
+func (s *Sink) SetLogger(l *slog.Logger) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.logger = l
+}
+
+func (s *Sink) log() *slog.Logger {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.logger != nil {
+		return s.logger
+	}
+	return slog.Default()
+}
+
+// DuplicateWindowShortfalls returns the streams found so far whose duplicate window is
+// shorter than the topic's retry span, by name.
+func (s *Sink) DuplicateWindowShortfalls() []Shortfall {
+	s.windows.Lock()
+	defer s.windows.Unlock()
+	out := make([]Shortfall, 0, len(s.shortfalls))
+	for _, f := range s.shortfalls {
+		out = append(out, f)
+	}
+	slices.SortFunc(out, func(a, b Shortfall) int { return strings.Compare(a.Stream, b.Stream) })
+	return out
+}
+
+// checkWindow reads the duplicate window of stream, once, and warns when it is shorter
+// than the topic's retry span. It never fails the caller: a look-up that fails is logged,
+// and tried again later only when ctx ended it.
+func (s *Sink) checkWindow(ctx context.Context, js jetstream.JetStream, stream string) {
+	if s.retrySpan <= 0 || stream == "" {
+		return
+	}
+	s.windows.Lock()
+	if s.checked[stream] {
+		s.windows.Unlock()
+		return
+	}
+	s.checked[stream] = true
+	s.windows.Unlock()
+
+	lookup, cancel := context.WithTimeout(ctx, windowCheckTimeout)
+	defer cancel()
+	st, err := js.Stream(lookup, stream)
+	if err != nil {
+		if ctx.Err() != nil {
+			s.windows.Lock()
+			delete(s.checked, stream)
+			s.windows.Unlock()
+			return
+		}
+		s.log().WarnContext(ctx, "cannot read the duplicate window of the NATS stream; a resend later than the window after the first publish is stored again",
+			slog.String("topic", s.topic), slog.String("stream", stream), slog.Duration("retry_span", s.retrySpan), slog.String("error", redactErr(err, s.url)))
+		return
+	}
+	window := st.CachedInfo().Config.Duplicates
+	if window >= s.retrySpan {
+		return
+	}
+	s.windows.Lock()
+	s.shortfalls[stream] = Shortfall{Stream: stream, Window: window, RetrySpan: s.retrySpan}
+	s.windows.Unlock()
+	s.log().WarnContext(ctx, "the NATS stream's duplicate window is shorter than the topic's retry span: a resend later than the window after the first publish is stored again, and consumers see the message twice",
+		slog.String("topic", s.topic), slog.String("stream", stream),
+		slog.Duration("duplicate_window", window), slog.Duration("retry_span", s.retrySpan),
+		slog.String("fix", fmt.Sprintf("nats stream edit %s --dupe-window %s, or lower the topic's max_attempts or max_interval", stream, roundUp(s.retrySpan))))
+}
+
+// roundUp shows d rounded up to the minute, as a duration the nats CLI reads ("25m",
+// "1h30m").
+func roundUp(d time.Duration) string {
+	d = (d + time.Minute - 1).Truncate(time.Minute)
+	text := d.String()
+	text = strings.TrimSuffix(text, "0s")
+	if strings.HasSuffix(text, "h0m") {
+		text = strings.TrimSuffix(text, "0m")
+	}
+	return text
 }
 
 // jetStream returns the connection's JetStream context, connecting first when needed.
@@ -196,8 +307,10 @@ func (s *Sink) Send(ctx context.Context, d activities.Delivery) error {
 		return s.classify(ctx, js, subject, err)
 	}
 	if ack.Duplicate {
-		slog.DebugContext(ctx, "NATS stream already had the message", slog.String("message_id", d.MessageID.String()), slog.String("stream", ack.Stream))
+		s.log().DebugContext(ctx, "NATS stream already had the message", slog.String("message_id", d.MessageID.String()), slog.String("stream", ack.Stream))
 	}
+	// Once per stream: Open checked the stream of a static subject already.
+	s.checkWindow(ctx, js, ack.Stream)
 	return nil
 }
 

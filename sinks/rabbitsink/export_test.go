@@ -1,6 +1,10 @@
 package rabbitsink
 
-import "net"
+import (
+	"context"
+	"net"
+	"time"
+)
 
 // BreakConnection closes the TCP connection under the sink's AMQP connection, as a lost
 // network or a crashed broker would, and reports whether the sink had one.
@@ -40,4 +44,37 @@ func (s *Sink) IdleChannels() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.idle)
+}
+
+// SetRetireTimeout sets how long a retired connection of the sink may live.
+func (s *Sink) SetRetireTimeout(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.retireFor = d
+}
+
+// RetiredConnections returns the number of retired connections the sink has not closed.
+func (s *Sink) RetiredConnections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.retired)
+}
+
+// OpenChannels fills the sink's pool with n channels, connecting first if it must.
+func (s *Sink) OpenChannels(ctx context.Context, n int) error {
+	held := make([]*pubChannel, 0, n)
+	defer func() {
+		for _, c := range held {
+			s.release(c, true)
+			<-s.slots
+		}
+	}()
+	for range n {
+		c, err := s.acquire(ctx)
+		if err != nil {
+			return err
+		}
+		held = append(held, c)
+	}
+	return nil
 }

@@ -15,11 +15,21 @@
 // the same send. When the broker closes the connection (a restart, a forced close, a lost
 // network) the next send dials again; a channel the broker closed is dropped from the pool.
 //
+// The channels of a connection share its writer. A send whose context ends while its
+// message is being written (a broker that stopped reading, a slow network) fails as
+// ambiguous, and its connection is retired rather than broken: later sends dial a new
+// one, while the publishes already in flight on the retired connection keep their
+// channels and get their confirms; the retired connection is closed once they are done,
+// or after a bound (retireTimeout). The write of the failed send goes on in the
+// background, so the broker may yet get its message.
+//
 // Failures are classified for the delivery workflow: nothing sent (no connection, the
 // broker nacked, the broker blocks publishers) is retryable; a connection lost or a context
 // done between the publish and its confirm is ambiguous, the broker may have the message; a
 // message the broker refused for good (unroutable, missing exchange, access refused,
-// precondition failed such as a message over the size limit) is permanent.
+// precondition failed such as a message over the size limit) is permanent. A send that
+// failed because its connection broke, not because of its message, wraps
+// [activities.ErrConnectionLost].
 package rabbitsink
 
 import (
@@ -51,8 +61,15 @@ const (
 	// dialTimeout bounds the TCP connect and the TLS and AMQP handshakes of a dial, unless
 	// the caller's context ends first.
 	dialTimeout = 30 * time.Second
-	// closeTimeout bounds the connection.close handshake of Close.
+	// closeTimeout bounds the connection.close handshake of Close, and of the close of a
+	// retired connection.
 	closeTimeout = 10 * time.Second
+	// retireTimeout bounds the life of a retired connection: the publishes still in flight
+	// on it then fail (ambiguous), and the write of a send that ended mid-write is cut.
+	retireTimeout = time.Minute
+	// cutTimeout bounds the close of a retired connection at its bound or at Close, whose
+	// writer may be stuck.
+	cutTimeout = time.Second
 	// maxShortstr is the longest exchange name, routing key or header name AMQP can carry.
 	maxShortstr = 255
 )
@@ -68,21 +85,27 @@ type Sink struct {
 	exchange   string
 	routingKey sinks.Template
 	headers    map[string]string
-	config     amqp.Config   // everything a dial needs but Dial and TLSClientConfig
-	tls        *tls.Config   // nil for plain TCP; cloned for each dial
-	slots      chan struct{} // one token per channel in use
-	dialing    chan struct{} // held by the one Send or Open that dials
-	mu         sync.Mutex    // guards what follows
-	conn       *connection   // nil before the first dial and after Close
-	idle       []*pubChannel // channels of conn that no publish uses
+	config     amqp.Config              // everything a dial needs but Dial and TLSClientConfig
+	tls        *tls.Config              // nil for plain TCP; cloned for each dial
+	slots      chan struct{}            // one token per Send or Open that holds a channel
+	dialing    chan struct{}            // held by the one Send or Open that dials
+	retireFor  time.Duration            // retireTimeout, shorter in tests
+	mu         sync.Mutex               // guards what follows, and the fields of connection it names
+	conn       *connection              // the connection new publishes use; nil before a dial, after Close
+	idle       []*pubChannel            // channels of conn that no publish uses
+	retired    map[*connection]struct{} // retired connections not closed yet
 	closed     bool
 }
 
-// connection is the sink's AMQP connection, with the state the sink keeps beside it.
+// connection is an AMQP connection of the sink, with the state the sink keeps beside it.
 type connection struct {
 	amqp *amqp.Connection
 	net  net.Conn               // the TCP connection under it
 	stop atomic.Pointer[string] // the broker's reason while it blocks publishers
+	// Guarded by Sink.mu.
+	inflight int         // publishes that hold one of its channels
+	retired  bool        // it takes no new publish, and is closed once inflight is 0
+	limit    *time.Timer // closes it retireTimeout after it was retired
 }
 
 // pubChannel is a confirm-mode channel of the pool, with the notifications of the one
@@ -164,6 +187,8 @@ func New(topic string, cfg activities.SinkConfig) (activities.Handler, error) {
 		tls:        tlsConfig,
 		slots:      make(chan struct{}, maxChannels),
 		dialing:    make(chan struct{}, 1),
+		retireFor:  retireTimeout,
+		retired:    map[*connection]struct{}{},
 	}, nil
 }
 
@@ -195,6 +220,7 @@ func (s *Sink) Open(ctx context.Context) error {
 	}
 	conn := c.conn
 	s.release(c, true)
+	<-s.slots
 	if s.exchange == "" {
 		return nil
 	}
@@ -250,56 +276,81 @@ func (s *Sink) Send(ctx context.Context, d activities.Delivery) error {
 	if err != nil {
 		return err
 	}
-	keep, err := s.publish(ctx, c, key, msg)
-	s.release(c, keep)
-	return err
+	defer func() { <-s.slots }()
+	return s.publish(ctx, c, key, msg)
 }
 
-// publish publishes msg on c and waits for its confirm. keep reports whether c may serve
-// the next publish: it is open and owes no confirm.
-func (s *Sink) publish(ctx context.Context, c *pubChannel, key string, msg amqp.Publishing) (keep bool, err error) {
+// publish publishes msg on c and waits for its confirm, then gives c back with release
+// (itself, or once the write ends when ctx ended during it).
+func (s *Sink) publish(ctx context.Context, c *pubChannel, key string, msg amqp.Publishing) (err error) {
+	keep, owned := false, true // keep: c is open and owes no confirm
+	defer func() {
+		if owned {
+			s.release(c, keep)
+		}
+	}()
 	if reason := c.conn.stop.Load(); reason != nil {
 		// The broker would not read the message until its alarm clears.
-		return true, activities.Retryable(fmt.Errorf("rabbitmq: %s blocks publishers (%s)", s.shown, *reason), 0)
+		keep = true
+		return activities.Retryable(fmt.Errorf("rabbitmq: %s blocks publishers (%s)", s.shown, *reason), 0)
 	}
 	drain(c.returns)
 	if err := ctx.Err(); err != nil {
-		return true, activities.Retryable(fmt.Errorf("rabbitmq: publish to %s on %s: %w", s.where(key), s.shown, err), 0)
+		keep = true
+		return activities.Retryable(fmt.Errorf("rabbitmq: publish to %s on %s: %w", s.where(key), s.shown, err), 0)
 	}
-	// The client writes without a deadline: a broker that stopped reading (an alarm not
-	// yet announced) would hold the publish past the attempt. If ctx ends during the
-	// write, a past write deadline breaks the connection: the publish fails (ambiguous),
-	// and the next send dials again.
-	unblock := context.AfterFunc(ctx, func() { _ = c.conn.net.SetWriteDeadline(time.Unix(1, 0)) })
-	dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, s.exchange, key, true, false, msg)
-	unblock()
-	if err != nil {
+	// The client writes without a deadline, on a writer the channels of the connection
+	// share: a broker that stopped reading (an alarm not yet announced) would hold the
+	// publish past the attempt. So the write runs on its own, and if ctx ends before it
+	// is done, the send fails and the connection is retired: a deadline would break the
+	// writes and the confirms of every other publish on it.
+	written := make(chan publishResult, 1)
+	go func() {
+		dc, err := c.ch.PublishWithDeferredConfirm(s.exchange, key, true, false, msg)
+		written <- publishResult{dc, err}
+	}()
+	var r publishResult
+	select {
+	case r = <-written:
+	case <-ctx.Done():
+		s.retire(c.conn)
+		owned = false
+		go func() {
+			<-written
+			s.release(c, false) // it may owe a confirm
+		}()
+		return activities.Ambiguous(fmt.Errorf("rabbitmq: publish to %s on %s: %w while the message was being written; the broker may get it, and later sends use a new connection",
+			s.where(key), s.shown, ctx.Err()))
+	}
+	if err := r.err; err != nil {
 		failure := fmt.Errorf("rabbitmq: publish to %s on %s: %w", s.where(key), s.shown, err)
-		ctxDone := ctx.Err() != nil && errors.Is(err, ctx.Err())
-		if ctxDone || errors.Is(err, amqp.ErrClosed) {
-			// Refused before a frame was written: the channel or connection was closed,
-			// or the context was done.
-			return ctxDone, activities.Retryable(failure, 0)
+		if errors.Is(err, amqp.ErrClosed) {
+			// Refused before a frame was written: the channel or connection was closed.
+			if c.conn.amqp.IsClosed() {
+				failure = fmt.Errorf("rabbitmq: publish to %s on %s: %w: %w", s.where(key), s.shown, activities.ErrConnectionLost, err)
+			}
+			return activities.Retryable(failure, 0)
 		}
 		// A write error: the connection's writer is shared, and another publish's flush
 		// may have put this message on the wire before the error.
-		return false, activities.Ambiguous(failure)
+		return activities.Ambiguous(fmt.Errorf("rabbitmq: publish to %s on %s: %w: %w", s.where(key), s.shown, activities.ErrConnectionLost, err))
 	}
-	acked, err := dc.WaitContext(ctx)
+	acked, err := r.dc.WaitContext(ctx)
 	if err != nil {
 		// The confirm may still come, on a channel no other publish may now use.
-		return false, activities.Ambiguous(fmt.Errorf("rabbitmq: no confirm from %s for the message published to %s: %w", s.shown, s.where(key), err))
+		return activities.Ambiguous(fmt.Errorf("rabbitmq: no confirm from %s for the message published to %s: %w", s.shown, s.where(key), err))
 	}
 	if !acked {
 		select {
 		case aerr := <-c.closes:
 			// The channel closed, which resolves every pending confirm as a nack; the
 			// channel reports why before it does.
-			return false, s.closedError(aerr, key)
+			return s.closedError(c.conn, aerr, key)
 		default:
 			// A message routed to several queues is nacked when one of them refuses it,
 			// though the others may have queued it.
-			return true, activities.Ambiguous(fmt.Errorf("rabbitmq: %s nacked the message published to %s (a queue refused it)", s.shown, s.where(key)))
+			keep = true
+			return activities.Ambiguous(fmt.Errorf("rabbitmq: %s nacked the message published to %s (a queue refused it)", s.shown, s.where(key)))
 		}
 	}
 	// The client hands a basic.return to NotifyReturn before it processes the ack that
@@ -308,16 +359,24 @@ func (s *Sink) publish(ctx context.Context, c *pubChannel, key string, msg amqp.
 		select {
 		case r, ok := <-c.returns:
 			if !ok {
-				return false, nil
+				return nil
 			}
 			if r.MessageId != msg.MessageId {
 				continue // not this publish's: cannot happen with one publish per channel
 			}
-			return true, activities.Permanent(s.returnedError(r))
+			keep = true
+			return activities.Permanent(s.returnedError(r))
 		default:
-			return true, nil
+			keep = true
+			return nil
 		}
 	}
+}
+
+// publishResult is the outcome of writing a message.
+type publishResult struct {
+	dc  *amqp.DeferredConfirmation
+	err error
 }
 
 // where names the destination of a publish with the routing key key.
@@ -340,10 +399,19 @@ func (s *Sink) returnedError(r amqp.Return) error {
 		r.ReplyCode, r.ReplyText, by, r.RoutingKey, fix)
 }
 
-// closedError classifies the closing of a channel between a publish and its confirm: aerr
-// is the broker's reason, or nil when the sink closed it.
-func (s *Sink) closedError(aerr *amqp.Error, key string) error {
+// closedError classifies the closing of a channel of conn between a publish and its
+// confirm: aerr is the reason, the broker's or the client's, or nil when the sink closed
+// the connection.
+func (s *Sink) closedError(conn *connection, aerr *amqp.Error, key string) error {
 	if aerr == nil {
+		s.mu.Lock()
+		retired := conn.retired
+		s.mu.Unlock()
+		if retired {
+			// Closed at the end of its bound, the connection did not serve the publish.
+			return activities.Ambiguous(fmt.Errorf("rabbitmq: connection to %s closed, retired, before the broker confirmed the message published to %s: %w",
+				s.shown, s.where(key), activities.ErrConnectionLost))
+		}
 		return activities.Ambiguous(fmt.Errorf("rabbitmq: connection to %s closed before the broker confirmed the message published to %s", s.shown, s.where(key)))
 	}
 	berr := brokerError{aerr}
@@ -358,6 +426,12 @@ func (s *Sink) closedError(aerr *amqp.Error, key string) error {
 	case amqp.PreconditionFailed:
 		return activities.Permanent(fmt.Errorf("rabbitmq: %s rejected the message published to %s (%w)", s.shown, s.where(key), berr))
 	default:
+		if conn.amqp.IsClosed() {
+			// The connection closed (the client marks it before it closes its channels):
+			// a lost network, a broker restart, a forced close.
+			return activities.Ambiguous(fmt.Errorf("rabbitmq: %w to %s (%w) before the broker confirmed the message published to %s; it may have the message",
+				activities.ErrConnectionLost, s.shown, berr, s.where(key)))
+		}
 		return activities.Ambiguous(fmt.Errorf("rabbitmq: %s closed the channel before it confirmed the message published to %s (%w); it may have the message", s.shown, s.where(key), berr))
 	}
 }
@@ -369,13 +443,24 @@ type brokerError struct{ err *amqp.Error }
 func (e brokerError) Error() string { return fmt.Sprintf("%d %s", e.err.Code, e.err.Reason) }
 func (e brokerError) Unwrap() error { return e.err }
 
-// Close closes the connection, and with it every channel; a publish still waiting for its
-// confirm fails as ambiguous, and a Send after Close fails as retryable.
+// Close closes the connection, and with it every channel, and the retired connections not
+// closed yet; a publish still waiting for its confirm fails as ambiguous, and a Send after
+// Close fails as retryable.
 func (s *Sink) Close() error {
 	s.mu.Lock()
 	conn := s.conn
-	s.closed, s.conn, s.idle = true, nil, nil
+	retired := make([]*connection, 0, len(s.retired))
+	for r := range s.retired {
+		r.limit.Stop()
+		retired = append(retired, r)
+	}
+	s.closed, s.conn, s.idle, s.retired = true, nil, nil, nil
 	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, r := range retired {
+		wg.Go(func() { closeConnection(r, cutTimeout) })
+	}
+	defer wg.Wait()
 	if conn == nil || conn.amqp.IsClosed() {
 		return nil
 	}
@@ -386,8 +471,9 @@ func (s *Sink) Close() error {
 }
 
 // acquire returns a channel for one publish: an idle one of the pool, or a new one,
-// connecting first if the sink has no open connection. Its errors are retryable: nothing
-// was sent.
+// connecting first if the sink has no open connection. It takes a slot, which the caller
+// gives back, and counts the publish in flight on the channel's connection until
+// release. Its errors are retryable: nothing was sent.
 func (s *Sink) acquire(ctx context.Context) (*pubChannel, error) {
 	select {
 	case s.slots <- struct{}{}:
@@ -410,16 +496,24 @@ func (s *Sink) acquire(ctx context.Context) (*pubChannel, error) {
 		discard(c)
 	}
 	s.mu.Unlock()
-	c, err := openChannel(conn)
+	c, err := openChannel(ctx, conn)
 	if err != nil {
 		// The connection may be broken before it knows (a write error shuts it down in
-		// the background): close it, and try once more on a new one.
-		_ = conn.amqp.Close()
+		// the background), or its writer stuck: retire it, which closes it once the
+		// publishes on it are done, and try once more on a new one.
+		s.retire(conn)
+		s.done(conn)
+		if ctx.Err() != nil {
+			<-s.slots
+			return nil, activities.Retryable(fmt.Errorf("rabbitmq: open a channel on %s: %w", s.shown, err), 0)
+		}
 		if conn, err = s.connect(ctx); err != nil {
 			<-s.slots
 			return nil, err
 		}
-		c, err = openChannel(conn)
+		if c, err = openChannel(ctx, conn); err != nil {
+			s.done(conn)
+		}
 	}
 	if err != nil {
 		<-s.slots
@@ -428,24 +522,87 @@ func (s *Sink) acquire(ctx context.Context) (*pubChannel, error) {
 	return c, nil
 }
 
-// release gives back the slot of a channel acquire returned, and puts the channel back in
-// the pool when keep is set and it is still open on the current connection.
+// release ends the publish on a channel acquire returned: it puts the channel back in the
+// pool when keep is set and it is still open on the current connection, and closes a
+// retired connection when this was its last publish. It leaves the slot to the caller.
 func (s *Sink) release(c *pubChannel, keep bool) {
-	defer func() { <-s.slots }()
-	if keep {
-		s.mu.Lock()
-		if !s.closed && c.conn == s.conn && !c.ch.IsClosed() {
-			s.idle = append(s.idle, c)
-			s.mu.Unlock()
-			return
-		}
+	s.mu.Lock()
+	if keep && !s.closed && c.conn == s.conn && !c.ch.IsClosed() {
+		c.conn.inflight--
+		s.idle = append(s.idle, c)
 		s.mu.Unlock()
+		return
 	}
-	discard(c)
+	retired := c.conn.retired
+	s.mu.Unlock()
+	if !retired {
+		discard(c)
+	}
+	// A retired connection closes its channels with itself.
+	s.done(c.conn)
+}
+
+// done counts a publish on conn out, and closes conn when it is retired and this was its
+// last publish.
+func (s *Sink) done(conn *connection) {
+	s.mu.Lock()
+	conn.inflight--
+	last := conn.retired && conn.inflight == 0
+	if last {
+		if _, ok := s.retired[conn]; !ok {
+			last = false // closed already, at its bound or by Close
+		}
+		delete(s.retired, conn)
+	}
+	s.mu.Unlock()
+	if last {
+		conn.limit.Stop()
+		go closeConnection(conn, closeTimeout)
+	}
+}
+
+// retire stops conn from taking new publishes; the ones in flight on it keep their
+// channels. It is closed when the last of them ends, or after retireFor.
+func (s *Sink) retire(conn *connection) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if conn.retired {
+		return
+	}
+	conn.retired = true
+	if s.conn == conn {
+		s.conn, s.idle = nil, nil // the idle channels close with the connection
+	}
+	if s.closed {
+		return // Close has closed it, or will
+	}
+	if conn.inflight == 0 {
+		go closeConnection(conn, closeTimeout)
+		return
+	}
+	s.retired[conn] = struct{}{}
+	conn.limit = time.AfterFunc(s.retireFor, func() {
+		s.mu.Lock()
+		_, ok := s.retired[conn]
+		delete(s.retired, conn)
+		s.mu.Unlock()
+		if ok {
+			closeConnection(conn, cutTimeout)
+		}
+	})
+}
+
+// closeConnection closes a connection the sink no longer uses, within timeout, which also
+// ends a write in progress.
+func closeConnection(conn *connection, timeout time.Duration) {
+	if !conn.amqp.IsClosed() {
+		_ = conn.amqp.CloseDeadline(time.Now().Add(timeout))
+	}
 }
 
 // connect returns the sink's open connection, dialing when it has none or the one it had
-// was closed. One caller dials at a time; the others wait for it, or for their context.
+// was closed, and counts a publish in flight on it. One caller dials at a time; the others
+// wait for it, or for their context.
 func (s *Sink) connect(ctx context.Context) (*connection, error) {
 	if conn, err := s.current(); conn != nil || err != nil {
 		return conn, err
@@ -473,11 +630,12 @@ func (s *Sink) connect(ctx context.Context) (*connection, error) {
 		discard(c)
 	}
 	s.conn, s.idle = conn, nil
+	conn.inflight++
 	return conn, nil
 }
 
-// current returns the sink's connection if it is open, nil if there is none, and an error
-// after Close.
+// current returns the sink's connection if it is open, counting a publish in flight on
+// it, nil if there is none, and an error after Close.
 func (s *Sink) current() (*connection, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -485,6 +643,7 @@ func (s *Sink) current() (*connection, error) {
 		return nil, activities.Retryable(ErrClosed, 0)
 	}
 	if s.conn != nil && !s.conn.amqp.IsClosed() {
+		s.conn.inflight++
 		return s.conn, nil
 	}
 	return nil, nil
@@ -543,8 +702,33 @@ func (s *Sink) dial(ctx context.Context) (*connection, error) {
 	return conn, nil
 }
 
-// openChannel opens a confirm-mode channel on conn.
-func openChannel(conn *connection) (*pubChannel, error) {
+// openChannel opens a confirm-mode channel on conn, unless ctx ends first (the writer of
+// conn may be stuck behind another publish): a channel opened after that is closed.
+func openChannel(ctx context.Context, conn *connection) (*pubChannel, error) {
+	type result struct {
+		c   *pubChannel
+		err error
+	}
+	opened := make(chan result, 1)
+	go func() {
+		c, err := openConfirmChannel(conn)
+		opened <- result{c, err}
+	}()
+	select {
+	case r := <-opened:
+		return r.c, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-opened; r.err == nil {
+				_ = r.c.ch.Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}
+
+// openConfirmChannel opens a confirm-mode channel on conn.
+func openConfirmChannel(conn *connection) (*pubChannel, error) {
 	ch, err := conn.amqp.Channel()
 	if err != nil {
 		return nil, err

@@ -546,16 +546,16 @@ func TestReconnectsAfterTheConnectionBreaks(t *testing.T) {
 	}
 
 	// Broken under a send that comes at once: at most one failure that is retried (a
-	// write error is ambiguous: the connection's writer is shared), then the sink dials
-	// again.
+	// write error is ambiguous: the connection's writer is shared), marked as a lost
+	// connection, then the sink dials again.
 	port := s.LocalPort()
 	if !s.BreakConnection() {
 		t.Fatal("the sink has no connection")
 	}
 	sent := 1
 	if err := s.Send(ctx, delivery(q, 1)); err != nil {
-		if activities.IsPermanent(err) {
-			t.Fatalf("Send on a broken connection: got %v, want success or a failure that is retried", err)
+		if activities.IsPermanent(err) || !errors.Is(err, activities.ErrConnectionLost) {
+			t.Fatalf("Send on a broken connection: got %v, want success or a failure that is retried, wrapping ErrConnectionLost", err)
 		}
 		t.Logf("first Send after the break: %v", err)
 	} else {
