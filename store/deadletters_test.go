@@ -252,6 +252,33 @@ func TestDeadLetterOperations(t *testing.T) {
 		require.Nil(t, dls[0].RedrivenAt)
 	})
 
+	t.Run("DeadLetterRunIDs", func(t *testing.T) {
+		t.Parallel()
+		_, st := testdb.Schema(t)
+		fresh, err := st.Enqueue(ctx, st.DB(), store.Message{Topic: "t", Payload: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+		runs, err := st.DeadLetterRunIDs(ctx, fresh)
+		require.NoError(t, err)
+		require.Empty(t, runs)
+
+		id := deadLettered(t, st, "t", "run-1")
+		runs, err = st.DeadLetterRunIDs(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, []string{"run-1"}, runs)
+		// Redriven, and dead-lettered by a second run: both runs, the redriven one too.
+		_, err = st.Redrive(ctx, id, "op")
+		require.NoError(t, err)
+		ok, err := st.DeadLetter(ctx, store.DeadLetter{MessageID: id, Topic: "t", WorkflowID: "w", RunID: "run-2", Attempts: 1, LastError: "x"})
+		require.NoError(t, err)
+		require.True(t, ok)
+		runs, err = st.DeadLetterRunIDs(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, []string{"run-1", "run-2"}, runs)
+		runs, err = st.DeadLetterRunIDs(ctx, fresh)
+		require.NoError(t, err)
+		require.Empty(t, runs, "another message's dead letters are not its own")
+	})
+
 	t.Run("Discard", func(t *testing.T) {
 		t.Parallel()
 		_, st := testdb.Schema(t)

@@ -317,6 +317,17 @@ WHERE m.id = d.id AND m.status = 'claimed' AND m.claim_token = d.token`, ids, to
 	return int(tag.RowsAffected()), nil
 }
 
+// RetryClaimAfter leaves a claimed row claimed but ends its lease after d, so that a
+// claim then (by this relay or another) takes it again soon instead of after the whole
+// lease; only while the caller still holds the claim. ok is false when the row has moved
+// on. The relay uses it for a row whose hand-over must wait a moment: the run that
+// dead-lettered it before a redrive has not closed yet.
+func (s *Store) RetryClaimAfter(ctx context.Context, id int64, token uuid.UUID, d time.Duration) (ok bool, err error) {
+	return s.exec(ctx, "retry claim", `UPDATE `+s.messages+`
+SET lease_until = now() + make_interval(secs => $3), updated_at = now()
+WHERE id = $1 AND status = 'claimed' AND claim_token = $2`, id, token, d.Seconds())
+}
+
 // MarkSent records a delivered message: pending, claimed or dispatched → sent. ok is false
 // when the row is already terminal or does not exist.
 func (s *Store) MarkSent(ctx context.Context, messageID uuid.UUID) (ok bool, err error) {
