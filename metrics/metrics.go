@@ -40,9 +40,12 @@ const (
 	OpMarkSent         = "mark_sent"         // the mark-sent activity failed
 	OpDeadLetter       = "dead_letter"       // the dead-letter activity failed
 	OpRecordFailure    = "record_failure"    // a failed attempt could not be recorded on its row
+	OpDeadLetterRuns   = "dead_letter_runs"  // the runs that dead-lettered a message could not be read
+	OpRetryClaim       = "retry_claim"       // a claimed row could not be set to be claimed again soon
 )
 
-var operations = []string{OpClaim, OpStartWorkflow, OpDescribeWorkflow, OpMarkDispatched, OpMarkSent, OpDeadLetter, OpRecordFailure}
+var operations = []string{OpClaim, OpStartWorkflow, OpDescribeWorkflow, OpMarkDispatched, OpMarkSent, OpDeadLetter, OpRecordFailure,
+	OpDeadLetterRuns, OpRetryClaim}
 
 // Metrics records the outbox's metrics. Its methods are safe for concurrent use and do
 // nothing on a nil *Metrics.

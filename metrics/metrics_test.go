@@ -109,7 +109,7 @@ outbox_workflows_started_total 1
 		// Every operation's error series exists from the start.
 		n, err := testutil.GatherAndCount(reg, "outbox_errors_total")
 		require.NoError(t, err)
-		require.Equal(t, 7, n)
+		require.Equal(t, 9, n)
 	})
 }
 

@@ -7,7 +7,10 @@
 // ALLOW_DUPLICATE_FAILED_ONLY and the conflict policy FAIL, so a row that is claimed again
 // (after a relay crash, or a lost mark-sent) never starts a second delivery of a message
 // that a run already delivered: "already started" counts as handed over, and a start
-// rejected because a run completed records the row as sent from that run's outcome.
+// rejected because a run completed records the row as sent from that run's outcome. The
+// one running run that does not count is the run that dead-lettered the message, still
+// closing when an operator redrove it: the row is claimed again a moment later, and
+// started once that run has failed.
 // Several relays may run against one database: the claim's SKIP LOCKED gives each its own
 // rows.
 package starter
@@ -18,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +32,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -562,7 +567,10 @@ func (r *Relay) markDispatched(ctx context.Context, rows []store.Claimed) {
 }
 
 // alreadyStarted handles a start that met an existing run of the message's workflow:
-// a running one owns the message (owned is true); a completed one delivered it.
+// a running one owns the message (owned is true), unless it is a run that dead-lettered
+// the message and is closing, which a redrive raced: the row is then claimed again in
+// ClosingRunRetry, to start the new run once that one has failed. A completed run
+// delivered the message.
 func (r *Relay) alreadyStarted(ctx context.Context, log *slog.Logger, row store.Claimed, runID string) (owned bool) {
 	id := workflows.WorkflowID(row.MessageID.String())
 	desc, err := r.client.DescribeWorkflowExecution(ctx, id, "")
@@ -574,7 +582,22 @@ func (r *Relay) alreadyStarted(ctx context.Context, log *slog.Logger, row store.
 	status := desc.GetWorkflowExecutionInfo().GetStatus()
 	switch status {
 	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
-		log.InfoContext(ctx, "Workflow already running; handed over", slog.String("run_id", runID))
+		// The run described is the workflow's current one, which may be newer than the
+		// one the start met.
+		current := cmp.Or(desc.GetWorkflowExecutionInfo().GetExecution().GetRunId(), runID)
+		closing, err := r.deadLettering(ctx, row.MessageID, current)
+		switch {
+		case err != nil:
+			// Whether the run delivers the message is unknown: it does not get the row.
+			r.cfg.Metrics.Error(metrics.OpDeadLetterRuns)
+			log.WarnContext(ctx, "Workflow already running, but whether it dead-lettered the message cannot be read; will retry after the lease",
+				slog.String("run_id", current), slog.Any("error", err))
+			return false
+		case closing:
+			r.retrySoon(ctx, log, row, current)
+			return false
+		}
+		log.InfoContext(ctx, "Workflow already running; handed over", slog.String("run_id", current))
 		return true
 	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
 		ok, err := r.store.MarkSent(ctx, row.MessageID)
@@ -591,6 +614,42 @@ func (r *Relay) alreadyStarted(ctx context.Context, log *slog.Logger, row store.
 		log.InfoContext(ctx, "Workflow start rejected by a run that was closing", slog.String("status", status.String()))
 	}
 	return false
+}
+
+// ClosingRunRetry is how soon a row is claimed again when its start met the run that
+// dead-lettered it, redriven before that run closed.
+const ClosingRunRetry = time.Second
+
+// deadLettering reports whether runID is a run that dead-lettered the message. Such a run
+// is closing: dead-lettering is its last step, after which it fails. It does not deliver
+// the message, so when the message has been redriven meanwhile it must not be taken for
+// the message's owner.
+func (r *Relay) deadLettering(ctx context.Context, messageID uuid.UUID, runID string) (bool, error) {
+	runs, err := r.store.DeadLetterRunIDs(ctx, messageID)
+	if err != nil {
+		return false, err
+	}
+	return slices.Contains(runs, runID), nil
+}
+
+// retrySoon leaves a redriven row whose start met the run that dead-lettered it claimed,
+// with a lease that ends after ClosingRunRetry: the run closes (failed) within moments,
+// and a start after that begins the new run the redrive asked for (the reuse policy
+// allows a new run after a failed one). Marking the row dispatched instead would leave it
+// with no run once the closing one has failed, until reconciliation.
+func (r *Relay) retrySoon(ctx context.Context, log *slog.Logger, row store.Claimed, runID string) {
+	ok, err := r.store.RetryClaimAfter(ctx, row.ID, row.ClaimToken, ClosingRunRetry)
+	switch {
+	case err != nil:
+		r.cfg.Metrics.Error(metrics.OpRetryClaim)
+		log.WarnContext(ctx, "The run that dead-lettered the message is still closing, and its row cannot be set to be claimed again soon; will retry after the lease",
+			slog.String("run_id", runID), slog.Any("error", err))
+	case ok:
+		log.InfoContext(ctx, "The run that dead-lettered the message is still closing; starting the redriven message's new run shortly",
+			slog.String("run_id", runID), slog.Duration("retry_in", ClosingRunRetry))
+	default:
+		log.DebugContext(ctx, "Row moved on before it was set to be claimed again soon")
+	}
 }
 
 // listen forwards the table's notifications to wake until ctx is cancelled, reconnecting

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
@@ -33,11 +34,12 @@ type recorder struct {
 	inputs   []workflows.DeliveryInput
 	startErr func(id string) error                      // nil = started
 	status   map[string]enumspb.WorkflowExecutionStatus // for Describe
+	runs     map[string]string                          // the current run ID, for Describe
 	started  chan string
 }
 
 func newRecorder() *recorder {
-	return &recorder{status: map[string]enumspb.WorkflowExecutionStatus{}, started: make(chan string, 1000)}
+	return &recorder{status: map[string]enumspb.WorkflowExecutionStatus{}, runs: map[string]string{}, started: make(chan string, 1000)}
 }
 
 func (r *recorder) ExecuteWorkflow(_ context.Context, opts client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
@@ -64,7 +66,11 @@ func (r *recorder) DescribeWorkflowExecution(_ context.Context, id, _ string) (*
 	if !ok {
 		return nil, serviceerror.NewNotFound("no such workflow")
 	}
-	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{Status: st}}, nil
+	info := &workflowpb.WorkflowExecutionInfo{Status: st}
+	if run, ok := r.runs[id]; ok {
+		info.Execution = &commonpb.WorkflowExecution{WorkflowId: id, RunId: run}
+	}
+	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: info}, nil
 }
 
 func setup(t *testing.T, rec *recorder, cfg starter.Config) (*starter.Relay, *store.Store) {
@@ -146,6 +152,69 @@ func TestRelay(t *testing.T) {
 		rec.startErr = func(string) error { return serviceerror.NewWorkflowExecutionAlreadyStarted("running", "", "run-1") }
 		rec.status["outbox-"+id.String()] = enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 		_, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, store.StatusDispatched, status(t, st, id))
+	})
+
+	t.Run("RedrivenBeforeItsDeadLetteringRunClosedIsStartedAgainSoon", func(t *testing.T) {
+		t.Parallel()
+		rec := newRecorder()
+		r, st := setup(t, rec, starter.Config{}) // a 30s lease
+		id := enqueue(t, st, "t", nil)
+		wid := workflows.WorkflowID(id.String())
+		ok, err := st.DeadLetter(ctx, store.DeadLetter{MessageID: id, Topic: "t", WorkflowID: wid, RunID: "run-1", Attempts: 1, LastError: "HTTP 400"})
+		require.NoError(t, err)
+		require.True(t, ok)
+		_, err = st.Redrive(ctx, id, "op")
+		require.NoError(t, err)
+
+		// run-1 has dead-lettered the message but has not closed yet.
+		var closed atomic.Bool
+		rec.startErr = func(string) error {
+			if closed.Load() {
+				return nil
+			}
+			return serviceerror.NewWorkflowExecutionAlreadyStarted("running", "", "run-1")
+		}
+		rec.status[wid] = enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+		rec.runs[wid] = "run-1"
+		began := time.Now()
+		_, err = r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, store.StatusClaimed, status(t, st, id), "the closing run does not own the redriven message")
+
+		// run-1 fails; the next claim starts the new run, long before the lease expires.
+		closed.Store(true)
+		rec.mu.Lock()
+		rec.status[wid] = enumspb.WORKFLOW_EXECUTION_STATUS_FAILED
+		rec.mu.Unlock()
+		require.Eventually(t, func() bool {
+			_, err := r.RunOnce(ctx)
+			require.NoError(t, err)
+			return status(t, st, id) == store.StatusDispatched
+		}, 10*time.Second, 50*time.Millisecond)
+		require.Less(t, time.Since(began), 10*time.Second)
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		require.Len(t, rec.inputs, 2)
+		require.True(t, rec.inputs[1].CheckFirst, "a redriven message asks check-processed first")
+	})
+
+	t.Run("RedrivenWithANewRunRunningIsHandedOver", func(t *testing.T) {
+		t.Parallel()
+		rec := newRecorder()
+		r, st := setup(t, rec, starter.Config{})
+		id := enqueue(t, st, "t", nil)
+		wid := workflows.WorkflowID(id.String())
+		_, err := st.DeadLetter(ctx, store.DeadLetter{MessageID: id, Topic: "t", WorkflowID: wid, RunID: "run-1", Attempts: 1, LastError: "HTTP 400"})
+		require.NoError(t, err)
+		_, err = st.Redrive(ctx, id, "op")
+		require.NoError(t, err)
+		// Another relay started run-2 for the redrive already.
+		rec.startErr = func(string) error { return serviceerror.NewWorkflowExecutionAlreadyStarted("running", "", "run-2") }
+		rec.status[wid] = enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+		rec.runs[wid] = "run-2"
+		_, err = r.RunOnce(ctx)
 		require.NoError(t, err)
 		require.Equal(t, store.StatusDispatched, status(t, st, id))
 	})

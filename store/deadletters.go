@@ -95,6 +95,24 @@ LIMIT $`+fmt.Sprint(len(args)), args...)
 	return out, nil
 }
 
+// DeadLetterRunIDs returns the run IDs of the message's dead letters, oldest first: the
+// runs that gave up on it, whether their dead letter is still open or was redriven or
+// discarded since. None for a message never dead-lettered. Dead-lettering is a run's last
+// step, so a run among them that is still running is closing (failed), and does not
+// deliver the message: the relay waits for it to close instead of taking it for the owner
+// of a redriven message.
+func (s *Store) DeadLetterRunIDs(ctx context.Context, messageID uuid.UUID) ([]string, error) {
+	rows, err := s.db.Query(ctx, `SELECT run_id FROM `+s.dead+` WHERE message_id = $1 ORDER BY id`, messageID)
+	if err != nil {
+		return nil, fmt.Errorf("list the runs that dead-lettered %s: %w", messageID, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list the runs that dead-lettered %s: %w", messageID, err)
+	}
+	return ids, nil
+}
+
 // AuditEntry is one operator action on a message.
 type AuditEntry struct {
 	MessageID    uuid.UUID

@@ -28,6 +28,14 @@ func deadLettered(t *testing.T, st *store.Store, topic, runID string) uuid.UUID 
 	return id
 }
 
+// status returns the message's status.
+func status(t *testing.T, st *store.Store, id uuid.UUID) store.Status {
+	t.Helper()
+	row, err := st.Get(context.Background(), id)
+	require.NoError(t, err)
+	return row.Status
+}
+
 func TestDeadLetterOperations(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -180,23 +188,95 @@ func TestDeadLetterOperations(t *testing.T) {
 		require.Len(t, claimed, 1)
 	})
 
-	t.Run("SameRunDeadLetteringAgainReopens", func(t *testing.T) {
+	t.Run("SameRunDeadLetteringAgainAfterRedriveIsANoOp", func(t *testing.T) {
 		t.Parallel()
-		pool, st := testdb.Schema(t)
+		_, st := testdb.Schema(t)
 		id := deadLettered(t, st, "t", "run-1")
 		_, err := st.Redrive(ctx, id, "op")
 		require.NoError(t, err)
-		// The run that dead-lettered it was still open (its worker died after the dead
-		// letter committed) and, replayed, dead-letters it again.
-		_, err = pool.Exec(ctx, `UPDATE `+st.Schema()+`.outbox_messages SET status = 'dispatched' WHERE message_id = $1`, id)
-		require.NoError(t, err)
+		// The run that dead-lettered it had not closed yet and runs its dead-letter step
+		// again (its first completion was lost, or its worker replayed it): that step is
+		// done, and the redrive stands.
 		ok, err := st.DeadLetter(ctx, store.DeadLetter{MessageID: id, Topic: "t", WorkflowID: "w", RunID: "run-1", Attempts: 4, LastError: "again"})
 		require.NoError(t, err)
-		require.True(t, ok)
+		require.False(t, ok, "the row does not move")
+		row, err := st.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, store.StatusPending, row.Status)
+		require.Equal(t, 1, row.RedriveCount)
+		dls, err := st.DeadLetters(ctx, id)
+		require.NoError(t, err)
+		require.Len(t, dls, 1)
+		require.NotNil(t, dls[0].RedrivenAt, "the dead letter stays redriven")
+		require.Equal(t, "op", *dls[0].RedrivenBy)
 		open, err := st.ListDeadLetters(ctx, store.DeadLetterFilter{})
 		require.NoError(t, err)
-		require.Len(t, open, 1, "the dead message is visible again")
-		require.Equal(t, id, open[0].MessageID)
+		require.Empty(t, open)
+
+		// Also when the row was handed over again meanwhile.
+		claimed, err := st.Claim(ctx, 1, time.Minute)
+		require.NoError(t, err)
+		require.Len(t, claimed, 1)
+		ok, err = st.MarkDispatched(ctx, claimed[0].ID, claimed[0].ClaimToken)
+		require.NoError(t, err)
+		require.True(t, ok)
+		ok, err = st.DeadLetter(ctx, store.DeadLetter{MessageID: id, Topic: "t", WorkflowID: "w", RunID: "run-1", Attempts: 4, LastError: "again"})
+		require.NoError(t, err)
+		require.False(t, ok)
+		require.Equal(t, store.StatusDispatched, status(t, st, id))
+
+		// A later run that gives up dead-letters it again.
+		ok, err = st.DeadLetter(ctx, store.DeadLetter{MessageID: id, Topic: "t", WorkflowID: "w", RunID: "run-2", Attempts: 4, LastError: "second run"})
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, store.StatusDead, status(t, st, id))
+		open, err = st.ListDeadLetters(ctx, store.DeadLetterFilter{})
+		require.NoError(t, err)
+		require.Len(t, open, 1)
+		require.Equal(t, "run-2", open[0].RunID)
+	})
+
+	t.Run("SameRunDeadLetteringAgainAfterDiscardIsANoOp", func(t *testing.T) {
+		t.Parallel()
+		_, st := testdb.Schema(t)
+		id := deadLettered(t, st, "t", "run-1")
+		require.NoError(t, st.Discard(ctx, id, "op"))
+		ok, err := st.DeadLetter(ctx, store.DeadLetter{MessageID: id, Topic: "t", WorkflowID: "w", RunID: "run-1", Attempts: 4, LastError: "again"})
+		require.NoError(t, err)
+		require.False(t, ok)
+		require.Equal(t, store.StatusDiscarded, status(t, st, id))
+		dls, err := st.DeadLetters(ctx, id)
+		require.NoError(t, err)
+		require.Len(t, dls, 1)
+		require.NotNil(t, dls[0].DiscardedAt)
+		require.Nil(t, dls[0].RedrivenAt)
+	})
+
+	t.Run("DeadLetterRunIDs", func(t *testing.T) {
+		t.Parallel()
+		_, st := testdb.Schema(t)
+		fresh, err := st.Enqueue(ctx, st.DB(), store.Message{Topic: "t", Payload: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+		runs, err := st.DeadLetterRunIDs(ctx, fresh)
+		require.NoError(t, err)
+		require.Empty(t, runs)
+
+		id := deadLettered(t, st, "t", "run-1")
+		runs, err = st.DeadLetterRunIDs(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, []string{"run-1"}, runs)
+		// Redriven, and dead-lettered by a second run: both runs, the redriven one too.
+		_, err = st.Redrive(ctx, id, "op")
+		require.NoError(t, err)
+		ok, err := st.DeadLetter(ctx, store.DeadLetter{MessageID: id, Topic: "t", WorkflowID: "w", RunID: "run-2", Attempts: 1, LastError: "x"})
+		require.NoError(t, err)
+		require.True(t, ok)
+		runs, err = st.DeadLetterRunIDs(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, []string{"run-1", "run-2"}, runs)
+		runs, err = st.DeadLetterRunIDs(ctx, fresh)
+		require.NoError(t, err)
+		require.Empty(t, runs, "another message's dead letters are not its own")
 	})
 
 	t.Run("Discard", func(t *testing.T) {

@@ -379,6 +379,36 @@ func TestClaim(t *testing.T) {
 		require.Equal(t, ids[1], got[0].MessageID)
 	})
 
+	t.Run("RetryClaimAfter", func(t *testing.T) {
+		t.Parallel()
+		pool, st := testdb.Schema(t)
+		enqueue(t, pool, st, 1)
+		claimed, err := st.Claim(ctx, 1, time.Minute)
+		require.NoError(t, err)
+		require.Len(t, claimed, 1)
+		c := claimed[0]
+		ok, err := st.RetryClaimAfter(ctx, c.ID, uuid.New(), 0)
+		require.NoError(t, err)
+		require.False(t, ok, "only the holder of the claim")
+
+		ok, err = st.RetryClaimAfter(ctx, c.ID, c.ClaimToken, 300*time.Millisecond)
+		require.NoError(t, err)
+		require.True(t, ok)
+		again, err := st.Claim(ctx, 1, time.Minute)
+		require.NoError(t, err)
+		require.Empty(t, again, "still claimed until the short lease ends")
+		require.Eventually(t, func() bool {
+			again, err = st.Claim(ctx, 1, time.Minute)
+			require.NoError(t, err)
+			return len(again) == 1
+		}, 10*time.Second, 50*time.Millisecond, "claimed again soon, not after the minute")
+		require.Equal(t, c.ID, again[0].ID)
+		require.NotEqual(t, c.ClaimToken, again[0].ClaimToken)
+		ok, err = st.RetryClaimAfter(ctx, c.ID, c.ClaimToken, 0)
+		require.NoError(t, err)
+		require.False(t, ok, "the old claim is gone")
+	})
+
 	t.Run("LateDispatchedNeverOverwritesSent", func(t *testing.T) {
 		t.Parallel()
 		pool, st := testdb.Schema(t)

@@ -317,6 +317,17 @@ WHERE m.id = d.id AND m.status = 'claimed' AND m.claim_token = d.token`, ids, to
 	return int(tag.RowsAffected()), nil
 }
 
+// RetryClaimAfter leaves a claimed row claimed but ends its lease after d, so that a
+// claim then (by this relay or another) takes it again soon instead of after the whole
+// lease; only while the caller still holds the claim. ok is false when the row has moved
+// on. The relay uses it for a row whose hand-over must wait a moment: the run that
+// dead-lettered it before a redrive has not closed yet.
+func (s *Store) RetryClaimAfter(ctx context.Context, id int64, token uuid.UUID, d time.Duration) (ok bool, err error) {
+	return s.exec(ctx, "retry claim", `UPDATE `+s.messages+`
+SET lease_until = now() + make_interval(secs => $3), updated_at = now()
+WHERE id = $1 AND status = 'claimed' AND claim_token = $2`, id, token, d.Seconds())
+}
+
 // MarkSent records a delivered message: pending, claimed or dispatched → sent. ok is false
 // when the row is already terminal or does not exist.
 func (s *Store) MarkSent(ctx context.Context, messageID uuid.UUID) (ok bool, err error) {
@@ -399,8 +410,12 @@ type DeadLetter struct {
 
 // DeadLetter writes a dead letter for the message (copying its topic, payload and headers)
 // and moves the row to dead, in one transaction. Dead letters are keyed by (message ID, run
-// ID), so a retried call writes nothing twice. A row that is already sent is left alone
-// and gets no dead letter; ok reports whether the row moved to dead.
+// ID): a run dead-letters its message once, and a second call for the same run (a retried
+// or replayed dead-letter step) changes nothing and succeeds, even when the dead letter
+// has been redriven or discarded meanwhile, so it never undoes an operator's action. Only
+// another run (one that gave up after a redrive) dead-letters the message again. A row
+// that is already sent or discarded is left alone and gets no dead letter; ok reports
+// whether the row moved to dead.
 func (s *Store) DeadLetter(ctx context.Context, d DeadLetter) (ok bool, err error) {
 	d.LastError = StorableText(d.LastError)
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
@@ -417,18 +432,21 @@ WHERE message_id = $1 FOR UPDATE`, d.MessageID).Scan(&status, &topic, &payload, 
 		case status == StatusSent || status == StatusDiscarded:
 			return nil
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO `+s.dead+`
+		tag, err := tx.Exec(ctx, `INSERT INTO `+s.dead+`
 (message_id, workflow_id, run_id, topic, payload, headers, attempts, last_error, message_created_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-ON CONFLICT (message_id, run_id) DO UPDATE
-    -- The same run dead-letters the message again (its first dead letter was redriven
-    -- while the run was still open): the dead letter is open again.
-    SET redriven_at = NULL, redriven_by = NULL
-    WHERE `+s.dead+`.redriven_at IS NOT NULL AND `+s.dead+`.discarded_at IS NULL`,
-			d.MessageID, d.WorkflowID, d.RunID, topic, string(payload), headers, d.Attempts, d.LastError, createdAt); err != nil {
+ON CONFLICT (message_id, run_id) DO NOTHING`,
+			d.MessageID, d.WorkflowID, d.RunID, topic, string(payload), headers, d.Attempts, d.LastError, createdAt)
+		if err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `UPDATE `+s.messages+`
+		if tag.RowsAffected() == 0 {
+			// This run dead-lettered the message already, and that moved the row to dead
+			// in the same transaction. Whatever happened to the row since (a redrive, a
+			// discard, a new hand-over) came later and stands.
+			return nil
+		}
+		tag, err = tx.Exec(ctx, `UPDATE `+s.messages+`
 SET status = 'dead', last_error = $2, claim_token = NULL, lease_until = NULL, updated_at = now()
 WHERE message_id = $1 AND status IN ('pending', 'claimed', 'dispatched')`, d.MessageID, d.LastError)
 		if err != nil {
