@@ -187,7 +187,12 @@ type SinkConfig struct {
 type SinkFactory func(topic string, cfg SinkConfig) (Handler, error)
 
 // Opener is implemented by handlers that connect before the first message: Open is called
-// once, when the worker starts, and its error stops the start.
+// when the worker starts. An error marked Permanent (a bad address, refused credentials, a
+// missing stream, exchange or topic: what no retry fixes) stops the start. Any other (a
+// broker that cannot be reached now) does not: the worker starts, reports the sink not
+// ready, and calls Open again in the background until it succeeds, while the topic's
+// sends fail and are retried as in any outage. Open must be safe to call again after it
+// failed.
 type Opener interface {
 	Open(ctx context.Context) error
 }
@@ -210,7 +215,20 @@ type Registry struct {
 	mu       sync.RWMutex
 	topics   map[string]Handler
 	fallback Handler
+
+	// OnOpen, when set, is told each time a handler's Open succeeds (err nil) or fails
+	// and will be tried again; name is the topic, or "default". Set it before Open.
+	OnOpen func(name string, err error)
+
+	opening   map[string]error // handlers not open yet, by name: the last failure
+	reopenCtx context.Context
+	stopOpen  context.CancelFunc
+	opened    sync.WaitGroup
 }
+
+// ReopenInterval is how long the registry waits between calls to Open of a handler
+// whose broker could not be reached, and how long each may take.
+var ReopenInterval = 5 * time.Second
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry { return &Registry{topics: map[string]Handler{}} }
@@ -239,22 +257,100 @@ func (r *Registry) Lookup(topic string) (Handler, bool) {
 	return r.fallback, r.fallback != nil
 }
 
-// Open opens the handlers that implement Opener (see SinkFactory), each once, and reports
-// every one that failed by topic.
+// Open opens the handlers that implement Opener (see Opener), each once. It returns the
+// permanent failures, by topic; a handler that failed otherwise is not ready (NotReady)
+// and is opened again in the background every ReopenInterval until it succeeds or Close
+// is called.
 func (r *Registry) Open(ctx context.Context) error {
 	var errs []error
 	for _, n := range r.handlers() {
-		if o, ok := n.handler.(Opener); ok {
-			if err := o.Open(ctx); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", n.name, err))
-			}
+		o, ok := n.handler.(Opener)
+		if !ok {
+			continue
+		}
+		err := o.Open(ctx)
+		switch {
+		case err == nil:
+			r.report(n.label, nil)
+		case IsPermanent(err):
+			errs = append(errs, fmt.Errorf("%s: %w", n.name, err))
+		default:
+			r.report(n.label, err)
+			r.reopen(n.label, o)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// Close closes the handlers that implement io.Closer, each once.
+// report records the outcome of an Open of the handler called name.
+func (r *Registry) report(name string, err error) {
+	r.mu.Lock()
+	if r.opening == nil {
+		r.opening = map[string]error{}
+	}
+	if err == nil {
+		delete(r.opening, name)
+	} else {
+		r.opening[name] = err
+	}
+	onOpen := r.OnOpen
+	r.mu.Unlock()
+	if onOpen != nil {
+		onOpen(name, err)
+	}
+}
+
+// reopen calls o.Open every ReopenInterval until it succeeds or Close is called.
+func (r *Registry) reopen(name string, o Opener) {
+	r.mu.Lock()
+	if r.stopOpen == nil {
+		r.reopenCtx, r.stopOpen = context.WithCancel(context.Background())
+	}
+	ctx := r.reopenCtx
+	r.mu.Unlock()
+	r.opened.Add(1)
+	go func() {
+		defer r.opened.Done()
+		t := time.NewTicker(ReopenInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			openCtx, cancel := context.WithTimeout(ctx, ReopenInterval)
+			err := o.Open(openCtx)
+			cancel()
+			if ctx.Err() != nil {
+				return
+			}
+			r.report(name, err)
+			if err == nil {
+				return
+			}
+		}
+	}()
+}
+
+// NotReady returns the handlers whose Open has not succeeded yet, by name (a topic, or
+// "default"), with the last failure.
+func (r *Registry) NotReady() map[string]error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return maps.Clone(r.opening)
+}
+
+// Close stops opening the handlers not open yet, and closes the handlers that implement
+// io.Closer, each once.
 func (r *Registry) Close() error {
+	r.mu.Lock()
+	stop := r.stopOpen
+	r.mu.Unlock()
+	if stop != nil {
+		stop()
+		r.opened.Wait()
+	}
 	var errs []error
 	for _, n := range r.handlers() {
 		if c, ok := n.handler.(io.Closer); ok {
@@ -268,6 +364,7 @@ func (r *Registry) Close() error {
 
 type namedHandler struct {
 	name    string // "topic <name>", or "default"
+	label   string // "<name>", or "default"
 	handler Handler
 }
 
@@ -278,20 +375,20 @@ func (r *Registry) handlers() []namedHandler {
 	defer r.mu.RUnlock()
 	var out []namedHandler
 	seen := map[Handler]bool{}
-	add := func(name string, h Handler) {
+	add := func(name, label string, h Handler) {
 		if reflect.TypeOf(h).Comparable() { // a HandlerFunc is not
 			if seen[h] {
 				return
 			}
 			seen[h] = true
 		}
-		out = append(out, namedHandler{name, h})
+		out = append(out, namedHandler{name, label, h})
 	}
 	for _, topic := range slices.Sorted(maps.Keys(r.topics)) {
-		add("topic "+topic, r.topics[topic])
+		add("topic "+topic, topic, r.topics[topic])
 	}
 	if r.fallback != nil {
-		add("default", r.fallback)
+		add("default", "default", r.fallback)
 	}
 	return out
 }

@@ -20,7 +20,7 @@ func (s *connSink) Send(context.Context, activities.Delivery) error { return nil
 func (s *connSink) Open(context.Context) error {
 	s.opens++
 	if s.fail {
-		return errors.New("broker unreachable")
+		return activities.Permanent(errors.New("stream not found"))
 	}
 	return nil
 }
@@ -37,7 +37,7 @@ func TestRegistryOpensAndClosesEachHandlerOnce(t *testing.T) {
 	r.HandleDefault(fallback)
 
 	err := r.Open(context.Background())
-	require.EqualError(t, err, "topic c: broker unreachable")
+	require.EqualError(t, err, "topic c: stream not found")
 	require.NoError(t, r.Close())
 	for _, s := range []*connSink{shared, broken, fallback} {
 		require.Equal(t, 1, s.opens)

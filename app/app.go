@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,9 +38,10 @@ type App struct {
 	Store    *store.Store
 	Temporal client.Client // nil until DialTemporal
 
-	tel      telemetry                     // metrics registry, /metrics endpoint, tracing
-	relay    atomic.Pointer[starter.Relay] // the running relay, for readiness
-	handlers []*activities.Registry        // built by PrepareWorker, closed by Close
+	tel        telemetry                     // metrics registry, /metrics endpoint, tracing
+	relay      atomic.Pointer[starter.Relay] // the running relay, for readiness
+	handlersMu sync.Mutex
+	handlers   []*activities.Registry // built by PrepareWorker, closed by Close
 }
 
 // Open validates cfg (after defaults), connects to PostgreSQL and checks that it answers.
@@ -168,12 +170,15 @@ func temporalOptions(cfg config.Config) (temporalx.Options, error) {
 
 // Close closes the connections, the topic handlers' (a broker sink's) included.
 func (a *App) Close() {
-	for _, reg := range a.handlers {
+	a.handlersMu.Lock()
+	regs := a.handlers
+	a.handlers = nil
+	a.handlersMu.Unlock()
+	for _, reg := range regs {
 		if err := reg.Close(); err != nil {
 			a.Logger.Warn("Closing the topic handlers failed", slog.Any("error", err))
 		}
 	}
-	a.handlers = nil
 	a.closeTelemetry()
 	if a.Temporal != nil {
 		a.Temporal.Close()
@@ -189,8 +194,10 @@ type Handlers struct {
 }
 
 // PrepareWorker does what RunWorker does before the worker runs: it builds the topic
-// handlers of the config (with h's) and opens them (a broker sink connects, so a broker it
-// cannot reach stops the start; Close closes them), serves /metrics, /healthz and /readyz when
+// handlers of the config (with h's) and opens them (a broker sink connects: a setting no
+// retry fixes, such as refused credentials or a missing stream, stops the start; a broker
+// that cannot be reached now does not, and the sink is reported not ready on /readyz and
+// in outbox_sink_ready until it connects; Close closes them), serves /metrics, /healthz and /readyz when
 // metrics.address is set, and makes sure the retention schedule exists when retention is
 // on. It returns what the outbox's workflow and activities need on a worker:
 // worker.Register(w, deps) adds the outbox to a worker the team already runs, exactly as
@@ -206,7 +213,19 @@ func (a *App) PrepareWorker(ctx context.Context, h Handlers) (worker.Deps, error
 	for topic, handler := range h.Topics {
 		reg.Handle(topic, handler)
 	}
+	a.handlersMu.Lock()
 	a.handlers = append(a.handlers, reg)
+	a.handlersMu.Unlock()
+	m, log := a.Metrics(), a.log()
+	reg.OnOpen = func(name string, err error) {
+		m.SinkReady(name, err == nil)
+		if err != nil {
+			log.Warn("Sink not connected; its messages wait and are retried, and it is connected again in the background",
+				slog.String("sink_of", name), slog.Any("error", err))
+		} else {
+			log.Info("Sink connected", slog.String("sink_of", name))
+		}
+	}
 	openCtx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
 	if err := reg.Open(openCtx); err != nil {

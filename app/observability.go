@@ -201,6 +201,15 @@ func (a *App) Ready(ctx context.Context) error {
 			return fmt.Errorf("relay: %w", err)
 		}
 	}
+	a.handlersMu.Lock()
+	regs := slices.Clone(a.handlers)
+	a.handlersMu.Unlock()
+	for _, reg := range regs {
+		notReady := reg.NotReady()
+		for _, name := range slices.Sorted(maps.Keys(notReady)) {
+			return fmt.Errorf("sink of %s not connected: %w", name, notReady[name])
+		}
+	}
 	return nil
 }
 

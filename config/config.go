@@ -145,6 +145,13 @@ type Worker struct {
 	// AutoscalePollers lets the SDK scale both kinds of pollers between 1 and 100 by
 	// load, instead of fixed numbers. Defaults to false.
 	AutoscalePollers bool `yaml:"autoscale_pollers"`
+	// StopTimeout is how long a stopping worker (SIGTERM, a rolling deploy) lets the
+	// sends in flight finish, after it stopped taking new tasks, before it cancels them
+	// (a cancelled send is an ambiguous failure, checked and resent). Defaults to the
+	// longest timeout of the topics this worker sends, plus 5s: 35s with the defaults.
+	// Give the process at least this long before it is killed (Kubernetes:
+	// terminationGracePeriodSeconds).
+	StopTimeout Duration `yaml:"stop_timeout"`
 }
 
 // Retention removes old rows in bounded batches. It runs as the Temporal Schedule
@@ -623,12 +630,29 @@ func (c Config) WithDefaults() Config {
 		StartConcurrency: r.StartConcurrency, ReconcileAfter: Duration(rc.After), ReconcileInterval: Duration(rc.Interval),
 	}
 	c.Worker.MaxConcurrentActivities = cmp.Or(c.Worker.MaxConcurrentActivities, DefaultMaxActivities)
+	c.Worker.StopTimeout = cmp.Or(c.Worker.StopTimeout, Duration(c.longestSendTimeout()+StopMargin))
 	c.UIURL = cmp.Or(c.UIURL, DefaultUIURL)
 	c.Retention.SentAfter = cmp.Or(c.Retention.SentAfter, Duration(DefaultSentRetention))
 	c.Retention.DiscardedAfter = cmp.Or(c.Retention.DiscardedAfter, Duration(DefaultDiscardRetention))
 	c.Retention.BatchSize = cmp.Or(c.Retention.BatchSize, DefaultRetentionBatch)
 	c.Retention.Interval = cmp.Or(c.Retention.Interval, Duration(DefaultRetentionEvery))
 	return c
+}
+
+// StopMargin is what the default worker.stop_timeout adds to the longest send timeout: the
+// time to record the outcome of a send that ends at its timeout.
+const StopMargin = 5 * time.Second
+
+// longestSendTimeout is the longest send timeout of the topics the outbox's worker sends
+// (the configured ones, the default entry, the built-in default).
+func (c Config) longestSendTimeout() time.Duration {
+	longest := c.Policy("").SendTimeout
+	for _, t := range c.Topics {
+		if t.Activity == "" {
+			longest = max(longest, t.Policy().SendTimeout)
+		}
+	}
+	return longest
 }
 
 // relayKeys maps the field names of starter.Config and starter.ReconcilerConfig to the
@@ -724,6 +748,9 @@ func (c *Config) Validate(sinks ...string) error {
 	}
 	if c.Worker.AutoscalePollers && (c.Worker.WorkflowTaskPollers != 0 || c.Worker.ActivityTaskPollers != 0) {
 		bad("worker.autoscale_pollers", "cannot be set together with workflow_task_pollers or activity_task_pollers")
+	}
+	if c.Worker.StopTimeout < 0 || c.Worker.StopTimeout > Duration(time.Hour) {
+		bad("worker.stop_timeout", "must be between 0s (the default: the longest topic timeout plus %s) and 1h, got %s", StopMargin, time.Duration(c.Worker.StopTimeout))
 	}
 	if c.Worker.MaxConcurrentActivities < 1 {
 		bad("worker.max_concurrent_activities", "must be at least 1, got %d", c.Worker.MaxConcurrentActivities)
@@ -1026,6 +1053,7 @@ func (c *Config) OrderingRules() store.OrderingRules {
 // WorkerOptions returns the SDK worker options the worker section asks for.
 func (w Worker) WorkerOptions() sdkworker.Options {
 	o := sdkworker.Options{
+		WorkerStopTimeout:                  time.Duration(w.StopTimeout),
 		MaxConcurrentActivityExecutionSize: w.MaxConcurrentActivities,
 		MaxConcurrentWorkflowTaskPollers:   w.WorkflowTaskPollers,
 		MaxConcurrentActivityTaskPollers:   w.ActivityTaskPollers,

@@ -147,6 +147,8 @@ func TestParse(t *testing.T) {
 			{"topics: {'Bad Topic': {url: 'http://x'}}\n", `topics["Bad Topic"]: topic name must match`},
 			{"default: {url: ftp://x}\n", `default.url: must be an absolute http or https URL, got "ftp://x"`},
 			{"relay: {batchsize: 5}\n", "field batchsize not found"},
+			{"topics: {a: {workflow: W, task_queue: q, signal: paid, workflow_id_reuse: reject_duplicate}}\n", `topics["a"].workflow_id_reuse reject_duplicate cannot go with signal paid`},
+			{"topics: {a: {workflow: W, task_queue: q, signal: paid}}\n", ""},
 		} {
 			c, err := config.Parse(strings.NewReader(tc.yaml))
 			if err == nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"slices"
@@ -25,6 +26,7 @@ import (
 	"github.com/outbox-go/outbox/app"
 	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/internal/testdb"
+	"github.com/outbox-go/outbox/internal/testutil"
 	"github.com/outbox-go/outbox/sinks"
 	"github.com/outbox-go/outbox/sinks/natssink"
 	"github.com/outbox-go/outbox/store"
@@ -351,28 +353,102 @@ func TestKafkaSink(t *testing.T) {
 	}
 }
 
-// TestWorkerStartReportsUnreachableBrokers: a worker whose topics publish to brokers it
-// cannot reach does not start, and says which topics and brokers, without their
-// credentials.
-func TestWorkerStartReportsUnreachableBrokers(t *testing.T) {
+// TestWorkerStartsWhileABrokerIsDown: a broker that cannot be reached when the worker
+// starts (an outage, a deploy) does not stop the worker: its other topics deliver, the
+// sink is reported not ready on /readyz and in outbox_sink_ready (without credentials),
+// and once the broker is back the sink connects and the message that waited is
+// delivered, under the default policy. What no retry fixes (a subject no stream
+// captures, refused credentials) still stops the start, naming the topic.
+func TestWorkerStartsWhileABrokerIsDown(t *testing.T) {
 	t.Parallel()
 	ts := newServer(t)
 	e := newEnv(t, ts)
-	e.cfg.Topics["order.published"] = config.Topic{Sink: "nats", URL: "nats://outbox:hunter2@127.0.0.1:1"}
-	e.cfg.Topics["order.queued"] = config.Topic{Sink: "rabbitmq", URL: "amqp://outbox:hunter2@127.0.0.1:1/"}
 	ctx := context.Background()
-	a, err := app.Connect(ctx, &config.Config{
+	nc, err := nats.Connect(natsURL())
+	require.NoError(t, err, "NATS must run at %s: run scripts/services.sh", sinks.Redact(natsURL()))
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	streamName := "outbox_down_" + e.store.Schema()
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: streamName, Subjects: []string{streamName + ".>"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), streamName) })
+	broker := newPGProxy(t, strings.TrimPrefix(natsURL(), "nats://"))
+	broker.down()
+
+	topics := map[string]config.Topic{
+		"order.created":   e.cfg.Topics["order.created"],
+		"order.published": {Sink: "nats", URL: "nats://" + broker.addr, Subject: streamName + ".orders"},
+		"order.queued":    {Sink: "rabbitmq", URL: "amqp://outbox:hunter2@127.0.0.1:1/"},
+	}
+	a, err := app.Open(ctx, &config.Config{
 		DatabaseURL: testdb.URL(),
 		Schema:      e.store.Schema(),
 		Temporal:    config.Temporal{Address: ts.GetFrontendHostPort(), Namespace: e.namespace, TaskQueue: e.taskQueue},
-		Topics:      e.cfg.Topics,
+		Relay:       config.Relay{PollInterval: config.Duration(200 * time.Millisecond)},
+		Metrics:     config.Metrics{Address: "127.0.0.1:0"},
+		Topics:      topics,
 	}, logger)
 	require.NoError(t, err)
 	t.Cleanup(a.Close)
+	require.NoError(t, a.DialTemporal(ctx))
+	addr, err := a.ServeMetrics()
+	require.NoError(t, err)
+	base := "http://" + addr.String()
+	e.run(t, func(ctx context.Context) error { return a.RunWorker(ctx, app.Handlers{}) })
+	e.run(t, a.RunRelay)
 
-	err = a.RunWorker(ctx, app.Handlers{})
-	require.Error(t, err)
-	require.Contains(t, err.Error(), "topic order.published: connect to nats nats://127.0.0.1:1")
-	require.Contains(t, err.Error(), "topic order.queued: rabbitmq: connect to amqp://127.0.0.1:1")
-	require.NotContains(t, err.Error(), "hunter2")
+	published := e.enqueueOrderPlain(t, "order.published", nil)
+	created := e.enqueueOrderPlain(t, "order.created", nil)
+	e.waitStatus(t, created, store.StatusSent) // the worker runs, and its http topic delivers
+
+	var body string
+	require.Eventually(t, func() bool {
+		var code int
+		code, body = testutil.HTTPGet(t, base+"/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "sink of order.published not connected")
+	}, 20*time.Second, 100*time.Millisecond, "readyz names the sink that is down: %s", body)
+	require.Contains(t, body, "connect to nats nats://"+broker.addr)
+	m := testutil.Scrape(t, base+"/metrics")
+	require.Equal(t, 0.0, m[`outbox_sink_ready{topic="order.published"}`])
+	require.Equal(t, 0.0, m[`outbox_sink_ready{topic="order.queued"}`])
+	require.NotContains(t, body, "hunter2")
+	row, err := e.store.Get(ctx, published)
+	require.NoError(t, err)
+	require.NotEqual(t, store.StatusSent, row.Status, "nothing reached the stream")
+
+	broker.up(t)
+	e.waitStatus(t, published, store.StatusSent)
+	require.Eventually(t, func() bool {
+		return testutil.Scrape(t, base+"/metrics")[`outbox_sink_ready{topic="order.published"}`] == 1
+	}, 20*time.Second, 200*time.Millisecond, "the sink connects again in the background")
+	st, err := js.Stream(ctx, streamName)
+	require.NoError(t, err)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, info.State.Msgs, "the message that waited, once")
+
+	t.Run("WhatNoRetryFixesStopsTheStart", func(t *testing.T) {
+		for name, tc := range map[string]struct {
+			topic config.Topic
+			want  string
+		}{
+			"NoStream":           {config.Topic{Sink: "nats", URL: natsURL(), Subject: "outbox.nostream." + e.store.Schema()}, "no JetStream stream captures subject"},
+			"RefusedCredentials": {config.Topic{Sink: "rabbitmq", URL: strings.Replace(rabbitURL(), "guest:guest@", "guest:hunter2@", 1)}, "rabbitmq: connect to"},
+		} {
+			a, err := app.Connect(ctx, &config.Config{
+				DatabaseURL: testdb.URL(),
+				Schema:      e.store.Schema(),
+				Temporal:    config.Temporal{Address: ts.GetFrontendHostPort(), Namespace: e.namespace, TaskQueue: e.taskQueue + "-" + name},
+				Topics:      map[string]config.Topic{"order.bad": tc.topic},
+			}, logger)
+			require.NoError(t, err)
+			err = a.RunWorker(ctx, app.Handlers{})
+			a.Close()
+			require.Error(t, err, name)
+			require.Contains(t, err.Error(), "topic order.bad: ", name)
+			require.Contains(t, err.Error(), tc.want, name)
+			require.NotContains(t, err.Error(), "hunter2", name)
+		}
+	})
 }

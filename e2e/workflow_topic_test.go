@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
@@ -139,4 +140,65 @@ func TestSignalTopic(t *testing.T) {
 	var res workflows.DeliveryResult
 	require.NoError(t, e.client.GetWorkflow(waitCtx, workflows.WorkflowID(paid42.String()), "").Get(waitCtx, &res))
 	require.Equal(t, &workflows.StartedWorkflow{WorkflowID: prefix + "42", RunID: running.GetRunID()}, res.Started)
+}
+
+// TestSignalTopicWhoseWorkflowClosed: a signal for an order whose workflow already
+// completed (paid after fulfilment) is not dropped. By default a new run starts with it;
+// with workflow_id_reuse: allow_duplicate_failed_only no run may start, and the message
+// is dead-lettered with a reason that names the closed run, never counted delivered.
+func TestSignalTopicWhoseWorkflowClosed(t *testing.T) {
+	t.Parallel()
+	ts := newServer(t)
+	e := newEnv(t, ts)
+	ctx := context.Background()
+	teamQueue := "orders-" + e.store.Schema()
+	prefix := "order-" + e.store.Schema() + "-"
+	e.cfg.Topics["order.paid"] = config.Topic{Workflow: "OrderLifecycle", TaskQueue: teamQueue, WorkflowID: prefix + "{payload.order_id}", Signal: "paid"}
+	e.cfg.Topics["order.refunded"] = config.Topic{
+		Workflow: "OrderLifecycle", TaskQueue: teamQueue, WorkflowID: prefix + "{payload.order_id}", Signal: "paid",
+		WorkflowIDReuse: "allow_duplicate_failed_only",
+	}
+	var mu sync.Mutex
+	var received []string
+	// The team's workflow completes after the first signal it receives.
+	teamWorker(t, e, teamQueue, func(w sdkworker.Worker) {
+		w.RegisterWorkflowWithOptions(func(ctx workflow.Context, _ *delivery.Message) (string, error) {
+			var m delivery.Message
+			workflow.GetSignalChannel(ctx, "paid").Receive(ctx, &m)
+			if !workflow.IsReplaying(ctx) {
+				mu.Lock()
+				received = append(received, m.MessageID)
+				mu.Unlock()
+			}
+			return m.MessageID, nil
+		}, workflow.RegisterOptions{Name: "OrderLifecycle"})
+	})
+	e.startWorker(t)
+	e.startRelay(t)
+
+	enqueue := func(topic string) uuid.UUID {
+		id, err := e.store.Enqueue(ctx, e.pool, store.Message{Topic: topic, Payload: json.RawMessage(`{"order_id": 42}`)})
+		require.NoError(t, err)
+		return id
+	}
+	first := enqueue("order.paid")
+	e.waitStatus(t, first, store.StatusSent)
+	firstRun := describeClosed(t, e.client, prefix+"42").GetWorkflowExecutionInfo()
+	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, firstRun.GetStatus())
+
+	second := enqueue("order.paid")
+	e.waitStatus(t, second, store.StatusSent)
+	secondRun := describeClosed(t, e.client, prefix+"42").GetWorkflowExecutionInfo()
+	require.NotEqual(t, firstRun.GetExecution().GetRunId(), secondRun.GetExecution().GetRunId(), "a new run received the second signal")
+
+	refunded := enqueue("order.refunded")
+	e.waitStatus(t, refunded, store.StatusDead)
+	dls, err := e.store.DeadLetters(ctx, refunded)
+	require.NoError(t, err)
+	require.Len(t, dls, 1)
+	require.Contains(t, dls[0].LastError, "signal paid not delivered: workflow "+prefix+"42 is closed (run "+secondRun.GetExecution().GetRunId()+", completed)")
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{first.String(), second.String()}, received, "each delivered signal received once; the refund reached no one and says so")
 }

@@ -180,12 +180,20 @@ func (s *Sink) Open(ctx context.Context) error {
 		return err
 	}
 	if err := cl.Ping(ctx); err != nil {
-		return fmt.Errorf("connect to kafka brokers %s: %w", strings.Join(s.brokers, ","), err)
+		failure := fmt.Errorf("connect to kafka brokers %s: %w", strings.Join(s.brokers, ","), err)
+		if errors.Is(err, kerr.SaslAuthenticationFailed) || errors.Is(err, kerr.UnsupportedSaslMechanism) || errors.Is(err, kerr.IllegalSaslState) {
+			return activities.Permanent(failure) // refused credentials: no retry of Open fixes them
+		}
+		return failure
 	}
 	if !s.topic.Static() {
 		return nil
 	}
-	return checkTopic(ctx, cl, s.topic.String())
+	err = checkTopic(ctx, cl, s.topic.String())
+	if errors.Is(err, errTopicMissing) {
+		return activities.Permanent(err)
+	}
+	return err
 }
 
 // checkTopic asks the cluster for the topic's metadata, without creating it.

@@ -147,7 +147,7 @@ func (s *Sink) Open(ctx context.Context) error {
 	stream, err := js.StreamNameBySubject(ctx, subject)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return fmt.Errorf("nats %s: no JetStream stream captures subject %q: add one (nats stream add --subjects %q) or change subject", redact(s.url), subject, subject)
+			return activities.Permanent(fmt.Errorf("nats %s: no JetStream stream captures subject %q: add one (nats stream add --subjects %q) or change subject", redact(s.url), subject, subject))
 		}
 		return fmt.Errorf("nats %s: look up the stream of subject %q: %w", redact(s.url), subject, err)
 	}
@@ -252,7 +252,13 @@ func (s *Sink) jetStream() (jetstream.JetStream, error) {
 	// reconnecting, a protocol error): connect anew.
 	nc, err := nats.Connect(s.url, s.options...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to nats %s: %s", redact(s.url), redactErr(err, s.url))
+		failure := fmt.Errorf("connect to nats %s: %s", redact(s.url), redactErr(err, s.url))
+		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
+			// Refused credentials: no retry of Open fixes them (Send retries anyway, for
+			// credentials being rotated).
+			return nil, activities.Permanent(failure)
+		}
+		return nil, failure
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

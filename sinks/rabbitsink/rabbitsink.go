@@ -216,6 +216,9 @@ func CheckURL(raw string) error {
 func (s *Sink) Open(ctx context.Context) error {
 	c, err := s.acquire(ctx)
 	if err != nil {
+		if errors.Is(err, amqp.ErrCredentials) || errors.Is(err, amqp.ErrVhost) || errors.Is(err, amqp.ErrSASL) {
+			return activities.Permanent(err) // refused credentials or vhost: no retry of Open fixes them
+		}
 		return err
 	}
 	conn := c.conn
@@ -233,7 +236,7 @@ func (s *Sink) Open(ctx context.Context) error {
 	if err := ch.ExchangeDeclarePassive(s.exchange, amqp.ExchangeDirect, false, false, false, false, nil); err != nil {
 		var aerr *amqp.Error
 		if errors.As(err, &aerr) && aerr.Code == amqp.NotFound {
-			return fmt.Errorf("rabbitmq: exchange %q not found on %s (%w): declare it, or fix exchange", s.exchange, s.shown, brokerError{aerr})
+			return activities.Permanent(fmt.Errorf("rabbitmq: exchange %q not found on %s (%w): declare it, or fix exchange", s.exchange, s.shown, brokerError{aerr}))
 		}
 		return fmt.Errorf("rabbitmq: check exchange %q on %s: %w", s.exchange, s.shown, err)
 	}

@@ -1,0 +1,92 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-go/outbox/internal/testdb"
+	"github.com/outbox-go/outbox/store"
+)
+
+// TestWorkerDrainsOnSIGTERM: SIGTERM to outbox worker (a rolling deploy) while a send is
+// in flight lets that send finish, under the default worker.stop_timeout, instead of
+// cancelling it into an ambiguous failure that is resent: the receiver gets the message
+// once, the row is sent with retry_times 0, and the process exits 0.
+func TestWorkerDrainsOnSIGTERM(t *testing.T) {
+	t.Parallel()
+	bin, err := buildOutbox()
+	require.NoError(t, err)
+	ts := newServer(t)
+	e := newEnv(t, ts)
+	var requests atomic.Int32
+	arrived := make(chan struct{}, 1)
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		time.Sleep(3 * time.Second) // a receiver that takes its time, well within the 30s send timeout
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(slow.Close)
+
+	cfgPath := filepath.Join(t.TempDir(), "outbox.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte(fmt.Sprintf(`
+schema: %s
+temporal:
+  address: %s
+  namespace: %s
+  task_queue: %s
+topics:
+  order.created:
+    url: %s/events
+`, e.store.Schema(), ts.GetFrontendHostPort(), e.namespace, e.taskQueue, slow.URL)), 0o600))
+	var out bytes.Buffer
+	cmd := exec.Command(bin, "worker", "--config", cfgPath)
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+testdb.URL())
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	e.startRelay(t)
+
+	id := e.enqueueOrderPlain(t, "order.created", nil)
+	select {
+	case <-arrived:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the send did not reach the receiver:\n%s", out.String())
+	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-exited:
+		require.NoError(t, err, "outbox worker exits 0 after draining:\n%s", out.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("outbox worker did not exit within 60s of SIGTERM:\n%s", out.String())
+	}
+
+	ctx := context.Background()
+	row, err := e.store.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, store.StatusSent, row.Status, "the send in flight finished and was recorded:\n%s", out.String())
+	require.Zero(t, row.RetryTimes, "no attempt failed")
+	require.EqualValues(t, 1, requests.Load(), "delivered once")
+}
