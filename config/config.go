@@ -86,6 +86,8 @@ type Config struct {
 	// Default serves topics that Topics does not list. Without it such a topic is a
 	// permanent failure: its messages are dead-lettered.
 	Default *Topic `yaml:"default"`
+
+	lookupEnv func(string) (string, bool) // set by ApplyEnv; os.LookupEnv otherwise
 }
 
 // Temporal says where the Temporal frontend is.
@@ -326,17 +328,22 @@ type Topic struct {
 // the header values that are secret references read from the environment or their files.
 // Only the worker, which sends, needs them; Validate checks the references' form alone.
 func (t Topic) SinkConfig() (activities.SinkConfig, error) {
+	return t.readSinkConfig(os.LookupEnv)
+}
+
+// readSinkConfig is SinkConfig with env: references looked up by lookup.
+func (t Topic) readSinkConfig(lookup func(string) (string, bool)) (activities.SinkConfig, error) {
 	cfg := t.sinkConfig()
 	var errs []error
 	if t.Password != "" {
-		pw, err := ReadSecret(t.Password)
+		pw, err := readSecret(t.Password, lookup)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("password: %w", err))
 		}
 		cfg.Password = string(pw)
 	}
 	for i, ref := range t.SigningSecrets {
-		raw, err := ReadSecret(ref)
+		raw, err := readSecret(ref, lookup)
 		if err == nil {
 			raw, err = webhook.ParseSecret(string(raw))
 		}
@@ -348,7 +355,7 @@ func (t Topic) SinkConfig() (activities.SinkConfig, error) {
 	}
 	for _, name := range slices.Sorted(maps.Keys(t.Headers)) {
 		if v := t.Headers[name]; IsSecretRef(v) {
-			secret, err := ReadSecret(v)
+			secret, err := readSecret(v, lookup)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("headers[%q]: %w", name, err))
 				continue
@@ -383,8 +390,12 @@ func (c *Config) Registry(sinks map[string]activities.SinkFactory) (*activities.
 	all := Sinks()
 	maps.Copy(all, sinks)
 	r := activities.NewRegistry()
+	lookup := c.lookupEnv
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
 	build := func(field, topic string, t Topic) error {
-		cfg, err := t.SinkConfig()
+		cfg, err := t.readSinkConfig(lookup)
 		if err == nil {
 			var h activities.Handler
 			if h, err = activities.NewSink(topic, cfg, all); err == nil {
@@ -446,11 +457,13 @@ const secretRefForm = "must be env:NAME or file:PATH, a reference to the secret 
 // ReadSecret reads a secret by reference: env:NAME (a variable that must be set and not
 // empty) or file:PATH (the file's contents, trailing newline removed). Errors name the
 // reference, never the secret.
-func ReadSecret(ref string) ([]byte, error) {
+func ReadSecret(ref string) ([]byte, error) { return readSecret(ref, os.LookupEnv) }
+
+func readSecret(ref string, lookup func(string) (string, bool)) ([]byte, error) {
 	kind, name, _ := strings.Cut(ref, ":")
 	switch {
 	case kind == "env" && name != "":
-		v := os.Getenv(name)
+		v, _ := lookup(name)
 		if v == "" {
 			return nil, fmt.Errorf("environment variable %s is not set or empty", name)
 		}
@@ -592,7 +605,11 @@ func Parse(r io.Reader) (*Config, error) {
 // TEMPORAL_TLS_KEY, TEMPORAL_TLS_SERVER_NAME and TEMPORAL_API_KEY (the Temporal CLI's
 // names); OUTBOX_CODEC_KEY (base64 of 32 bytes, the active codec key) with
 // OUTBOX_CODEC_KEY_ID (its ID, default "env"). lookup is os.LookupEnv in a program.
+//
+// The env: secret references (broker passwords, signing secrets, header values) are read
+// through lookup too, when the worker builds its handlers (Registry).
 func (c *Config) ApplyEnv(lookup func(string) (string, bool)) {
+	c.lookupEnv = lookup
 	set := func(dst *string, name string) {
 		if v, ok := lookup(name); ok && v != "" {
 			*dst = v

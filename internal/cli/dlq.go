@@ -159,8 +159,14 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 // workflowURL links a run's history in the Temporal Web UI.
+// A user or query in ui_url (a proxy's credentials) is left out: the link is printed.
 func workflowURL(a *app.App, workflowID, runID string) string {
-	return fmt.Sprintf("%s/namespaces/%s/workflows/%s/%s/history", strings.TrimRight(a.Config.UIURL, "/"),
+	base := a.Config.UIURL
+	if u, err := url.Parse(base); err == nil {
+		u.User, u.RawQuery, u.Fragment = nil, "", ""
+		base = u.String()
+	}
+	return fmt.Sprintf("%s/namespaces/%s/workflows/%s/%s/history", strings.TrimRight(base, "/"),
 		url.PathEscape(a.Config.Temporal.Namespace), url.PathEscape(workflowID), url.PathEscape(runID))
 }
 
