@@ -281,14 +281,23 @@ func (r *Relay) sweepLoop(ctx context.Context, wake chan<- struct{}) {
 // registered), Run returns that error instead; the claimed rows are handed over by the
 // next relay after their lease.
 //
+// Run first checks the task queue (see prepare) and returns the error when the task queue
+// is not this database's, or workers of another outbox deployment poll it.
+//
 // It claims every PollInterval, and with WakeupNotify on every notification too. When a
 // pending message has a "deliver not before" time ahead (next_retry_at, see
 // store.Message's DeliverAfter), it also wakes when the earliest such message falls due,
 // so delayed messages are handed over on time without polling faster.
 func (r *Relay) Run(ctx context.Context) error {
 	if err := r.prepare(ctx); err != nil {
-		r.log.ErrorContext(ctx, "The relay does not start", slog.Any("error", err))
-		return err
+		var tqErr *deployment.TaskQueueError
+		var conflict *deployment.ConflictError
+		if errors.As(err, &tqErr) || errors.As(err, &conflict) {
+			r.log.ErrorContext(ctx, "The relay does not start", slog.Any("error", err))
+			return err
+		}
+		// The database did not answer: each pass tries again before it claims.
+		r.log.WarnContext(ctx, "Cannot read the outbox deployment yet; the relay checks again before each claim", slog.Any("error", err))
 	}
 	// The background loops stop when Run returns, whichever way it does.
 	ctx, stop := context.WithCancel(ctx)
