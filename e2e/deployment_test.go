@@ -51,16 +51,18 @@ func TestTwoDeploymentsOneTaskQueue(t *testing.T) {
 	b.taskQueue = queue
 	a.createOrders(t)
 
-	// A's relay starts first, on a task queue nobody polls yet; then only B's worker polls.
+	// A's relay starts first, on a task queue nobody polls yet (its first message handed
+	// over shows it is past its start check); then only B's worker polls.
 	a.startRelay(t)
+	ids := []uuid.UUID{a.enqueueOrder(t, "order.created", 0, nil)}
+	a.waitStatus(t, ids[0], store.StatusDispatched)
 	bID := b.startDeploymentWorker(t, queue)
 	aID, err := a.store.DeploymentID(ctx)
 	require.NoError(t, err)
 	require.NotEqual(t, aID, bID)
 
-	var ids []uuid.UUID
-	for n := range 6 {
-		ids = append(ids, a.enqueueOrder(t, "order.created", n, nil))
+	for n := range 5 {
+		ids = append(ids, a.enqueueOrder(t, "order.created", n+1, nil))
 	}
 	for _, id := range ids {
 		a.waitStatus(t, id, store.StatusDispatched)
