@@ -101,6 +101,35 @@ func (a *Activities) load(ctx context.Context, messageID string) (store.Row, Han
 	return row, h, nil
 }
 
+// checkDeployment refuses a message of another outbox deployment (DeliveryInput.Deployment
+// set by that outbox's relay) with a retryable ErrTypeWrongDeployment error, before
+// anything reads this worker's tables: this worker's database does not hold the message,
+// and the workflow asks again for a worker of its own. An empty deployment (a run started
+// by an older relay) is not checked.
+func (a *Activities) checkDeployment(ctx context.Context, messageID, deployment string) error {
+	if deployment == "" {
+		return nil
+	}
+	own, err := a.Store.DeploymentID(ctx)
+	switch {
+	case store.IsDeploymentMissing(err):
+		// This schema predates the deployment, so the relay that named one used another
+		// database.
+	case err != nil:
+		return temporal.NewApplicationError(err.Error(), workflows.ErrTypeStoreUnavailable)
+	case own.String() == deployment:
+		return nil
+	}
+	attrs := []any{slog.String("message_id", messageID), slog.String("deployment", deployment), slog.String("own_deployment", own.String())}
+	if activity.IsActivity(ctx) {
+		attrs = append(attrs, slog.String("task_queue", activity.GetInfo(ctx).TaskQueue))
+	}
+	a.logger().WarnContext(ctx, "Refused a message of another outbox deployment: this task queue is polled by workers of more than one outbox database, and a task queue belongs to one", attrs...)
+	return temporal.NewApplicationError(
+		fmt.Sprintf("message %s belongs to outbox deployment %s; this worker's is %s (a task queue belongs to one outbox database)", messageID, deployment, own),
+		workflows.ErrTypeWrongDeployment)
+}
+
 func isStoreUnavailable(err error) bool {
 	var appErr *temporal.ApplicationError
 	return errors.As(err, &appErr) && appErr.Type() == workflows.ErrTypeStoreUnavailable
@@ -121,6 +150,9 @@ func delivery(row store.Row, attempt, maxAttempts int) Delivery {
 // returns the handler's failure as an ApplicationError the workflow can classify. A failed
 // attempt is recorded on the row (retry_times, last_error).
 func (a *Activities) Send(ctx context.Context, in workflows.SendInput) error {
+	if err := a.checkDeployment(ctx, in.MessageID, in.Deployment); err != nil {
+		return err
+	}
 	a.Metrics.SendAttempt(in.Topic)
 	row, h, err := a.loadWithinLimits(ctx, in.MessageID)
 	if isStoreUnavailable(err) {
@@ -236,6 +268,9 @@ func toApplicationError(err error) error {
 
 // CheckProcessed asks the topic's handler whether the downstream already has the message.
 func (a *Activities) CheckProcessed(ctx context.Context, in workflows.CheckProcessedInput) (workflows.CheckProcessedResult, error) {
+	if err := a.checkDeployment(ctx, in.MessageID, in.Deployment); err != nil {
+		return workflows.CheckProcessedResult{}, err
+	}
 	row, h, err := a.load(ctx, in.MessageID)
 	if err != nil {
 		return workflows.CheckProcessedResult{}, err

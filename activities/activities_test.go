@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/uuid"
@@ -136,4 +137,44 @@ func mustUUID(t *testing.T, s string) uuid.UUID {
 	id, err := uuid.Parse(s)
 	require.NoError(t, err)
 	return id
+}
+
+// A send or check of another deployment's message is refused before this worker's
+// tables are read: a retryable OutboxWrongDeployment error, nothing recorded on a row of
+// this database, and no request to the downstream.
+func TestWrongDeployment(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, st := testdb.Schema(t)
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { requests.Add(1) }))
+	t.Cleanup(srv.Close)
+	reg, err := (&config.Config{Topics: map[string]config.Topic{"order.created": {Sink: "http", URL: srv.URL}}}).Registry(nil)
+	require.NoError(t, err)
+	a := &activities.Activities{Store: st, Handlers: reg}
+	own, err := st.DeploymentID(ctx)
+	require.NoError(t, err)
+	id, err := st.Enqueue(ctx, st.DB(), store.Message{Topic: "order.created", Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	other := uuid.NewString()
+
+	err = a.Send(ctx, workflows.SendInput{MessageID: id.String(), Topic: "order.created", Attempt: 1, MaxAttempts: 1, Deployment: other})
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	require.Equal(t, workflows.ErrTypeWrongDeployment, appErr.Type())
+	require.False(t, appErr.NonRetryable())
+	require.Contains(t, appErr.Message(), other)
+	require.Contains(t, appErr.Message(), "a task queue belongs to one outbox database")
+	_, err = a.CheckProcessed(ctx, workflows.CheckProcessedInput{MessageID: id.String(), Topic: "order.created", Deployment: other})
+	require.ErrorAs(t, err, &appErr)
+	require.Equal(t, workflows.ErrTypeWrongDeployment, appErr.Type())
+	row, err := st.Get(ctx, id)
+	require.NoError(t, err)
+	require.Zero(t, row.RetryTimes, "nothing recorded on this database's row")
+	require.Zero(t, requests.Load())
+
+	// Its own deployment, and no deployment at all (a run of an older relay), are sent.
+	require.NoError(t, a.Send(ctx, workflows.SendInput{MessageID: id.String(), Topic: "order.created", Attempt: 1, MaxAttempts: 1, Deployment: own.String()}))
+	require.NoError(t, a.Send(ctx, workflows.SendInput{MessageID: id.String(), Topic: "order.created", Attempt: 1, MaxAttempts: 1}))
+	require.EqualValues(t, 1, requests.Load(), "the second send finds the row sent")
 }

@@ -239,7 +239,11 @@ func (a *App) PrepareWorker(ctx context.Context, h Handlers) (worker.Deps, error
 			return worker.Deps{}, err
 		}
 	}
-	return worker.Deps{Store: a.Store, Handlers: reg, Logger: a.Logger, Alerts: a.Config.AlertWebhooks(), Metrics: a.Metrics(), Client: a.Temporal}, nil
+	id, err := a.Store.DeploymentID(ctx)
+	if err != nil {
+		return worker.Deps{}, err
+	}
+	return worker.Deps{Store: a.Store, Handlers: reg, Logger: a.Logger, Alerts: a.Config.AlertWebhooks(), Metrics: a.Metrics(), Client: a.Temporal, Deployment: id}, nil
 }
 
 // openTimeout bounds the connecting of the topic sinks when the worker starts.
@@ -312,12 +316,22 @@ func (a *App) RelayConfig() starter.Config {
 	return r
 }
 
-// Migrate applies the migrations the schema lacks and turns the table's NOTIFY trigger on
-// or off for relay.wakeup. It returns the versions it applied.
+// Migrate applies the migrations the schema lacks, records the config's task queue on the
+// deployment when none is recorded yet, and turns the table's NOTIFY trigger on or off for
+// relay.wakeup. It returns the versions it applied.
 func (a *App) Migrate(ctx context.Context) ([]int, error) {
 	applied, err := a.Store.Migrate(ctx)
 	if err != nil {
 		return applied, err
 	}
+	if _, _, err := a.Store.RecordTaskQueue(ctx, a.Config.Temporal.TaskQueue); err != nil {
+		return applied, err
+	}
 	return applied, a.Store.SetNotify(ctx, a.Config.Relay.Wakeup == string(starter.WakeupNotify))
+}
+
+// MoveTaskQueue records the config's task queue on the deployment, replacing the one
+// recorded (see store.Store.MoveTaskQueue).
+func (a *App) MoveTaskQueue(ctx context.Context) error {
+	return a.Store.MoveTaskQueue(ctx, a.Config.Temporal.TaskQueue)
 }

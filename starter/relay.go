@@ -36,6 +36,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outbox-go/outbox/internal/deployment"
 	"github.com/outbox-go/outbox/metrics"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/workflows"
@@ -203,6 +204,10 @@ type Relay struct {
 	refused     int
 	lastRefusal error
 	lasting     int
+
+	// deployment is the store's deployment ID, which every workflow's input carries; set
+	// by prepare once the task queue checks passed.
+	deployment string
 }
 
 // lastingPasses is how many consecutive passes Temporal must refuse every start, for a
@@ -281,11 +286,24 @@ func (r *Relay) sweepLoop(ctx context.Context, wake chan<- struct{}) {
 // registered), Run returns that error instead; the claimed rows are handed over by the
 // next relay after their lease.
 //
+// Run first checks the task queue (see prepare) and returns the error when the task queue
+// is not this database's, or workers of another outbox deployment poll it.
+//
 // It claims every PollInterval, and with WakeupNotify on every notification too. When a
 // pending message has a "deliver not before" time ahead (next_retry_at, see
 // store.Message's DeliverAfter), it also wakes when the earliest such message falls due,
 // so delayed messages are handed over on time without polling faster.
 func (r *Relay) Run(ctx context.Context) error {
+	if err := r.prepare(ctx); err != nil {
+		var tqErr *deployment.TaskQueueError
+		var conflict *deployment.ConflictError
+		if errors.As(err, &tqErr) || errors.As(err, &conflict) {
+			r.log.ErrorContext(ctx, "The relay does not start", slog.Any("error", err))
+			return err
+		}
+		// The database did not answer: each pass tries again before it claims.
+		r.log.WarnContext(ctx, "Cannot read the outbox deployment yet; the relay checks again before each claim", slog.Any("error", err))
+	}
 	// The background loops stop when Run returns, whichever way it does.
 	ctx, stop := context.WithCancel(ctx)
 	wake := make(chan struct{}, 1)
@@ -293,7 +311,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer wg.Wait()
 	defer stop()
 	r.startBackground(ctx, &wg, wake)
-	r.log.InfoContext(ctx, "Relay started", slog.String("task_queue", r.cfg.TaskQueue), slog.String("wakeup", string(r.cfg.Wakeup)),
+	r.log.InfoContext(ctx, "Relay started", slog.String("task_queue", r.cfg.TaskQueue), slog.String("deployment", r.deploymentID()), slog.String("wakeup", string(r.cfg.Wakeup)),
 		slog.String("channel", r.store.Channel()), slog.Duration("poll_interval", r.cfg.PollInterval))
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -362,6 +380,9 @@ func (r *Relay) drainDue(ctx context.Context) {
 // claimed. Once claimed, the batch is handed over even if ctx is cancelled meanwhile, so
 // a shutdown does not leave rows waiting for their lease to expire.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
+	if err := r.prepare(ctx); err != nil {
+		return 0, err
+	}
 	began := time.Now()
 	claimCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	claim, err := r.store.ClaimBatch(claimCtx, r.cfg.BatchSize, r.cfg.Lease, r.cfg.Ordering)
@@ -490,6 +511,47 @@ func drain(wake <-chan struct{}) {
 	}
 }
 
+// prepare checks, once, that the relay starts workflows where its outbox's workers are: it
+// records the task queue on the store's deployment when none is recorded yet, refuses a
+// task queue other than the recorded one, and refuses to start while workers of another
+// outbox deployment poll the task queue (a task queue belongs to one outbox database).
+// It keeps the deployment ID for the workflows' inputs.
+func (r *Relay) prepare(ctx context.Context) error {
+	if r.deploymentID() != "" {
+		return nil
+	}
+	id, recorded, err := r.store.RecordTaskQueue(ctx, r.cfg.TaskQueue)
+	if err != nil {
+		return fmt.Errorf("relay: %w", err)
+	}
+	if recorded != r.cfg.TaskQueue {
+		return fmt.Errorf("relay: %w", &deployment.TaskQueueError{Schema: r.store.Schema(), Configured: r.cfg.TaskQueue, Recorded: recorded})
+	}
+	if d, ok := r.client.(deployment.Describer); ok {
+		descCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := deployment.CheckTaskQueue(descCtx, d, r.cfg.TaskQueue, id)
+		cancel()
+		var conflict *deployment.ConflictError
+		switch {
+		case errors.As(err, &conflict):
+			return fmt.Errorf("relay: %w", err)
+		case err != nil:
+			r.log.WarnContext(ctx, "Cannot tell whether another outbox deployment polls the task queue; starting without that check",
+				slog.String("task_queue", r.cfg.TaskQueue), slog.Any("error", err))
+		}
+	}
+	r.mu.Lock()
+	r.deployment = id.String()
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *Relay) deploymentID() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.deployment
+}
+
 // StartOptions returns the options a message's workflow is started with.
 func (r *Relay) StartOptions(in workflows.DeliveryInput) client.StartWorkflowOptions {
 	opts := client.StartWorkflowOptions{
@@ -521,6 +583,7 @@ func (r *Relay) handOver(ctx context.Context, row store.Claimed) (owned bool, er
 		SearchAttributes: !r.cfg.NoSearchAttributes,
 		CheckFirst:       row.MayHaveBeenSent(),
 		Version:          workflows.DeliveryVersion,
+		Deployment:       r.deploymentID(),
 	}
 	startCtx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
 	defer cancel()

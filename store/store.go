@@ -23,6 +23,9 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sync/atomic"
+
+	"github.com/google/uuid"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -112,6 +115,9 @@ type Store struct {
 	enqueueBatch string // the INSERT of EnqueueBatch
 
 	messagesArchive, deadArchive string // where retention moves rows when archiving
+
+	deployment   string                    // the deployment table
+	deploymentID atomic.Pointer[uuid.UUID] // read once by DeploymentID
 }
 
 // New returns a Store that runs its own queries on db (usually a *pgxpool.Pool).
@@ -135,6 +141,7 @@ func New(db TxDB, cfg Config) (*Store, error) {
 
 		messagesArchive: pgx.Identifier{cfg.Schema, "outbox_messages_archive"}.Sanitize(),
 		deadArchive:     pgx.Identifier{cfg.Schema, "outbox_dead_letters_archive"}.Sanitize(),
+		deployment:      pgx.Identifier{cfg.Schema, "outbox_deployment"}.Sanitize(),
 	}, nil
 }
 

@@ -8,11 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
+	"github.com/google/uuid"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/internal/deployment"
 	"github.com/outbox-go/outbox/metrics"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/workflows"
@@ -30,12 +33,22 @@ type Deps struct {
 	// Client signals teams' workflows for topics with a signal (Run sets it to its own
 	// client when it is nil). Optional otherwise.
 	Client client.Client
+	// Deployment is the deployment ID of Store (store.Store.DeploymentID; Run reads it).
+	// When set, Register registers OutboxDelivery guarded by it (workflows.DeliveryOf): a
+	// run of another outbox database's message fails its workflow tasks on this worker,
+	// which Temporal retries, and never runs a step here. That needs the SDK's default
+	// WorkflowPanicPolicy, BlockWorkflow.
+	Deployment uuid.UUID
 }
 
 // Register adds OutboxDelivery and its activities to r, which is usually a worker on the
 // outbox's task queue.
 func Register(r sdkworker.Registry, deps Deps) {
-	r.RegisterWorkflowWithOptions(workflows.Delivery, workflows.RegisterOptions())
+	delivery := workflows.Delivery
+	if deps.Deployment != uuid.Nil {
+		delivery = workflows.DeliveryOf(deps.Deployment.String())
+	}
+	r.RegisterWorkflowWithOptions(delivery, workflows.RegisterOptions())
 	r.RegisterWorkflowWithOptions(workflows.Retention, workflows.RetentionRegisterOptions())
 	if deps.Handlers != nil {
 		deps.Metrics.KnownTopics(deps.Handlers.Topics()...)
@@ -55,12 +68,25 @@ type Config struct {
 }
 
 // Run runs a worker until ctx is cancelled, then stops it gracefully.
+//
+// Before it starts, it reads the store's deployment and records the task queue on it when
+// none is recorded yet; it refuses to start when the database records another task queue,
+// or when workers of another outbox deployment poll this one (see CheckTaskQueue): a task
+// queue belongs to one outbox database. Its worker identity names its deployment
+// (<pid>@<host>@outbox:<deployment-id>) so that the other deployments' checks see it.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.Client == nil || cfg.Store == nil || cfg.Handlers == nil {
 		return errors.New("worker: Client, Store and Handlers are required")
 	}
 	taskQueue := cmp.Or(cfg.TaskQueue, workflows.DefaultTaskQueue)
 	logger := cmp.Or(cfg.Logger, slog.Default())
+	if cfg.Options.WorkflowPanicPolicy == sdkworker.FailWorkflow {
+		return errors.New("worker: WorkflowPanicPolicy FailWorkflow would fail the runs of another outbox database's messages that reach this worker (and any run that hits a bug) instead of leaving them to be retried: use the default, BlockWorkflow")
+	}
+	id, err := CheckTaskQueue(ctx, cfg.Client, cfg.Store, taskQueue, logger)
+	if err != nil {
+		return err
+	}
 	// A fatal error (the namespace is gone, permission denied) stops the SDK worker's
 	// polling; Run returns it instead of idling as if all were well.
 	fatal := make(chan error, 1)
@@ -75,16 +101,19 @@ func Run(ctx context.Context, cfg Config) error {
 		default:
 		}
 	}
+	opts.Identity = deployment.Identity(opts.Identity, id)
 	w := sdkworker.New(cfg.Client, taskQueue, opts)
 	deps := cfg.Deps
 	if deps.Client == nil {
 		deps.Client = cfg.Client
 	}
+	deps.Deployment = id
 	Register(w, deps)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker on task queue %s: %w", taskQueue, err)
 	}
-	logger.InfoContext(ctx, "Worker started", slog.String("task_queue", taskQueue), slog.Any("topics", cfg.Handlers.Topics()))
+	logger.InfoContext(ctx, "Worker started", slog.String("task_queue", taskQueue), slog.String("deployment", id.String()),
+		slog.String("identity", opts.Identity), slog.Any("topics", cfg.Handlers.Topics()))
 	select {
 	case <-ctx.Done():
 		w.Stop()
@@ -94,4 +123,33 @@ func Run(ctx context.Context, cfg Config) error {
 		w.Stop()
 		return fmt.Errorf("worker on task queue %s stopped: %w", taskQueue, err)
 	}
+}
+
+// CheckTaskQueue prepares a worker of st's outbox on taskQueue, as Run does before it
+// starts: it records taskQueue on the deployment when none is recorded yet, refuses a
+// taskQueue other than the recorded one, and refuses to start while a worker of another
+// outbox deployment polls taskQueue (its identity names that deployment). It returns the
+// deployment ID, for Deps.Deployment and the worker identity
+// (<pid>@<host>@outbox:<deployment-id>). A task queue that cannot be described (an API key
+// without that permission) is logged, and the worker starts without that check.
+func CheckTaskQueue(ctx context.Context, c client.Client, st *store.Store, taskQueue string, logger *slog.Logger) (uuid.UUID, error) {
+	id, recorded, err := st.RecordTaskQueue(ctx, taskQueue)
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("worker: %w", err)
+	}
+	if recorded != taskQueue {
+		return uuid.Nil, fmt.Errorf("worker: %w", &deployment.TaskQueueError{Schema: st.Schema(), Configured: taskQueue, Recorded: recorded})
+	}
+	descCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err = deployment.CheckTaskQueue(descCtx, c, taskQueue, id)
+	var conflict *deployment.ConflictError
+	switch {
+	case errors.As(err, &conflict):
+		return uuid.Nil, fmt.Errorf("worker: %w", err)
+	case err != nil:
+		cmp.Or(logger, slog.Default()).WarnContext(ctx, "Cannot tell whether another outbox deployment polls the task queue; starting without that check",
+			slog.String("task_queue", taskQueue), slog.Any("error", err))
+	}
+	return id, nil
 }

@@ -99,7 +99,7 @@ func Delivery(ctx workflow.Context, in DeliveryInput) (DeliveryResult, error) {
 		last     failure
 		unknown  = in.CheckFirst // a send may have happened before this run
 		attempt  = 1
-		storeOut int // consecutive sends that found the database unavailable
+		storeOut int // consecutive sends that found the database unavailable or reached another deployment
 	)
 	for {
 		if unknown {
@@ -112,11 +112,16 @@ func Delivery(ctx workflow.Context, in DeliveryInput) (DeliveryResult, error) {
 			return d.markSent(attempt, false)
 		}
 		f := d.classify(err)
-		if f.storeUnavailable {
-			// Nothing was sent: wait for the database and try the same attempt again.
+		if f.storeUnavailable || f.wrongDeployment {
+			// Nothing was sent: wait for the database, or for a worker of this message's
+			// own deployment, and try the same attempt again.
 			storeOut++
 			wait := min(storeWaitInitial<<min(storeOut-1, 10), storeWaitMax)
-			d.logger.Warn("The outbox database is unavailable; the attempt is not used up", "attempt", attempt, "wait", wait, "error", f.message)
+			if f.wrongDeployment {
+				d.logger.Warn("The send reached a worker of another outbox database on this task queue; the attempt is not used up", "attempt", attempt, "wait", wait, "error", f.message)
+			} else {
+				d.logger.Warn("The outbox database is unavailable; the attempt is not used up", "attempt", attempt, "wait", wait, "error", f.message)
+			}
 			if err := workflow.Sleep(ctx, wait); err != nil {
 				return DeliveryResult{}, err
 			}
@@ -237,7 +242,7 @@ func (d *delivery) send(attempt int) error {
 	a := d.policy.Activity
 	if a == nil {
 		return workflow.ExecuteActivity(d.sendCtx, ActivitySend, SendInput{
-			MessageID: d.in.MessageID, Topic: d.in.Topic, Attempt: attempt, MaxAttempts: d.maxAttempts,
+			MessageID: d.in.MessageID, Topic: d.in.Topic, Attempt: attempt, MaxAttempts: d.maxAttempts, Deployment: d.in.Deployment,
 		}).Get(d.ctx, nil)
 	}
 	msg, _, done, err := d.attemptMessage(attempt)
@@ -329,7 +334,18 @@ func (d *delivery) checkProcessed() bool {
 		return d.checkWithTeam(a)
 	}
 	var res CheckProcessedResult
-	err := workflow.ExecuteActivity(d.checkCtx, ActivityCheckProcessed, CheckProcessedInput{MessageID: d.in.MessageID, Topic: d.in.Topic}).Get(d.ctx, &res)
+	in := CheckProcessedInput{MessageID: d.in.MessageID, Topic: d.in.Topic, Deployment: d.in.Deployment}
+	err := workflow.ExecuteActivity(d.checkCtx, ActivityCheckProcessed, in).Get(d.ctx, &res)
+	for n := 1; isWrongDeployment(err); n++ {
+		// Only workers of another outbox database answered: nothing was asked. Ask again
+		// after a wait rather than send without an answer.
+		wait := min(storeWaitInitial<<min(n-1, 10), storeWaitMax)
+		d.logger.Warn("Check-processed reached a worker of another outbox database on this task queue; asking again", "wait", wait, "error", err)
+		if serr := workflow.Sleep(d.ctx, wait); serr != nil {
+			return false
+		}
+		err = workflow.ExecuteActivity(d.checkCtx, ActivityCheckProcessed, in).Get(d.ctx, &res)
+	}
 	switch {
 	case err != nil:
 		d.logger.Warn("Check-processed failed; sending again", "error", err)
@@ -445,7 +461,14 @@ type failure struct {
 	permanent        bool
 	ambiguous        bool
 	storeUnavailable bool
+	wrongDeployment  bool // a worker of another outbox database refused the send
 	retryAfter       time.Duration
+}
+
+// isWrongDeployment reports whether err is an activity's ErrTypeWrongDeployment.
+func isWrongDeployment(err error) bool {
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &appErr) && appErr.Type() == ErrTypeWrongDeployment
 }
 
 // classify reads a send activity's error. A timeout, a crash of the worker or any error
@@ -462,6 +485,10 @@ func (d *delivery) classify(err error) failure {
 		switch {
 		case appErr.Type() == ErrTypeStoreUnavailable:
 			f.storeUnavailable = true
+		case appErr.Type() == ErrTypeWrongDeployment && d.policy.Activity == nil && d.policy.Workflow == nil:
+			// Only the outbox's own send activity says this; a team's activity that did
+			// would be read as the team's failure below.
+			f.wrongDeployment = true
 		case appErr.Type() == ErrTypeUnknownTopic && d.changed(changeUnknownOutcome):
 			// Nothing was sent; another worker (or this one after a deploy) may know it.
 		case appErr.NonRetryable() || appErr.Type() == ErrTypePermanent || appErr.Type() == ErrTypeUnknownTopic:

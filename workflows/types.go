@@ -55,6 +55,11 @@ const (
 	// ErrTypeStoreUnavailable marks a send that could not load the message because the
 	// outbox's own database was unavailable: nothing was sent, and no attempt is used up.
 	ErrTypeStoreUnavailable = "OutboxStoreUnavailable"
+	// ErrTypeWrongDeployment marks a send or check that reached a worker of another
+	// outbox (another database on the same task queue): that worker did nothing, and the
+	// workflow asks again after a wait, for a worker of its own deployment, without using
+	// up an attempt. A task queue belongs to one outbox database.
+	ErrTypeWrongDeployment = "OutboxWrongDeployment"
 )
 
 // SearchStatus is a value of the OutboxStatus search attribute.
@@ -321,6 +326,12 @@ type DeliveryInput struct {
 	// one). Runs started without it (by an older relay) decide each change with
 	// workflow.GetVersion, as before.
 	Version int `json:"version,omitempty"`
+	// Deployment is the deployment ID of the outbox whose table holds the message
+	// (store.Store.DeploymentID), set by the relay. A worker of another deployment refuses
+	// the run's workflow tasks (see DeliveryOf) and its sends and checks
+	// (ErrTypeWrongDeployment), so the message waits for a worker of its own database.
+	// Empty (a run started by an older relay) skips these checks.
+	Deployment string `json:"deployment,omitempty"`
 }
 
 // DeliveryVersion is the version of OutboxDelivery this code starts: 2 takes every change
@@ -356,6 +367,9 @@ type SendInput struct {
 	Topic       string `json:"topic"`
 	Attempt     int    `json:"attempt"` // 1-based
 	MaxAttempts int    `json:"max_attempts"`
+	// Deployment is DeliveryInput.Deployment: the activity refuses a message of another
+	// deployment with ErrTypeWrongDeployment.
+	Deployment string `json:"deployment,omitempty"`
 }
 
 // LoadMessageInput is the input of the load-message activity.
@@ -375,6 +389,8 @@ type LoadMessageResult struct {
 type CheckProcessedInput struct {
 	MessageID string `json:"message_id"`
 	Topic     string `json:"topic"`
+	// Deployment is DeliveryInput.Deployment, checked as SendInput's is.
+	Deployment string `json:"deployment,omitempty"`
 }
 
 // CheckProcessedResult says whether the downstream already has the message. Supported is

@@ -148,27 +148,45 @@ func (g *globals) withApp(ctx context.Context, withTemporal bool, fn func(*app.A
 }
 
 func newMigrateCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var moveTaskQueue bool
+	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Create or upgrade the outbox tables (running it again is a no-op)",
-		Args:  cobra.NoArgs,
+		Long: `Create or upgrade the outbox tables (running it again is a no-op).
+
+The first migrate records the config's task queue (temporal.task_queue) as this outbox
+database's: a task queue belongs to one outbox database, and a relay or worker configured
+with another refuses to start. --move-task-queue records the config's task queue in its
+place; do it once no delivery runs on the old one any more.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.withApp(cmd.Context(), false, func(a *app.App) error {
 				applied, err := a.Migrate(cmd.Context())
 				if err != nil {
 					return err
 				}
+				if moveTaskQueue {
+					if err := a.MoveTaskQueue(cmd.Context()); err != nil {
+						return err
+					}
+				}
 				if len(applied) == 0 {
 					fmt.Fprintf(cmd.OutOrStdout(), "schema %s is up to date\n", a.Store.Schema())
-					return nil
 				}
 				for _, v := range applied {
 					fmt.Fprintf(cmd.OutOrStdout(), "applied migration %04d to schema %s\n", v, a.Store.Schema())
 				}
+				id, tq, err := a.Store.Deployment(cmd.Context())
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "deployment %s, task queue %s\n", id, tq)
 				return nil
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&moveTaskQueue, "move-task-queue", false, "record the config's task queue as this database's, replacing the one recorded")
+	return cmd
 }
 
 func newWorkerCmd(g *globals) *cobra.Command {

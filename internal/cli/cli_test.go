@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -58,10 +59,23 @@ func TestMigrateAndEnqueue(t *testing.T) {
 	for _, m := range migrations {
 		fmt.Fprintf(&want, "applied migration %04d to schema %s\n", m.Version, schema)
 	}
-	require.Equal(t, want.String(), r.stdout)
+	deployed := regexp.MustCompile(`^deployment [0-9a-f-]{36}, task queue outbox\n$`)
+	require.True(t, strings.HasPrefix(r.stdout, want.String()), r.stdout)
+	require.Regexp(t, deployed, strings.TrimPrefix(r.stdout, want.String()), "migrate records the config's task queue")
 	r = run(t, env, "", "migrate", "--config", cfg)
 	require.NoError(t, r.err)
-	require.Equal(t, "schema "+schema+" is up to date\n", r.stdout)
+	require.True(t, strings.HasPrefix(r.stdout, "schema "+schema+" is up to date\n"), r.stdout)
+	first := strings.TrimPrefix(r.stdout, "schema "+schema+" is up to date\n")
+	require.Regexp(t, deployed, first)
+
+	// Another task queue in the config keeps the recorded one, unless moved.
+	env2 := map[string]string{"DATABASE_URL": env["DATABASE_URL"], "OUTBOX_TASK_QUEUE": "orders"}
+	r = run(t, env2, "", "migrate", "--config", cfg)
+	require.NoError(t, r.err)
+	require.Contains(t, r.stdout, first)
+	r = run(t, env2, "", "migrate", "--config", cfg, "--move-task-queue")
+	require.NoError(t, r.err)
+	require.Contains(t, r.stdout, strings.Replace(first, "task queue outbox", "task queue orders", 1), "the same deployment, on the moved task queue")
 
 	r = run(t, env, `{"order_id": 7}`, "enqueue", "order.created", "--config", cfg, "--max-retry-times", "2", "--header", "traceparent=00-1")
 	require.NoError(t, r.err)

@@ -1,0 +1,93 @@
+package starter_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	taskqueuepb "go.temporal.io/api/taskqueue/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/outbox-go/outbox/internal/testdb"
+	"github.com/outbox-go/outbox/starter"
+	"github.com/outbox-go/outbox/store"
+)
+
+// describer is a recorder that also answers DescribeTaskQueue with one poller.
+type describer struct {
+	*recorder
+	identity string
+}
+
+func (d describer) DescribeTaskQueue(context.Context, string, enumspb.TaskQueueType) (*workflowservice.DescribeTaskQueueResponse, error) {
+	return &workflowservice.DescribeTaskQueueResponse{Pollers: []*taskqueuepb.PollerInfo{{Identity: d.identity, LastAccessTime: timestamppb.Now()}}}, nil
+}
+
+// The relay records its task queue on the deployment, puts the deployment ID in every
+// workflow's input, and refuses to start with a task queue other than the recorded one or
+// while a worker of another deployment polls its task queue.
+func TestRelayDeployment(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("InputsCarryTheDeployment", func(t *testing.T) {
+		t.Parallel()
+		rec := newRecorder()
+		r, st := setup(t, rec, starter.Config{TaskQueue: "orders"})
+		id := enqueue(t, st, "order.created", nil)
+		_, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, store.StatusDispatched, status(t, st, id))
+		own, tq, err := st.Deployment(ctx)
+		require.NoError(t, err)
+		require.Equal(t, "orders", tq, "the first relay records its task queue")
+		require.Len(t, rec.inputs, 1)
+		require.Equal(t, own.String(), rec.inputs[0].Deployment)
+	})
+
+	t.Run("RefusesAnotherTaskQueue", func(t *testing.T) {
+		t.Parallel()
+		pool, st := testdb.Schema(t)
+		_, _, err := st.RecordTaskQueue(ctx, "outbox")
+		require.NoError(t, err)
+		id := enqueue(t, st, "order.created", nil)
+		rec := newRecorder()
+		r, err := starter.New(st, pool, rec, starter.Config{TaskQueue: "outbox-b"})
+		require.NoError(t, err)
+		for _, run := range []func() error{
+			func() error { return r.Run(ctx) },
+			func() error { _, err := r.RunOnce(ctx); return err },
+		} {
+			err := run()
+			require.Error(t, err)
+			for _, want := range []string{"task queue outbox-b is configured", "records task queue outbox", "a task queue belongs to one outbox database", "outbox migrate --move-task-queue"} {
+				require.Contains(t, err.Error(), want)
+			}
+		}
+		require.Empty(t, rec.starts)
+		require.Equal(t, store.StatusPending, status(t, st, id), "nothing claimed")
+	})
+
+	t.Run("RefusesAnotherDeploymentsWorkers", func(t *testing.T) {
+		t.Parallel()
+		pool, st := testdb.Schema(t)
+		other := uuid.New()
+		rec := newRecorder()
+		r, err := starter.New(st, pool, describer{rec, "42@elsewhere@outbox:" + other.String()}, starter.Config{TaskQueue: "outbox"})
+		require.NoError(t, err)
+		err = r.Run(ctx)
+		require.Error(t, err)
+		require.Contains(t, err.Error(), "task queue outbox is polled by worker 42@elsewhere@outbox:"+other.String())
+		require.Contains(t, err.Error(), "a task queue belongs to one outbox database")
+
+		own, err := st.DeploymentID(ctx)
+		require.NoError(t, err)
+		r, err = starter.New(st, pool, describer{rec, "42@here@outbox:" + own.String()}, starter.Config{TaskQueue: "outbox"})
+		require.NoError(t, err)
+		_, err = r.RunOnce(ctx)
+		require.NoError(t, err, "its own deployment's workers are fine")
+	})
+}

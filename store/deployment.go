@@ -1,0 +1,86 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Deployment returns the identity of this outbox (migration 0010): its deployment ID, made
+// once when the schema was migrated, and the task queue recorded for its workflows (empty
+// until outbox migrate, a relay or a worker records one, see RecordTaskQueue). The relay
+// puts the ID in every workflow's input, and the activities and the workflow refuse a
+// message whose ID is another deployment's: a task queue belongs to one outbox database.
+func (s *Store) Deployment(ctx context.Context) (id uuid.UUID, taskQueue string, err error) {
+	var tq *string
+	err = s.db.QueryRow(ctx, `SELECT deployment_id, task_queue FROM `+s.deployment).Scan(&id, &tq)
+	if err != nil {
+		return uuid.Nil, "", deploymentError(err)
+	}
+	s.deploymentID.Store(&id)
+	if tq != nil {
+		taskQueue = *tq
+	}
+	return id, taskQueue, nil
+}
+
+// DeploymentID is the deployment ID of Deployment, read from the database once and then
+// remembered (it never changes).
+func (s *Store) DeploymentID(ctx context.Context) (uuid.UUID, error) {
+	if id := s.deploymentID.Load(); id != nil {
+		return *id, nil
+	}
+	id, _, err := s.Deployment(ctx)
+	return id, err
+}
+
+// RecordTaskQueue records taskQueue as the deployment's task queue when none is recorded
+// yet, and returns the deployment ID and the task queue recorded (taskQueue, or the one an
+// earlier call recorded). The caller compares it with its own: a relay whose task queue
+// differs would start workflows that only another outbox's workers poll.
+func (s *Store) RecordTaskQueue(ctx context.Context, taskQueue string) (id uuid.UUID, recorded string, err error) {
+	if taskQueue == "" {
+		return uuid.Nil, "", errors.New("record task queue: the task queue is empty")
+	}
+	_, err = s.db.Exec(ctx, `UPDATE `+s.deployment+` SET task_queue = $1, updated_at = now() WHERE task_queue IS NULL`, taskQueue)
+	if err != nil {
+		return uuid.Nil, "", deploymentError(err)
+	}
+	return s.Deployment(ctx)
+}
+
+// MoveTaskQueue records taskQueue as the deployment's task queue, replacing the one
+// recorded. Runs already started stay on the old task queue: let them finish (or keep a
+// worker on it) before the move.
+func (s *Store) MoveTaskQueue(ctx context.Context, taskQueue string) error {
+	if taskQueue == "" {
+		return errors.New("move task queue: the task queue is empty")
+	}
+	if _, err := s.db.Exec(ctx, `UPDATE `+s.deployment+` SET task_queue = $1, updated_at = now()`, taskQueue); err != nil {
+		return deploymentError(err)
+	}
+	return nil
+}
+
+// deploymentError explains a missing deployment table: the schema predates migration 0010.
+func deploymentError(err error) error {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "42P01":
+		return fmt.Errorf("read the outbox deployment: %w (the schema predates migration 0010: run outbox migrate)", err)
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("read the outbox deployment: its row is missing from outbox_deployment (run outbox migrate)")
+	}
+	return fmt.Errorf("read the outbox deployment: %w", err)
+}
+
+// IsDeploymentMissing reports whether err says the schema has no deployment (it predates
+// migration 0010).
+func IsDeploymentMissing(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
+}
