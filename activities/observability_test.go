@@ -3,6 +3,8 @@ package activities_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -202,4 +204,31 @@ func TestActivityMetrics(t *testing.T) {
 	require.Equal(t, 1.0, o.value(t, "outbox_send_failures_total", map[string]string{"topic": metrics.OtherTopic, "kind": "unknown_topic"}))
 	require.Equal(t, 1.0, o.value(t, "outbox_messages_dead_lettered_total", unrouted))
 	require.Equal(t, 0.0, o.value(t, "outbox_errors_total", map[string]string{"operation": metrics.OpMarkSent}))
+}
+
+// TestConnectionLostIsCounted: a send that failed with its broker connection (the sink
+// wraps activities.ErrConnectionLost) counts in outbox_send_connection_lost_total, besides
+// the attempt's failure; a failure of the message's own does not.
+func TestConnectionLostIsCounted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o := setupObserved(t, http.StatusOK)
+	o.a.Metrics.KnownTopics("order.queued")
+	calls := 0
+	o.a.Handlers.Handle("order.queued", activities.HandlerFunc(func(context.Context, activities.Delivery) error {
+		calls++
+		if calls == 1 {
+			return activities.Ambiguous(fmt.Errorf("rabbitmq: publish to amqp://rabbit:5672: %w", activities.ErrConnectionLost))
+		}
+		return activities.Permanent(errors.New("unroutable"))
+	}))
+	for range 2 {
+		id, err := o.st.Enqueue(ctx, o.st.DB(), store.Message{Topic: "order.queued", Payload: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+		require.Error(t, o.a.Send(ctx, workflows.SendInput{MessageID: id.String(), Topic: "order.queued", Attempt: 1, MaxAttempts: 4}))
+	}
+	queued := map[string]string{"topic": "order.queued"}
+	require.Equal(t, 1.0, o.value(t, "outbox_send_connection_lost_total", queued))
+	require.Equal(t, 1.0, o.value(t, "outbox_send_failures_total", map[string]string{"topic": "order.queued", "kind": "ambiguous"}))
+	require.Equal(t, 1.0, o.value(t, "outbox_send_failures_total", map[string]string{"topic": "order.queued", "kind": "permanent"}))
 }
