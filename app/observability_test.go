@@ -27,7 +27,8 @@ func TestMetricsEndpoint(t *testing.T) {
 	open := func(t *testing.T, address string) *app.App {
 		t.Helper()
 		_, st := testdb.Schema(t)
-		a, err := app.Open(ctx, &config.Config{DatabaseURL: testdb.URL(), Schema: st.Schema(), Metrics: config.Metrics{Address: address}}, quiet)
+		a, err := app.Open(ctx, &config.Config{DatabaseURL: testdb.URL(), Schema: st.Schema(), Metrics: config.Metrics{Address: address},
+			Topics: map[string]config.Topic{"order.created": {URL: "http://127.0.0.1:1/events"}}}, quiet)
 		require.NoError(t, err)
 		t.Cleanup(a.Close)
 		return a
@@ -62,13 +63,15 @@ func TestMetricsEndpoint(t *testing.T) {
 		require.Equal(t, "temporal: not connected\n", body)
 
 		a.Metrics().Redriven("order.created")
+		a.Metrics().Redriven("order.unconfigured")
 		code, body = testutil.HTTPGet(t, base+"/metrics")
 		require.Equal(t, http.StatusOK, code)
 		for _, line := range []string{
 			"outbox_messages_pending 0",
 			"outbox_oldest_pending_age_seconds 0",
 			`outbox_errors_total{operation="claim"} 0`,
-			`outbox_messages_redriven_total{topic="order.created"} 1`,
+			`outbox_messages_redriven_total{topic="order.created"} 1`, // a topic of the config
+			`outbox_messages_redriven_total{topic="(other)"} 1`,
 			"outbox_backlog_query_failures_total 0",
 		} {
 			require.Contains(t, strings.Split(body, "\n"), line)
