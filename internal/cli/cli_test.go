@@ -111,7 +111,7 @@ func TestConfigErrors(t *testing.T) {
 
 	r := run(t, nil, "", "migrate", "--config", bad)
 	require.ErrorContains(t, r.err, "relay.lease: must be at least 1s, got 10ms")
-	require.ErrorContains(t, r.err, `topics["a"].url: must be an absolute http or https URL, got "nope"`)
+	require.ErrorContains(t, r.err, `topics["a"].url: must be an absolute http or https URL, got "(unparsable URL)"`)
 
 	r = run(t, nil, "", "migrate", "--config", filepath.Join(dir, "missing.yaml"))
 	require.ErrorContains(t, r.err, "missing.yaml")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -403,12 +404,20 @@ func TestABrokenConnectionMarksItsPublishesLost(t *testing.T) {
 		{"waiting for the confirm", func(l *link) { l.down.stall() }, delivery(q, 0)},
 		{"in the middle of a write", func(l *link) { l.up.stall() }, bigDelivery(q)},
 	} {
-		l := p.link(i)
-		tc.stall(l)
+		// Every link the proxy has carried: a slow machine may have dialed more than one.
+		p.link(i)
+		p.mu.Lock()
+		links := slices.Clone(p.links)
+		p.mu.Unlock()
+		for _, l := range links {
+			tc.stall(l)
+		}
 		errc := make(chan error, 1)
 		go func() { errc <- s.Send(ctx, tc.d) }()
 		time.Sleep(300 * time.Millisecond)
-		l.cut()
+		for _, l := range links {
+			l.cut()
+		}
 		err := <-errc
 		t.Logf("%s: %v", tc.name, err)
 		if !activities.IsAmbiguous(err) || !errors.Is(err, activities.ErrConnectionLost) {
