@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outbox-go/outbox/app"
+	"github.com/outbox-go/outbox/internal/redact"
 	"github.com/outbox-go/outbox/store"
 )
 
@@ -161,10 +162,10 @@ func writeJSON(w io.Writer, v any) error {
 // workflowURL links a run's history in the Temporal Web UI.
 // A user or query in ui_url (a proxy's credentials) is left out: the link is printed.
 func workflowURL(a *app.App, workflowID, runID string) string {
-	base := a.Config.UIURL
-	if u, err := url.Parse(base); err == nil {
-		u.User, u.RawQuery, u.Fragment = nil, "", ""
-		base = u.String()
+	base := redact.URL(a.Config.UIURL)
+	if u, err := url.Parse(a.Config.UIURL); err == nil && u.User == nil && !strings.Contains(a.Config.UIURL, "@") {
+		u.RawQuery, u.Fragment = "", ""
+		base = u.String() // with its path, for a UI behind a path prefix
 	}
 	return fmt.Sprintf("%s/namespaces/%s/workflows/%s/%s/history", strings.TrimRight(base, "/"),
 		url.PathEscape(a.Config.Temporal.Namespace), url.PathEscape(workflowID), url.PathEscape(runID))

@@ -4,32 +4,58 @@
 // Discord) is their token, so none of them is shown.
 package redact
 
-import "strings"
+import (
+	"regexp"
+	"strings"
+)
 
-// Unparsable is what URL shows for a value with no scheme://host.
+// Unparsable is what URL shows for a value whose host it cannot tell apart from the rest.
 const Unparsable = "(unparsable URL)"
+
+// hostPort is a host (a name, an IPv4 address or a bracketed IPv6 address) and an
+// optional numeric port: what URL may show after the scheme.
+var hostPort = regexp.MustCompile(`^([A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?$`)
 
 // URL returns scheme://host[:port] of raw: no user information, path, query or fragment.
 // It does not need raw to parse, since a password may hold characters (/, ?, #, a stray %)
-// that break parsing; a value without "://" and a host shows as Unparsable.
+// that break parsing. When the host cannot be told apart from a password or a path for
+// sure, it shows Unparsable rather than guess.
 func URL(raw string) string {
 	// Not url.Parse: with a # or ? in an unencoded password it takes user and password
 	// for the host ("amqp://user:1234#x@host" parses with host "user:1234").
 	i := strings.Index(raw, "://")
-	if i <= 0 {
+	if i <= 0 || strings.ContainsAny(raw[:i], "/?#@ ") {
 		return Unparsable
 	}
-	scheme, rest := raw[:i], raw[i+3:]
-	// User information runs to the last @ of the authority; a password may hold / ? or #
-	// that were not percent-encoded, so look for it in the whole rest.
-	if j := strings.LastIndex(rest, "@"); j >= 0 {
-		rest = rest[j+1:]
+	scheme, rest := strings.ToLower(raw[:i]), raw[i+3:]
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
 	}
-	if j := strings.IndexAny(rest, "/?#"); j >= 0 {
-		rest = rest[:j]
-	}
-	if rest == "" || strings.ContainsAny(scheme, "/?#@ ") {
+	authority := rest[:end]
+	var host string
+	switch at := strings.LastIndex(rest, "@"); {
+	case strings.Contains(authority, "@"):
+		// user:password@host: the password may itself hold an @.
+		host = authority[strings.LastIndex(authority, "@")+1:]
+	case at < 0:
+		host = authority
+	case hostPort.MatchString(authority) && !strings.Contains(authority, ":"):
+		// A plain host; the @ is in the path or the query (?from=ops@example.com).
+		host = authority
+	case !hostPort.MatchString(authority):
+		// "user:pa" before a / ? or # of the password: the host follows the last @.
+		host = rest[at+1:]
+		if j := strings.IndexAny(host, "/?#"); j >= 0 {
+			host = host[:j]
+		}
+	default:
+		// host:port before an @ of the path, or user:1234 before a # of the password:
+		// either may be the secret.
 		return Unparsable
 	}
-	return strings.ToLower(scheme) + "://" + rest
+	if !hostPort.MatchString(host) {
+		return Unparsable
+	}
+	return scheme + "://" + host
 }

@@ -13,7 +13,12 @@ func TestURLShowsOnlySchemeAndHost(t *testing.T) {
 		"HTTP://Example.com/webhook/SECRET":                         "http://Example.com",
 		"amqp://guest:guest@127.0.0.1:5672/vhost":                   "amqp://127.0.0.1:5672",
 		"nats://tok3n@nats.internal:4222":                           "nats://nats.internal:4222",
-		"amqp://outbox:1234#SECRET@rabbit:5672/v":                   "amqp://rabbit:5672",
+		"amqp://outbox:1234#SECRET@rabbit:5672/v":                   Unparsable, // user:1234 or host:port? neither is shown
+		"https://api.x.com/notify?from=ops@corp.com&api_key=SECRET": "https://api.x.com",
+		"https://h/u/alice@SECRET":                                  "https://h",
+		"https://h:8443/u/alice@SECRET":                             Unparsable,
+		"https://user:p@ss@host/SECRET":                             "https://host",
+		"https://user:p@ss@[::1]:8443/SECRET":                       "https://[::1]:8443",
 		"https://h/x?api_key=SECRET":                                "https://h",
 		"no scheme SECRET":                                          Unparsable,
 		"://SECRET":                                                 Unparsable,
