@@ -22,6 +22,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -217,18 +218,26 @@ type Registry struct {
 	fallback Handler
 
 	// OnOpen, when set, is told each time a handler's Open succeeds (err nil) or fails
-	// and will be tried again; name is the topic, or "default". Set it before Open.
+	// and will be tried again; name is the topic, or DefaultName. Set it before Open.
 	OnOpen func(name string, err error)
 
+	closed    bool
 	opening   map[string]error // handlers not open yet, by name: the last failure
 	reopenCtx context.Context
 	stopOpen  context.CancelFunc
 	opened    sync.WaitGroup
 }
 
-// ReopenInterval is how long the registry waits between calls to Open of a handler
-// whose broker could not be reached, and how long each may take.
-var ReopenInterval = 5 * time.Second
+// ReopenInterval is how long the registry waits after a failed Open of a handler whose
+// broker could not be reached before it calls Open again; OpenTimeout bounds each call.
+var (
+	ReopenInterval = 5 * time.Second
+	OpenTimeout    = 30 * time.Second
+)
+
+// DefaultName is the name NotReady and OnOpen give the default handler (HandleDefault):
+// no topic can be called that.
+const DefaultName = "(default)"
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry { return &Registry{topics: map[string]Handler{}} }
@@ -257,28 +266,41 @@ func (r *Registry) Lookup(topic string) (Handler, bool) {
 	return r.fallback, r.fallback != nil
 }
 
-// Open opens the handlers that implement Opener (see Opener), each once. It returns the
+// Open opens the handlers that implement Opener (see Opener), each once and all at once,
+// so that a broker that does not answer does not use up another's time. It returns the
 // permanent failures, by topic; a handler that failed otherwise is not ready (NotReady)
-// and is opened again in the background every ReopenInterval until it succeeds or Close
-// is called.
+// and is opened again in the background, ReopenInterval after each failure, until it
+// succeeds or Close is called.
 func (r *Registry) Open(ctx context.Context) error {
-	var errs []error
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
 	for _, n := range r.handlers() {
 		o, ok := n.handler.(Opener)
 		if !ok {
 			continue
 		}
-		err := o.Open(ctx)
-		switch {
-		case err == nil:
-			r.report(n.label, nil)
-		case IsPermanent(err):
-			errs = append(errs, fmt.Errorf("%s: %w", n.name, err))
-		default:
-			r.report(n.label, err)
-			r.reopen(n.label, o)
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := o.Open(ctx)
+			switch {
+			case err == nil:
+				r.report(n.label, nil)
+			case IsPermanent(err):
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("%s: %w", n.name, err))
+				mu.Unlock()
+			default:
+				r.report(n.label, err)
+				r.reopen(n.label, o)
+			}
+		}()
 	}
+	wg.Wait()
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 	return errors.Join(errs...)
 }
 
@@ -300,26 +322,29 @@ func (r *Registry) report(name string, err error) {
 	}
 }
 
-// reopen calls o.Open every ReopenInterval until it succeeds or Close is called.
+// reopen calls o.Open, ReopenInterval after each failure, until it succeeds or Close is
+// called; each call may take OpenTimeout.
 func (r *Registry) reopen(name string, o Opener) {
 	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
 	if r.stopOpen == nil {
 		r.reopenCtx, r.stopOpen = context.WithCancel(context.Background())
 	}
 	ctx := r.reopenCtx
+	r.opened.Add(1) // under mu, so that Close, which sets closed under mu, waits for it
 	r.mu.Unlock()
-	r.opened.Add(1)
 	go func() {
 		defer r.opened.Done()
-		t := time.NewTicker(ReopenInterval)
-		defer t.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-t.C:
+			case <-time.After(ReopenInterval):
 			}
-			openCtx, cancel := context.WithTimeout(ctx, ReopenInterval)
+			openCtx, cancel := context.WithTimeout(ctx, OpenTimeout)
 			err := o.Open(openCtx)
 			cancel()
 			if ctx.Err() != nil {
@@ -334,7 +359,7 @@ func (r *Registry) reopen(name string, o Opener) {
 }
 
 // NotReady returns the handlers whose Open has not succeeded yet, by name (a topic, or
-// "default"), with the last failure.
+// DefaultName), with the last failure.
 func (r *Registry) NotReady() map[string]error {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -345,6 +370,7 @@ func (r *Registry) NotReady() map[string]error {
 // io.Closer, each once.
 func (r *Registry) Close() error {
 	r.mu.Lock()
+	r.closed = true
 	stop := r.stopOpen
 	r.mu.Unlock()
 	if stop != nil {
@@ -364,7 +390,7 @@ func (r *Registry) Close() error {
 
 type namedHandler struct {
 	name    string // "topic <name>", or "default"
-	label   string // "<name>", or "default"
+	label   string // "<name>", or DefaultName
 	handler Handler
 }
 
@@ -388,7 +414,7 @@ func (r *Registry) handlers() []namedHandler {
 		add("topic "+topic, topic, r.topics[topic])
 	}
 	if r.fallback != nil {
-		add("default", "default", r.fallback)
+		add("default", DefaultName, r.fallback)
 	}
 	return out
 }

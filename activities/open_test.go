@@ -3,6 +3,8 @@ package activities
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -54,6 +56,7 @@ func TestRegistryOpen(t *testing.T) {
 		require.NoError(t, r.Close())
 		mu.Lock()
 		defer mu.Unlock()
+		slices.Sort(reports) // the handlers open at once
 		require.Equal(t, []string{"order.created ready", "order.published down", "order.published down", "order.published down", "order.published ready"}, reports)
 	})
 
@@ -62,6 +65,27 @@ func TestRegistryOpen(t *testing.T) {
 		r.Handle("order.published", &flakyOpener{HandlerFunc: noop, fails: 1, err: Permanent(errors.New("no JetStream stream captures subject orders"))})
 		err := r.Open(context.Background())
 		require.ErrorContains(t, err, "topic order.published: no JetStream stream captures subject orders")
+		require.NoError(t, r.Close())
+	})
+
+	t.Run("ASlowBrokerDoesNotHideAnothersPermanentFailure", func(t *testing.T) {
+		r := NewRegistry()
+		r.Handle("order.a", &blockingOpener{HandlerFunc: noop})
+		r.Handle("order.b", &flakyOpener{HandlerFunc: noop, fails: 1, err: Permanent(errors.New("exchange orders not found"))})
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		err := r.Open(ctx)
+		require.ErrorContains(t, err, "topic order.b: exchange orders not found", "opened at once, not after order.a used up the time")
+		require.Contains(t, r.NotReady(), "order.a")
+		require.NoError(t, r.Close())
+	})
+
+	t.Run("TheDefaultHandlerIsNotATopic", func(t *testing.T) {
+		r := NewRegistry()
+		r.HandleDefault(&flakyOpener{HandlerFunc: noop, fails: 1 << 30, err: errors.New("connection refused")})
+		r.Handle("default", &flakyOpener{HandlerFunc: noop})
+		require.NoError(t, r.Open(context.Background()))
+		require.Equal(t, []string{DefaultName}, slices.Collect(maps.Keys(r.NotReady())))
 		require.NoError(t, r.Close())
 	})
 
@@ -79,4 +103,12 @@ func TestRegistryOpen(t *testing.T) {
 		defer never.mu.Unlock()
 		require.Equal(t, calls, never.calls, "no Open after Close")
 	})
+}
+
+// blockingOpener's Open waits for its context to end.
+type blockingOpener struct{ HandlerFunc }
+
+func (o *blockingOpener) Open(ctx context.Context) error {
+	<-ctx.Done()
+	return ctx.Err()
 }

@@ -206,6 +206,12 @@ func (a *App) PrepareWorker(ctx context.Context, h Handlers) (worker.Deps, error
 	if a.Temporal == nil {
 		return worker.Deps{}, errors.New("prepare worker: not connected to Temporal")
 	}
+	// As worker.Run does, for a team's own worker too: the task queue must be this
+	// database's, and no other outbox deployment may poll it.
+	id, err := worker.CheckTaskQueue(ctx, a.Temporal, a.Store, a.Config.Temporal.TaskQueue, a.log())
+	if err != nil {
+		return worker.Deps{}, err
+	}
 	reg, err := a.Config.Registry(h.Sinks)
 	if err != nil {
 		return worker.Deps{}, fmt.Errorf("build topic handlers: %w", err)
@@ -238,10 +244,6 @@ func (a *App) PrepareWorker(ctx context.Context, h Handlers) (worker.Deps, error
 		if err := a.EnsureRetentionSchedule(ctx); err != nil {
 			return worker.Deps{}, err
 		}
-	}
-	id, err := a.Store.DeploymentID(ctx)
-	if err != nil {
-		return worker.Deps{}, err
 	}
 	return worker.Deps{Store: a.Store, Handlers: reg, Logger: a.Logger, Alerts: a.Config.AlertWebhooks(), Metrics: a.Metrics(), Client: a.Temporal, Deployment: id}, nil
 }

@@ -327,7 +327,10 @@ func (r *Relay) Run(ctx context.Context) error {
 		// claims run is then either taken by them or counted in the wait, never missed.
 		asked := time.Now()
 		due, delayed := r.nextDue(ctx)
-		r.drainDue(ctx)
+		if err := r.drainDue(ctx); err != nil {
+			r.log.ErrorContext(ctx, "The relay stops", slog.Any("error", err))
+			return err
+		}
 		if err := r.gaveUp(); err != nil {
 			r.log.ErrorContext(ctx, "Temporal keeps refusing every workflow start; the relay stops", slog.Any("error", err))
 			return err
@@ -363,17 +366,25 @@ func (r *Relay) startBackground(ctx context.Context, wg *sync.WaitGroup, wake ch
 }
 
 // drainDue claims and hands over the batches that are due: a full batch means more may be
-// waiting.
-func (r *Relay) drainDue(ctx context.Context) {
+// waiting. It returns the error of a task queue that is not this database's, or that
+// another deployment's workers poll (found once the database answered, after a start
+// without it); Run stops on it.
+func (r *Relay) drainDue(ctx context.Context) error {
 	for ctx.Err() == nil {
 		n, err := r.RunOnce(ctx)
+		var tqErr *deployment.TaskQueueError
+		var conflict *deployment.ConflictError
+		if errors.As(err, &tqErr) || errors.As(err, &conflict) {
+			return err
+		}
 		if err != nil && !errors.Is(err, context.Canceled) {
 			r.log.ErrorContext(ctx, "Relay pass failed", slog.Any("error", err))
 		}
 		if err != nil || n < r.cfg.BatchSize {
-			return
+			return nil
 		}
 	}
+	return nil
 }
 
 // RunOnce claims one batch and hands each row to Temporal. It returns the number of rows
@@ -675,6 +686,8 @@ func (r *Relay) alreadyStarted(ctx context.Context, log *slog.Logger, row store.
 		// closing (a dead letter, most likely, which has moved the row on). A row still
 		// claimed when its lease expires is claimed and started again.
 		log.InfoContext(ctx, "Workflow start rejected by a run that was closing", slog.String("status", status.String()))
+		// It has closed now: the next claim starts the new run, without waiting the lease.
+		r.retrySoon(ctx, log, row, desc.GetWorkflowExecutionInfo().GetExecution().GetRunId())
 	}
 	return false
 }
