@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -10,13 +11,16 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/worker"
 	"github.com/outbox-go/outbox/workflows"
 )
 
@@ -201,4 +205,82 @@ func TestSignalTopicWhoseWorkflowClosed(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []string{first.String(), second.String()}, received, "each delivered signal received once; the refund reached no one and says so")
+}
+
+// loseFirstSignalResult loses the answer of the first signal-with-start attempt after it
+// ran: the signal reached the workflow, the delivery does not know.
+type loseFirstSignalResult struct {
+	interceptor.WorkerInterceptorBase
+}
+
+func (*loseFirstSignalResult) InterceptActivity(_ context.Context, next interceptor.ActivityInboundInterceptor) interceptor.ActivityInboundInterceptor {
+	return &loseFirstSignalResultActivity{ActivityInboundInterceptorBase: interceptor.ActivityInboundInterceptorBase{Next: next}}
+}
+
+type loseFirstSignalResultActivity struct {
+	interceptor.ActivityInboundInterceptorBase
+}
+
+func (a *loseFirstSignalResultActivity) ExecuteActivity(ctx context.Context, in *interceptor.ExecuteActivityInput) (any, error) {
+	res, err := a.Next.ExecuteActivity(ctx, in)
+	if err != nil || activity.GetInfo(ctx).ActivityType.Name != workflows.ActivitySignalWithStart {
+		return res, err
+	}
+	var sw workflows.SignalWithStartInput
+	if b, merr := json.Marshal(in.Args[0]); merr == nil && json.Unmarshal(b, &sw) == nil && sw.Message.Attempt == 1 {
+		return nil, errors.New("the signal's answer was lost")
+	}
+	return res, err
+}
+
+// TestSignalWhoseAnswerWasLost: the first attempt's signal reached the workflow, which
+// completed on it, but the answer was lost. The next attempt finds the signal in the
+// closed run's history: delivered, with no new run and no second copy.
+func TestSignalWhoseAnswerWasLost(t *testing.T) {
+	t.Parallel()
+	ts := newServer(t)
+	e := newEnv(t, ts)
+	ctx := context.Background()
+	teamQueue := "orders-" + e.store.Schema()
+	prefix := "order-" + e.store.Schema() + "-"
+	e.cfg.Topics["order.paid"] = config.Topic{Workflow: "OrderLifecycle", TaskQueue: teamQueue, WorkflowID: prefix + "{payload.order_id}", Signal: "paid"}
+	var mu sync.Mutex
+	var received []string
+	teamWorker(t, e, teamQueue, func(w sdkworker.Worker) {
+		w.RegisterWorkflowWithOptions(func(ctx workflow.Context, _ *delivery.Message) (string, error) {
+			var m delivery.Message
+			workflow.GetSignalChannel(ctx, "paid").Receive(ctx, &m)
+			if !workflow.IsReplaying(ctx) {
+				mu.Lock()
+				received = append(received, m.MessageID)
+				mu.Unlock()
+			}
+			return m.MessageID, nil
+		}, workflow.RegisterOptions{Name: "OrderLifecycle"})
+	})
+	reg, err := e.cfg.Registry(nil)
+	require.NoError(t, err)
+	e.run(t, func(ctx context.Context) error {
+		return worker.Run(ctx, worker.Config{Client: e.client, TaskQueue: e.taskQueue,
+			Options: sdkworker.Options{Interceptors: []interceptor.WorkerInterceptor{&loseFirstSignalResult{}}},
+			Deps:    worker.Deps{Store: e.store, Handlers: reg, Logger: logger}})
+	})
+	e.startRelay(t)
+
+	id, err := e.store.Enqueue(ctx, e.pool, store.Message{Topic: "order.paid", Payload: json.RawMessage(`{"order_id": 42}`)})
+	require.NoError(t, err)
+	e.waitStatus(t, id, store.StatusSent)
+	row, err := e.store.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, 1, row.RetryTimes, "the first attempt failed (its answer lost)")
+
+	var res workflows.DeliveryResult
+	require.NoError(t, e.client.GetWorkflow(ctx, workflows.WorkflowID(id.String()), "").Get(ctx, &res))
+	closed := describeClosed(t, e.client, prefix+"42").GetWorkflowExecutionInfo()
+	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, closed.GetStatus())
+	require.Equal(t, &workflows.StartedWorkflow{WorkflowID: prefix + "42", RunID: closed.GetExecution().GetRunId()}, res.Started,
+		"the run the first attempt signalled, still the latest: no new run")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{id.String()}, received, "one copy")
 }
