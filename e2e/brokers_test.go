@@ -439,7 +439,7 @@ func TestWorkerStartsWhileABrokerIsDown(t *testing.T) {
 			a, err := app.Connect(ctx, &config.Config{
 				DatabaseURL: testdb.URL(),
 				Schema:      e.store.Schema(),
-				Temporal:    config.Temporal{Address: ts.GetFrontendHostPort(), Namespace: e.namespace, TaskQueue: e.taskQueue + "-" + name},
+				Temporal:    config.Temporal{Address: ts.GetFrontendHostPort(), Namespace: e.namespace, TaskQueue: e.taskQueue},
 				Topics:      map[string]config.Topic{"order.bad": tc.topic},
 			}, logger)
 			require.NoError(t, err)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,7 +22,7 @@ import (
 // startDeploymentWorker runs a worker of e's outbox on taskQueue as a team's worker would
 // (worker.Register, no start check): its identity and its OutboxDelivery name its
 // deployment.
-func (e *env) startDeploymentWorker(t *testing.T, taskQueue string) uuid.UUID {
+func (e *env) startDeploymentWorker(t *testing.T, taskQueue string) (uuid.UUID, func()) {
 	t.Helper()
 	id, err := e.store.DeploymentID(context.Background())
 	require.NoError(t, err)
@@ -32,8 +33,10 @@ func (e *env) startDeploymentWorker(t *testing.T, taskQueue string) uuid.UUID {
 	w := sdkworker.New(e.client, taskQueue, sdkworker.Options{Identity: deployment.Identity("", id)})
 	worker.Register(w, worker.Deps{Store: e.store, Handlers: reg, Logger: logger, Client: e.client, Deployment: id})
 	require.NoError(t, w.Start())
-	t.Cleanup(w.Stop)
-	return id
+	var once sync.Once
+	stop := func() { once.Do(w.Stop) }
+	t.Cleanup(stop)
+	return id, stop
 }
 
 // TestTwoDeploymentsOneTaskQueue: two outbox databases whose workers poll one task queue.
@@ -56,7 +59,7 @@ func TestTwoDeploymentsOneTaskQueue(t *testing.T) {
 	a.startRelay(t)
 	ids := []uuid.UUID{a.enqueueOrder(t, "order.created", 0, nil)}
 	a.waitStatus(t, ids[0], store.StatusDispatched)
-	bID := b.startDeploymentWorker(t, queue)
+	bID, stopB := b.startDeploymentWorker(t, queue)
 	aID, err := a.store.DeploymentID(ctx)
 	require.NoError(t, err)
 	require.NotEqual(t, aID, bID)
@@ -92,11 +95,14 @@ func TestTwoDeploymentsOneTaskQueue(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorContains(t, r.Run(ctx), "outbox deployment "+bID.String())
 
-	// A's own worker joins (beside B's, as a worker that started at the same time would):
-	// every message is delivered once, with one attempt.
+	// B's worker stops (as the refusal says to) and A's own worker starts: every message
+	// is delivered once, with one attempt, after the server's backoff of the workflow
+	// task B refused (it grows with each refusal: 10s task timeout plus 5s, 10s, 20s ...).
+	stopB()
 	a.startDeploymentWorker(t, queue)
 	for _, id := range ids {
-		a.waitStatus(t, id, store.StatusSent)
+		require.Eventually(t, func() bool { return a.status(t, id) == store.StatusSent }, 3*time.Minute, 100*time.Millisecond,
+			"message %s never became sent", id)
 		desc := describeClosed(t, a.client, workflows.WorkflowID(id.String()))
 		require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, desc.WorkflowExecutionInfo.Status)
 		var res workflows.DeliveryResult
