@@ -227,7 +227,21 @@ func (s *Sink) Open(ctx context.Context) error {
 	if s.exchange == "" {
 		return nil
 	}
-	// A passive declare that fails closes its channel: use one of its own.
+	// The client's Channel and ExchangeDeclarePassive take no context: a broker that
+	// stops answering would hold Open (and the worker's start, or its Close) with them.
+	checked := make(chan error, 1)
+	go func() { checked <- s.checkExchange(conn) }()
+	select {
+	case err := <-checked:
+		return err
+	case <-ctx.Done():
+		return activities.Retryable(fmt.Errorf("rabbitmq: check exchange %q on %s: %w", s.exchange, s.shown, ctx.Err()), 0)
+	}
+}
+
+// checkExchange reports whether the sink's exchange exists, on a channel of its own: a
+// passive declare that fails closes its channel.
+func (s *Sink) checkExchange(conn *connection) error {
 	ch, err := conn.amqp.Channel()
 	if err != nil {
 		return fmt.Errorf("rabbitmq: open a channel on %s: %w", s.shown, err)

@@ -437,3 +437,29 @@ func TestABrokenConnectionMarksItsPublishesLost(t *testing.T) {
 		t.Errorf("%d connections, want a new one after each break", p.count())
 	}
 }
+
+// TestOpenEndsWithItsContext: a broker that stops answering holds no Open past its
+// context (the exchange check's calls take none), so it holds neither a worker's start
+// nor its Close.
+func TestOpenEndsWithItsContext(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	ex := b.exchange("orders")
+	p := newProxy(t)
+	s := newSink(t, "orders", activities.SinkConfig{URL: p.url(), Exchange: ex})
+	if err := s.Open(ctxFor(t)); err != nil {
+		t.Fatal(err)
+	}
+	p.link(0).down.stall()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := s.Open(ctx)
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("Open took %v, past its context of 500ms", took)
+	}
+	if _, ok := activities.IsRetryable(err); !ok || activities.IsPermanent(err) {
+		t.Fatalf("got %v, want a retryable error (the broker may answer again)", err)
+	}
+	p.link(0).down.resume()
+}
