@@ -261,6 +261,57 @@ func (a *App) RunWorker(ctx context.Context, h Handlers) error {
 		}
 		return err
 	}
+	return a.runWorker(ctx, deps)
+}
+
+// Run runs the worker and the relay in this process, until ctx is cancelled or either of
+// them fails: the one production process most deployments want. The relay starts each
+// workflow eagerly (EagerStart: Temporal hands the run's first workflow task straight to
+// this process's worker, one round trip less per message). Several such processes may
+// run against one database and namespace, as separate relays and workers may.
+//
+// They stop in order: the relay first (no new starts), then the worker, which lets the
+// sends in flight finish within worker.stop_timeout. Close the App after Run returns: the
+// Temporal client outlives both.
+func (a *App) Run(ctx context.Context, h Handlers) error {
+	deps, err := a.PrepareWorker(ctx, h)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
+		return err
+	}
+	// The worker stops after the relay, not with ctx.
+	workerCtx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWorker()
+	relayCtx, stopRelay := context.WithCancel(ctx)
+	defer stopRelay()
+	workerDone, relayDone := make(chan error, 1), make(chan error, 1)
+	go func() { workerDone <- a.runWorker(workerCtx, deps) }()
+	go func() {
+		relayDone <- a.RunRelayWith(relayCtx, func(c *starter.Config) { c.EagerStart = true })
+	}()
+	select {
+	case err = <-relayDone: // stopped with ctx, or failed
+		stopWorker()
+		if werr := <-workerDone; err == nil {
+			err = werr
+		}
+		if err != nil {
+			err = fmt.Errorf("relay: %w", err)
+		}
+	case err = <-workerDone: // a worker stops only on a fatal error before ctx ends
+		stopRelay()
+		<-relayDone
+		if err != nil {
+			err = fmt.Errorf("worker: %w", err)
+		}
+	}
+	return err
+}
+
+// runWorker runs a worker of its own with deps until ctx is cancelled.
+func (a *App) runWorker(ctx context.Context, deps worker.Deps) error {
 	return worker.Run(ctx, worker.Config{
 		Client:    a.Temporal,
 		TaskQueue: a.Config.Temporal.TaskQueue,

@@ -23,11 +23,22 @@ import (
 // TestWorkerDrainsOnSIGTERM: SIGTERM to outbox worker (a rolling deploy) while a send is
 // in flight lets that send finish, under the default worker.stop_timeout, instead of
 // cancelling it into an ambiguous failure that is resent: the receiver gets the message
-// once, the row is sent with retry_times 0, and the process exits 0.
+// once, the row is sent with retry_times 0, and the process exits 0. outbox run (relay and
+// worker in one process, the relay starting eagerly) does the same: its relay hands the
+// message over, and on SIGTERM it stops first and the worker drains.
 func TestWorkerDrainsOnSIGTERM(t *testing.T) {
 	t.Parallel()
 	bin, err := buildOutbox()
 	require.NoError(t, err)
+	for _, command := range []string{"worker", "run"} {
+		t.Run(command, func(t *testing.T) {
+			t.Parallel()
+			testDrainOnSIGTERM(t, bin, command)
+		})
+	}
+}
+
+func testDrainOnSIGTERM(t *testing.T, bin, command string) {
 	ts := newServer(t)
 	e := newEnv(t, ts)
 	var requests atomic.Int32
@@ -55,7 +66,7 @@ topics:
     url: %s/events
 `, e.store.Schema(), ts.GetFrontendHostPort(), e.namespace, e.taskQueue, slow.URL)), 0o600))
 	var out bytes.Buffer
-	cmd := exec.Command(bin, "worker", "--config", cfgPath)
+	cmd := exec.Command(bin, command, "--config", cfgPath)
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+testdb.URL())
 	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(t, cmd.Start())
@@ -67,7 +78,9 @@ topics:
 			<-exited
 		}
 	})
-	e.startRelay(t)
+	if command == "worker" {
+		e.startRelay(t)
+	}
 
 	id := e.enqueueOrderPlain(t, "order.created", nil)
 	select {
@@ -78,9 +91,9 @@ topics:
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	select {
 	case err := <-exited:
-		require.NoError(t, err, "outbox worker exits 0 after draining:\n%s", out.String())
+		require.NoError(t, err, "outbox %s exits 0 after draining:\n%s", command, out.String())
 	case <-time.After(60 * time.Second):
-		t.Fatalf("outbox worker did not exit within 60s of SIGTERM:\n%s", out.String())
+		t.Fatalf("outbox %s did not exit within 60s of SIGTERM:\n%s", command, out.String())
 	}
 
 	ctx := context.Background()

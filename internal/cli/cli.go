@@ -77,6 +77,7 @@ OUTBOX_TASK_QUEUE override the config file.`,
 		newMigrateCmd(g),
 		newWorkerCmd(g),
 		newRelayCmd(g),
+		newRunCmd(g),
 		newEnqueueCmd(g),
 		newDemoCmd(g),
 		newDLQCmd(g),
@@ -197,6 +198,26 @@ func newWorkerCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.withApp(cmd.Context(), true, func(a *app.App) error {
 				return a.RunWorker(cmd.Context(), app.Handlers{})
+			})
+		},
+	}
+}
+
+func newRunCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "run",
+		Short: "Run the worker and the relay in one process, with eager workflow start",
+		Long: `Run runs what worker and relay run, in one process: the shape most deployments want.
+The relay starts each delivery workflow eagerly, so Temporal hands its first workflow task
+straight to this process's worker. Several run processes (or separate relays and workers)
+may run against one database and namespace.
+
+On SIGTERM the relay stops first, then the worker lets its sends in flight finish within
+worker.stop_timeout.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return g.withApp(cmd.Context(), true, func(a *app.App) error {
+				return a.Run(cmd.Context(), app.Handlers{})
 			})
 		},
 	}
