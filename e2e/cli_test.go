@@ -121,8 +121,11 @@ func TestBenchSmoke(t *testing.T) {
 	cmd.Env = append(devEnv(), "DATABASE_URL="+testdb.URL())
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	for _, want := range []string{"| naive |", "| bare |", "| outbox |", "| dev |", "msg/s |", "| outbox worker |", "| outbox relay |"} {
+	for _, want := range []string{"| naive |", "| bare |", "| outbox |", "| run |", "| dev |", "msg/s |", "actions/msg | events/msg |", "| outbox worker |", "| outbox relay |"} {
 		require.Contains(t, string(out), want)
 	}
+	// The naive shape's cost follows from its shape: the start and three activities, one
+	// attempt each; 5 events per activity, 3 per workflow task (4 tasks), start and close.
+	require.Regexp(t, `\| naive \|[^\n]*\| 4\.0 \| 23\.0 \|`, string(out), "the naive shape costs 4 actions and 23 events per message")
 	t.Logf("outbox bench:\n%s", out)
 }

@@ -33,6 +33,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,6 +44,7 @@ import (
 
 	"github.com/outbox-go/outbox/cmd/outbox/internal/dev"
 	"github.com/outbox-go/outbox/internal/cli"
+	"github.com/outbox-go/outbox/internal/temporalcost"
 	"github.com/outbox-go/outbox/internal/temporalx"
 	"github.com/outbox-go/outbox/store"
 )
@@ -57,7 +59,7 @@ type Options struct {
 	LatencyMessages int
 	// Runs repeats the drains, alternating the shapes, and reports min/median/max.
 	Runs int
-	// Only runs a subset of "naive,bare,outbox,dev,latency".
+	// Only runs a subset of "naive,bare,outbox,run,dev,latency".
 	Only string
 	// CPUProfile, when set, writes a CPU profile of this process (the in-process Temporal
 	// server, and the naive and bare workers) to the file.
@@ -108,6 +110,43 @@ type bench struct {
 	client   client.Client
 	recv     *receiver
 	work     string // a folder for configs and logs
+
+	samplesMu sync.Mutex
+	samples   map[string][]string // workflow IDs of delivered messages, by shape, for their cost
+}
+
+// costSamples is how many runs of each shape the bench reads back to count their cost.
+const costSamples = 20
+
+// sample records the workflow IDs of up to costSamples delivered messages of shape.
+func (b *bench) sample(shape string, ids []string) {
+	b.samplesMu.Lock()
+	defer b.samplesMu.Unlock()
+	if b.samples == nil {
+		b.samples = map[string][]string{}
+	}
+	b.samples[shape] = ids[:min(len(ids), costSamples)]
+}
+
+// cost reads back the histories sampled for shape and returns the mean actions and
+// history events per message.
+func (b *bench) cost(ctx context.Context, shape string) (actions, events float64, err error) {
+	b.samplesMu.Lock()
+	ids := b.samples[shape]
+	b.samplesMu.Unlock()
+	if len(ids) == 0 {
+		return 0, 0, nil
+	}
+	var total temporalcost.Cost
+	for _, id := range ids {
+		c, err := temporalcost.OfRun(ctx, b.client, id, "")
+		if err != nil {
+			return 0, 0, fmt.Errorf("history of %s: %w", id, err)
+		}
+		total = total.Add(c)
+	}
+	n := float64(len(ids))
+	return float64(total.Actions) / n, float64(total.Events) / n, nil
 }
 
 // Run runs the benchmark and prints its table to out.
@@ -190,6 +229,7 @@ func (b *bench) run(ctx context.Context) error {
 		{"naive", "3 regular activities, default worker options, plain start loop", b.naive},
 		{"bare", "OutboxDelivery with no-op activities, plain start loop", b.bare},
 		{"outbox", "outbox worker + outbox relay, separate processes", b.processes},
+		{"run", "outbox run: worker and relay in one process, eager start", b.combined},
 		{"dev", "worker and relay in one process (outbox dev)", b.dev},
 	}
 	rates := map[string][]float64{}
@@ -213,15 +253,20 @@ func (b *bench) run(ctx context.Context) error {
 		}
 	}
 
-	fmt.Fprintf(b.out, "\n| shape | what | msg/s min / median / max | median vs naive | median vs bare |\n|---|---|---:|---:|---:|\n")
+	fmt.Fprintf(b.out, "\n| shape | what | msg/s min / median / max | median vs naive | median vs bare | actions/msg | events/msg |\n|---|---|---:|---:|---:|---:|---:|\n")
 	for _, s := range shapes {
 		rs := rates[s.name]
 		if len(rs) == 0 {
 			continue
 		}
-		fmt.Fprintf(b.out, "| %s | %s | %s | %s | %s |\n", s.name, s.what, minMedMax(rs),
-			ratio(median(rs), median(rates["naive"])), ratio(median(rs), median(rates["bare"])))
+		actions, events, err := b.cost(ctx, s.name)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		fmt.Fprintf(b.out, "| %s | %s | %s | %s | %s | %.1f | %.1f |\n", s.name, s.what, minMedMax(rs),
+			ratio(median(rs), median(rates["naive"])), ratio(median(rs), median(rates["bare"])), actions, events)
 	}
+	fmt.Fprintf(b.out, "\nactions/msg and events/msg: the mean over %d delivered messages' histories per shape, by Temporal Cloud's rules (docs/benchmarks.md); msg/s ≤ the namespace's actions/s limit (500 by default) ÷ actions/msg.\n", costSamples)
 
 	if b.wants("latency") {
 		capacity := median(rates["outbox"])

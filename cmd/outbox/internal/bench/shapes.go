@@ -196,6 +196,11 @@ func (b *bench) naive(ctx context.Context, n int) (float64, error) {
 	if err := s.waitSent(ctx, "true", n); err != nil {
 		return 0, err
 	}
+	sampled := make([]string, 0, costSamples)
+	for _, id := range ids[:min(len(ids), costSamples)] {
+		sampled = append(sampled, "naive-"+id.String())
+	}
+	b.sample("naive", sampled)
 	return s.drainRate(ctx, committed, n)
 }
 
@@ -251,9 +256,13 @@ func (b *bench) bare(ctx context.Context, n int) (float64, error) {
 	}
 	defer w.Stop()
 
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = uuid.NewString()
+	}
 	began := time.Now()
 	if err := startAll(ctx, n, func(ctx context.Context, i int) error {
-		in := workflows.DeliveryInput{MessageID: uuid.NewString(), Topic: benchTopic, Policy: workflows.Policy{}.WithDefaults(), SearchAttributes: true, Version: workflows.DeliveryVersion}
+		in := workflows.DeliveryInput{MessageID: ids[i], Topic: benchTopic, Policy: workflows.Policy{}.WithDefaults(), SearchAttributes: true, Version: workflows.DeliveryVersion}
 		opts := client.StartWorkflowOptions{ID: "bare-" + in.MessageID, TaskQueue: queue, TypedSearchAttributes: workflows.StartSearchAttributes(in)}
 		_, err := b.client.ExecuteWorkflow(ctx, opts, workflows.WorkflowType, in)
 		return err
@@ -267,7 +276,13 @@ func (b *bench) bare(ctx context.Context, n int) (float64, error) {
 	case <-time.After(10*time.Minute + time.Duration(n)*100*time.Millisecond):
 		return 0, fmt.Errorf("only %d of %d deliveries finished", done.Load(), n)
 	}
-	return float64(n) / time.Since(began).Seconds(), nil
+	rate := float64(n) / time.Since(began).Seconds()
+	sampled := make([]string, 0, costSamples)
+	for _, id := range ids[:min(n, costSamples)] {
+		sampled = append(sampled, "bare-"+id)
+	}
+	b.sample("bare", sampled)
+	return rate, nil
 }
 
 // workerOptions are the SDK worker options of the bare shape: those outbox worker uses.
@@ -279,6 +294,10 @@ func workerOptions() sdkworker.Options {
 
 func (b *bench) processes(ctx context.Context, n int) (float64, error) {
 	return b.drainWith(ctx, n, "outbox", "worker", "relay")
+}
+
+func (b *bench) combined(ctx context.Context, n int) (float64, error) {
+	return b.drainWith(ctx, n, "run", "run")
 }
 
 func (b *bench) dev(ctx context.Context, n int) (float64, error) {
@@ -305,7 +324,23 @@ func (b *bench) drainWith(ctx context.Context, n int, shape string, which ...str
 	if err := s.waitSent(ctx, "true", n); err != nil {
 		return 0, fmt.Errorf("%w; logs in %s", err, b.work)
 	}
-	return s.drainRate(ctx, committed, n)
+	rate, err := s.drainRate(ctx, committed, n)
+	if err != nil {
+		return 0, err
+	}
+	rows, err := b.pool.Query(ctx, `SELECT message_id::text FROM `+s.table+` ORDER BY id LIMIT $1`, costSamples)
+	if err != nil {
+		return 0, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, err
+	}
+	for i, id := range ids {
+		ids[i] = workflows.WorkflowID(id)
+	}
+	b.sample(shape, ids)
+	return rate, nil
 }
 
 // proc is an outbox process the bench started.
