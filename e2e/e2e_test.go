@@ -218,11 +218,12 @@ func TestDelivery(t *testing.T) {
 			require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, describeClosed(t, e.client, workflows.WorkflowID(id.String())).GetWorkflowExecutionInfo().GetStatus())
 		}
 
-		// The delivery is found in the UI by topic and status.
+		// The delivery is found in the UI by topic and status, as the README searches: a
+		// completed run is a sent message.
 		require.Eventually(t, func() bool {
 			resp, err := e.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
 				Namespace: e.namespace,
-				Query:     fmt.Sprintf("OutboxMessageId = '%s' AND OutboxTopic = 'order.created' AND OutboxStatus = 'sent'", ids[0]),
+				Query:     fmt.Sprintf("OutboxMessageId = '%s' AND OutboxTopic = 'order.created' AND ExecutionStatus = 'Completed'", ids[0]),
 			})
 			require.NoError(t, err)
 			return len(resp.GetExecutions()) == 1

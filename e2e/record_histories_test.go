@@ -39,7 +39,7 @@ const recordEnv = "OUTBOX_RECORD_HISTORIES"
 // recordGeneration names the folder of workflows/testdata that TestRecordHistories
 // writes. The replay test replays every generation, so when a change to OutboxDelivery adds
 // a path or changes its input, bump this and record: the older generations stay, guarded.
-const recordGeneration = "v5"
+const recordGeneration = "v6"
 
 // historiesDir is where workflows/replay_test.go reads the recorded histories from.
 var historiesDir = filepath.Join("..", "workflows", "testdata", recordGeneration)
@@ -188,8 +188,14 @@ func TestRecordHistories(t *testing.T) {
 				// The worker's database is away at the first send: the attempt is not used
 				// up; the same attempt succeeds once the database is back.
 				workerStore, proxy := proxiedStore(t, e)
-				proxy.down()
 				e.startWorkerWith(t, workerStore)
+				// Past its start (which waits for a database that does not answer), the
+				// worker polls; then its database goes away.
+				require.Eventually(t, func() bool {
+					resp, err := e.client.DescribeTaskQueue(context.Background(), e.taskQueue, enumspb.TASK_QUEUE_TYPE_WORKFLOW)
+					return err == nil && len(resp.GetPollers()) > 0
+				}, 30*time.Second, 50*time.Millisecond, "the worker polls")
+				proxy.down()
 				e.startRelay(t)
 				id := e.enqueueOrderPlain(t, "order.created", nil)
 				waitActivityFailed(t, e, id)

@@ -198,3 +198,20 @@ func TestCheckFirstOnANewRun(t *testing.T) {
 	e.waitStatus(t, id, store.StatusSent)
 	require.Equal(t, int32(1), posts.Load(), "the new run asked check_url first and did not send again")
 }
+
+// TestStartWhileTheDatabaseIsDown: a worker and a relay started while the outbox's
+// database does not answer (an outage, a deploy that starts them first) wait for it
+// instead of exiting, and deliver once it is back.
+func TestStartWhileTheDatabaseIsDown(t *testing.T) {
+	t.Parallel()
+	ts := newServer(t)
+	e := newEnv(t, ts)
+	st, proxy := proxiedStore(t, e)
+	proxy.down()
+	e.startWorkerWith(t, st)
+	e.startRelayWith(t, st, starter.Config{})
+	time.Sleep(3 * time.Second) // both try, and wait
+	proxy.up(t)
+	id := e.enqueueOrderPlain(t, "order.created", nil)
+	e.waitStatus(t, id, store.StatusSent)
+}

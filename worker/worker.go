@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 
@@ -131,9 +132,29 @@ func Run(ctx context.Context, cfg Config) error {
 // outbox deployment polls taskQueue (its identity names that deployment). It returns the
 // deployment ID, for Deps.Deployment and the worker identity
 // (<pid>@<host>@outbox:<deployment-id>). A task queue that cannot be described (an API key
-// without that permission) is logged, and the worker starts without that check.
+// without that permission) is logged, and the worker starts without that check. A
+// database that does not answer is waited for (an outage, or a deploy that starts the
+// worker first), until ctx ends; one that answers with an error (a schema without the
+// migrations) is an error.
 func CheckTaskQueue(ctx context.Context, c client.Client, st *store.Store, taskQueue string, logger *slog.Logger) (uuid.UUID, error) {
-	id, recorded, err := st.RecordTaskQueue(ctx, taskQueue)
+	logger = cmp.Or(logger, slog.Default())
+	var (
+		id       uuid.UUID
+		recorded string
+		err      error
+	)
+	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
+		id, recorded, err = st.RecordTaskQueue(ctx, taskQueue)
+		var pgErr *pgconn.PgError
+		if err == nil || errors.As(err, &pgErr) || ctx.Err() != nil {
+			break
+		}
+		logger.WarnContext(ctx, "Cannot read the outbox deployment; the worker waits for the database", slog.Duration("retry_in", wait), slog.Any("error", err))
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("worker: %w", err)
 	}
@@ -148,7 +169,7 @@ func CheckTaskQueue(ctx context.Context, c client.Client, st *store.Store, taskQ
 	case errors.As(err, &conflict):
 		return uuid.Nil, fmt.Errorf("worker: %w", err)
 	case err != nil:
-		cmp.Or(logger, slog.Default()).WarnContext(ctx, "Cannot tell whether another outbox deployment polls the task queue; starting without that check",
+		logger.WarnContext(ctx, "Cannot tell whether another outbox deployment polls the task queue; starting without that check",
 			slog.String("task_queue", taskQueue), slog.Any("error", err))
 	}
 	return id, nil

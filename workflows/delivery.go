@@ -424,7 +424,10 @@ func (d *delivery) markSent(attempts int, alreadyProcessed bool) (DeliveryResult
 	if err != nil && !bounded {
 		return DeliveryResult{}, fmt.Errorf("mark message sent: %w", err)
 	}
-	d.setStatus(SearchStatusSent)
+	if d.in.Version < 3 {
+		// From version 3 the run's Completed status says sent: no upsert (one action).
+		d.setStatus(SearchStatusSent)
+	}
 	if err != nil {
 		d.logger.Warn("Delivered, but the row could not be recorded sent; reconciliation will record it", "error", err)
 		return DeliveryResult{Attempts: attempts, AlreadyProcessed: alreadyProcessed, Unrecorded: true}, nil

@@ -69,8 +69,11 @@ type SearchStatus string
 const (
 	SearchStatusDispatched SearchStatus = "dispatched"
 	SearchStatusRetrying   SearchStatus = "retrying"
-	SearchStatusSent       SearchStatus = "sent"
-	SearchStatusDead       SearchStatus = "dead"
+	// SearchStatusSent is set by runs of DeliveryVersion 2 and earlier; a run of version 3
+	// or later that delivered its message completes, ExecutionStatus = 'Completed', and
+	// keeps the status it had.
+	SearchStatusSent SearchStatus = "sent"
+	SearchStatusDead SearchStatus = "dead"
 )
 
 // Search attribute names (all Keyword).
@@ -336,8 +339,9 @@ type DeliveryInput struct {
 
 // DeliveryVersion is the version of OutboxDelivery this code starts: 2 takes every change
 // guarded so far (bounded mark-sent; unknown topics retried and the last ambiguous attempt
-// checked).
-const DeliveryVersion = 2
+// checked); 3 also leaves OutboxStatus alone when the message is delivered (a completed run
+// is a sent message: one search-attribute upsert, one action, less per message).
+const DeliveryVersion = 3
 
 // DeliveryResult is the result of a delivery that completed.
 type DeliveryResult struct {
