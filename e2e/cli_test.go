@@ -127,5 +127,9 @@ func TestBenchSmoke(t *testing.T) {
 	// The naive shape's cost follows from its shape: the start and three activities, one
 	// attempt each; 5 events per activity, 3 per workflow task (4 tasks), start and close.
 	require.Regexp(t, `\| naive \|[^\n]*\| 4\.0 \| 23\.0 \|`, string(out), "the naive shape costs 4 actions and 23 events per message")
+	// The outbox's: the start, the send and one local-activity task (mark-sent).
+	for _, shape := range []string{"outbox", "run", "dev"} {
+		require.Regexp(t, `\| `+shape+` \|[^\n]*\| 3\.0 \| 12\.0 \|`, string(out), "the %s shape costs 3 actions and 12 events per message", shape)
+	}
 	t.Logf("outbox bench:\n%s", out)
 }
