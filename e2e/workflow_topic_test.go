@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -162,21 +163,7 @@ func TestSignalTopicWhoseWorkflowClosed(t *testing.T) {
 		Workflow: "OrderLifecycle", TaskQueue: teamQueue, WorkflowID: prefix + "{payload.order_id}", Signal: "paid",
 		WorkflowIDReuse: "allow_duplicate_failed_only",
 	}
-	var mu sync.Mutex
-	var received []string
-	// The team's workflow completes after the first signal it receives.
-	teamWorker(t, e, teamQueue, func(w sdkworker.Worker) {
-		w.RegisterWorkflowWithOptions(func(ctx workflow.Context, _ *delivery.Message) (string, error) {
-			var m delivery.Message
-			workflow.GetSignalChannel(ctx, "paid").Receive(ctx, &m)
-			if !workflow.IsReplaying(ctx) {
-				mu.Lock()
-				received = append(received, m.MessageID)
-				mu.Unlock()
-			}
-			return m.MessageID, nil
-		}, workflow.RegisterOptions{Name: "OrderLifecycle"})
-	})
+	received := completeOnFirstSignal(t, e, teamQueue)
 	e.startWorker(t)
 	e.startRelay(t)
 
@@ -202,9 +189,7 @@ func TestSignalTopicWhoseWorkflowClosed(t *testing.T) {
 	require.Len(t, dls, 1)
 	require.Contains(t, dls[0].LastError, "signal paid not delivered: workflow "+prefix+"42 is closed (run "+secondRun.GetExecution().GetRunId()+", completed)")
 
-	mu.Lock()
-	defer mu.Unlock()
-	require.Equal(t, []string{first.String(), second.String()}, received, "each delivered signal received once; the refund reached no one and says so")
+	require.Equal(t, []string{first.String(), second.String()}, received(), "each delivered signal received once; the refund reached no one and says so")
 }
 
 // loseFirstSignalResult loses the answer of the first signal-with-start attempt after it
@@ -244,20 +229,7 @@ func TestSignalWhoseAnswerWasLost(t *testing.T) {
 	teamQueue := "orders-" + e.store.Schema()
 	prefix := "order-" + e.store.Schema() + "-"
 	e.cfg.Topics["order.paid"] = config.Topic{Workflow: "OrderLifecycle", TaskQueue: teamQueue, WorkflowID: prefix + "{payload.order_id}", Signal: "paid"}
-	var mu sync.Mutex
-	var received []string
-	teamWorker(t, e, teamQueue, func(w sdkworker.Worker) {
-		w.RegisterWorkflowWithOptions(func(ctx workflow.Context, _ *delivery.Message) (string, error) {
-			var m delivery.Message
-			workflow.GetSignalChannel(ctx, "paid").Receive(ctx, &m)
-			if !workflow.IsReplaying(ctx) {
-				mu.Lock()
-				received = append(received, m.MessageID)
-				mu.Unlock()
-			}
-			return m.MessageID, nil
-		}, workflow.RegisterOptions{Name: "OrderLifecycle"})
-	})
+	received := completeOnFirstSignal(t, e, teamQueue)
 	reg, err := e.cfg.Registry(nil)
 	require.NoError(t, err)
 	e.run(t, func(ctx context.Context) error {
@@ -280,7 +252,30 @@ func TestSignalWhoseAnswerWasLost(t *testing.T) {
 	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, closed.GetStatus())
 	require.Equal(t, &workflows.StartedWorkflow{WorkflowID: prefix + "42", RunID: closed.GetExecution().GetRunId()}, res.Started,
 		"the run the first attempt signalled, still the latest: no new run")
-	mu.Lock()
-	defer mu.Unlock()
-	require.Equal(t, []string{id.String()}, received, "one copy")
+	require.Equal(t, []string{id.String()}, received(), "one copy")
+}
+
+// completeOnFirstSignal runs a team's worker on queue with the workflow OrderLifecycle,
+// which completes after the first "paid" signal it receives; received returns the message
+// IDs its runs received, in order.
+func completeOnFirstSignal(t *testing.T, e *env, queue string) (received func() []string) {
+	var mu sync.Mutex
+	var ids []string
+	teamWorker(t, e, queue, func(w sdkworker.Worker) {
+		w.RegisterWorkflowWithOptions(func(ctx workflow.Context, _ *delivery.Message) (string, error) {
+			var m delivery.Message
+			workflow.GetSignalChannel(ctx, "paid").Receive(ctx, &m)
+			if !workflow.IsReplaying(ctx) {
+				mu.Lock()
+				ids = append(ids, m.MessageID)
+				mu.Unlock()
+			}
+			return m.MessageID, nil
+		}, workflow.RegisterOptions{Name: "OrderLifecycle"})
+	})
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(ids)
+	}
 }
