@@ -135,9 +135,11 @@ topics:
 	}
 	out := run(3*time.Second, env, "relay") // runs until stopped
 	require.NotContains(t, out, "error:", out)
-	out = run(30*time.Second, env, "worker")
-	for _, name := range []string{"OUTBOX_SWEEP_TOKEN", "OUTBOX_SWEEP_SIGNING", "OUTBOX_SWEEP_RABBIT", "OUTBOX_SWEEP_KAFKA"} {
-		require.Contains(t, out, "environment variable "+name+" is not set or empty", "the worker names what it lacks:\n%s", out)
+	for _, cmd := range []string{"worker", "run"} { // run is the worker and the relay in one
+		out = run(30*time.Second, env, cmd)
+		for _, name := range []string{"OUTBOX_SWEEP_TOKEN", "OUTBOX_SWEEP_SIGNING", "OUTBOX_SWEEP_RABBIT", "OUTBOX_SWEEP_KAFKA"} {
+			require.Contains(t, out, "environment variable "+name+" is not set or empty", "outbox %s names what it lacks:\n%s", cmd, out)
+		}
 	}
 
 	// Phase 2: set, the worker runs; every attempt fails against an endpoint that is down.
