@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/sinks/rabbitsink"
 )
 
 // proxy forwards TCP connections to the broker, and can stall either direction of a
@@ -213,11 +214,7 @@ func TestAWriteThatOutlivesItsAttemptSparesTheOtherPublishes(t *testing.T) {
 	first.up.stall()
 
 	big := bigDelivery(q)
-	bigCtx, bigCancel := context.WithTimeout(ctx, 1500*time.Millisecond)
-	defer bigCancel()
-	bigErr := make(chan error, 1)
-	go func() { bigErr <- s.Send(bigCtx, big) }()
-	time.Sleep(300 * time.Millisecond) // its write is under way, and blocks
+	bigErr := sendBlocked(t, s, big, 1500*time.Millisecond)
 
 	// Publishes on other channels of the connection, behind the blocked write.
 	others := make(map[string]bool, n)
@@ -320,12 +317,7 @@ func TestARetiredConnectionIsClosedAtItsBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.link(0).up.stall()
-
-	bigCtx, bigCancel := context.WithTimeout(ctx, time.Second)
-	defer bigCancel()
-	bigErr := make(chan error, 1)
-	go func() { bigErr <- s.Send(bigCtx, bigDelivery(q)) }()
-	time.Sleep(300 * time.Millisecond)
+	bigErr := sendBlocked(t, s, bigDelivery(q), time.Second)
 	otherErr := make(chan error, 1)
 	go func() { otherErr <- s.Send(ctx, delivery(q, 0)) }()
 
@@ -357,11 +349,7 @@ func TestASendDoesNotWaitPastItsAttemptForAChannel(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.link(0).up.stall()
-	bigCtx, bigCancel := context.WithTimeout(ctx, time.Second)
-	defer bigCancel()
-	bigErr := make(chan error, 1)
-	go func() { bigErr <- s.Send(bigCtx, bigDelivery(q)) }()
-	time.Sleep(300 * time.Millisecond)
+	bigErr := sendBlocked(t, s, bigDelivery(q), time.Second)
 
 	start := time.Now()
 	otherCtx, otherCancel := context.WithTimeout(ctx, 1500*time.Millisecond)
@@ -462,4 +450,17 @@ func TestOpenEndsWithItsContext(t *testing.T) {
 		t.Fatalf("got %v, want a retryable error (the broker may answer again)", err)
 	}
 	p.link(0).down.resume()
+}
+
+// sendBlocked starts sending d with an attempt of attempt, on a connection whose writes the
+// proxy stalls, and returns once the write is under way (and blocks); the channel gets the
+// send's error.
+func sendBlocked(t *testing.T, s *rabbitsink.Sink, d activities.Delivery, attempt time.Duration) <-chan error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), attempt)
+	t.Cleanup(cancel)
+	errc := make(chan error, 1)
+	go func() { errc <- s.Send(ctx, d) }()
+	time.Sleep(300 * time.Millisecond)
+	return errc
 }
