@@ -34,7 +34,9 @@ type Deps struct {
 	// Client signals teams' workflows for topics with a signal (Run sets it to its own
 	// client when it is nil). Optional otherwise.
 	Client client.Client
-	// Deployment is the deployment ID of Store (store.Store.DeploymentID; Run reads it).
+	// Deployment is the deployment ID of Store (store.Store.DeploymentID). Run, when it is
+	// unset, checks the task queue (CheckTaskQueue) and fills it; set, it was checked
+	// already (app.PrepareWorker does, and returns it).
 	// When set, Register registers OutboxDelivery guarded by it (workflows.DeliveryOf): a
 	// run of another outbox database's message fails its workflow tasks on this worker,
 	// which Temporal retries, and never runs a step here. That needs the SDK's default
@@ -84,9 +86,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Options.WorkflowPanicPolicy == sdkworker.FailWorkflow {
 		return errors.New("worker: WorkflowPanicPolicy FailWorkflow would fail the runs of another outbox database's messages that reach this worker (and any run that hits a bug) instead of leaving them to be retried: use the default, BlockWorkflow")
 	}
-	id, err := CheckTaskQueue(ctx, cfg.Client, cfg.Store, taskQueue, logger)
-	if err != nil {
-		return err
+	// app.PrepareWorker has checked the task queue when it filled Deployment.
+	id := cfg.Deployment
+	if id == uuid.Nil {
+		var err error
+		if id, err = CheckTaskQueue(ctx, cfg.Client, cfg.Store, taskQueue, logger); err != nil {
+			return err
+		}
 	}
 	// A fatal error (the namespace is gone, permission denied) stops the SDK worker's
 	// polling; Run returns it instead of idling as if all were well.
