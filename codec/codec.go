@@ -27,6 +27,7 @@ import (
 	"strings"
 
 	commonpb "go.temporal.io/api/common/v1"
+	failurepb "go.temporal.io/api/failure/v1"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/protobuf/proto"
@@ -218,8 +219,25 @@ func DataConverter(c converter.PayloadCodec) converter.DataConverter {
 // FailureConverter returns a failure converter that moves failure messages and stack
 // traces into an encoded attribute, so that they too are encrypted by dc's codec. Use it
 // with dc = [DataConverter](c).
+//
+// It reads a failure from a copy: the SDK's converter decodes the encoded attributes in
+// place, and a local activity's failure is read from the very marker command the worker
+// then sends, which would put the message back in plaintext into the history.
 func FailureConverter(dc converter.DataConverter) converter.FailureConverter {
-	return temporal.NewDefaultFailureConverter(temporal.DefaultFailureConverterOptions{DataConverter: dc, EncodeCommonAttributes: true})
+	return copyingFailureConverter{temporal.NewDefaultFailureConverter(temporal.DefaultFailureConverterOptions{DataConverter: dc, EncodeCommonAttributes: true})}
+}
+
+// copyingFailureConverter converts failures to errors from a copy, leaving the failure it
+// was given as it was.
+type copyingFailureConverter struct {
+	converter.FailureConverter
+}
+
+func (c copyingFailureConverter) FailureToError(f *failurepb.Failure) error {
+	if f == nil {
+		return nil
+	}
+	return c.FailureConverter.FailureToError(proto.Clone(f).(*failurepb.Failure))
 }
 
 // maxRequestBytes bounds one request to the HTTP handler (Temporal payloads are below

@@ -215,6 +215,7 @@ func TestConverters(t *testing.T) {
 	require.NotContains(t, string(f.GetEncodedAttributes().GetData()), "secret-path")
 	back := fc.FailureToError(f)
 	require.ErrorContains(t, back, "secret-path")
+	require.NotContains(t, f.GetMessage(), "secret-path", "reading a failure leaves it encoded (a local activity's marker is read before it is sent)")
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(back, &appErr))
 }
