@@ -148,10 +148,12 @@ func delivery(row store.Row, attempt, maxAttempts int) Delivery {
 
 // Send is one delivery attempt: it loads the message, hands it to its topic's handler and
 // returns the handler's failure as an ApplicationError the workflow can classify. A failed
-// attempt is recorded on the row (retry_times, last_error).
-func (a *Activities) Send(ctx context.Context, in workflows.SendInput) error {
+// attempt is recorded on the row (retry_times, last_error); a delivered one is recorded
+// sent, and the result says whether that took (the workflow then needs no mark-sent step).
+// The workflow runs it as a regular activity, or as a local activity for a first attempt.
+func (a *Activities) Send(ctx context.Context, in workflows.SendInput) (workflows.SendResult, error) {
 	if err := a.checkDeployment(ctx, in.MessageID, in.Deployment); err != nil {
-		return err
+		return workflows.SendResult{}, err
 	}
 	a.Metrics.SendAttempt(in.Topic)
 	row, h, err := a.loadWithinLimits(ctx, in.MessageID)
@@ -159,26 +161,26 @@ func (a *Activities) Send(ctx context.Context, in workflows.SendInput) error {
 		a.Metrics.SendFailed(in.Topic, workflows.ErrTypeStoreUnavailable)
 		a.logger().WarnContext(ctx, "Cannot load the message: the outbox database is unavailable",
 			slog.String("message_id", in.MessageID), slog.String("topic", in.Topic), slog.Int("attempt", in.Attempt), slog.Any("error", err))
-		return err
+		return workflows.SendResult{}, err
 	}
 	if err != nil {
 		a.recordFailure(ctx, in, err)
-		return err
+		return workflows.SendResult{}, err
 	}
 	switch row.Status {
 	case store.StatusSent:
-		// Recorded as delivered by an earlier run: sending again would duplicate it.
-		return nil
+		// Recorded as delivered by an earlier run (or by this attempt before its worker
+		// was lost): sending again would duplicate it.
+		return workflows.SendResult{Recorded: true}, nil
 	case store.StatusDead, store.StatusDiscarded:
-		return temporal.NewNonRetryableApplicationError(
+		return workflows.SendResult{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("message %s is %s", row.MessageID, row.Status), workflows.ErrTypePermanent, nil)
 	}
 	ctx, span := a.startSendSpan(ctx, row, in)
 	defer span.End()
 	err = h.Send(ctx, delivery(row, in.Attempt, in.MaxAttempts))
 	if err == nil {
-		a.recordDelivered(ctx, in)
-		return nil
+		return workflows.SendResult{Recorded: a.recordDelivered(ctx, in)}, nil
 	}
 	if errors.Is(err, ErrConnectionLost) {
 		a.Metrics.ConnectionLost(in.Topic)
@@ -186,16 +188,17 @@ func (a *Activities) Send(ctx context.Context, in workflows.SendInput) error {
 	appErr := toApplicationError(err)
 	endSendSpan(span, appErr)
 	a.recordFailure(ctx, in, appErr)
-	return appErr
+	return workflows.SendResult{}, appErr
 }
 
 // recordDelivered records the row sent as soon as the handler accepted it, so the row
 // (and the next message of its ordering key) does not wait for the workflow's next task.
-// The workflow's mark-sent step confirms it, and records it when this could not.
-func (a *Activities) recordDelivered(ctx context.Context, in workflows.SendInput) {
+// It reports whether the row is recorded sent now; when it is not, the workflow's
+// mark-sent step records it.
+func (a *Activities) recordDelivered(ctx context.Context, in workflows.SendInput) bool {
 	id, err := uuid.Parse(in.MessageID)
 	if err != nil {
-		return
+		return false
 	}
 	// Within half the time the attempt has left: a database that hangs must not turn a
 	// delivered attempt into a timed-out (ambiguous) one.
@@ -208,7 +211,9 @@ func (a *Activities) recordDelivered(ctx context.Context, in workflows.SendInput
 	if _, err := a.markSent(markCtx, id); err != nil {
 		a.logger().InfoContext(ctx, "Delivered; the row is recorded sent by the mark-sent step",
 			slog.String("message_id", in.MessageID), slog.Any("error", err))
+		return false
 	}
+	return true
 }
 
 func (a *Activities) recordFailure(ctx context.Context, in workflows.SendInput, err error) {

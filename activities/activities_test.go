@@ -45,7 +45,7 @@ func TestActivities(t *testing.T) {
 		t.Parallel()
 		a, st := setup(t, 200)
 		id := enqueue(t, st, "order.shipped")
-		err := a.Send(ctx, workflows.SendInput{MessageID: id, Topic: "order.shipped", Attempt: 1, MaxAttempts: 4})
+		err := sendOnce(ctx, a, workflows.SendInput{MessageID: id, Topic: "order.shipped", Attempt: 1, MaxAttempts: 4})
 		var appErr *temporal.ApplicationError
 		require.ErrorAs(t, err, &appErr)
 		require.Equal(t, workflows.ErrTypeUnknownTopic, appErr.Type())
@@ -61,7 +61,7 @@ func TestActivities(t *testing.T) {
 		t.Parallel()
 		a, st := setup(t, 503)
 		id := enqueue(t, st, "order.created")
-		err := a.Send(ctx, workflows.SendInput{MessageID: id, Topic: "order.created", Attempt: 3, MaxAttempts: 4})
+		err := sendOnce(ctx, a, workflows.SendInput{MessageID: id, Topic: "order.created", Attempt: 3, MaxAttempts: 4})
 		var appErr *temporal.ApplicationError
 		require.ErrorAs(t, err, &appErr)
 		require.Equal(t, workflows.ErrTypeRetryable, appErr.Type())
@@ -76,7 +76,9 @@ func TestActivities(t *testing.T) {
 		t.Parallel()
 		a, st := setup(t, 200)
 		id := enqueue(t, st, "order.created")
-		require.NoError(t, a.Send(ctx, workflows.SendInput{MessageID: id, Topic: "order.created", Attempt: 1, MaxAttempts: 4}))
+		res, err := a.Send(ctx, workflows.SendInput{MessageID: id, Topic: "order.created", Attempt: 1, MaxAttempts: 4})
+		require.NoError(t, err)
+		require.True(t, res.Recorded, "the send says it recorded the row: the workflow skips mark-sent")
 		row, err := st.Get(ctx, mustUUID(t, id))
 		require.NoError(t, err)
 		require.Equal(t, store.StatusSent, row.Status, "sent when the handler accepted it, before mark-sent")
@@ -92,7 +94,9 @@ func TestActivities(t *testing.T) {
 		a, st := setup(t, 500)
 		id := enqueue(t, st, "order.created")
 		require.NoError(t, a.MarkSent(ctx, workflows.MarkSentInput{MessageID: id, Attempts: 1}))
-		require.NoError(t, a.Send(ctx, workflows.SendInput{MessageID: id, Topic: "order.created", Attempt: 1, MaxAttempts: 1}))
+		res, err := a.Send(ctx, workflows.SendInput{MessageID: id, Topic: "order.created", Attempt: 1, MaxAttempts: 1})
+		require.NoError(t, err, "a 500 would fail it: nothing was sent")
+		require.True(t, res.Recorded)
 	})
 
 	t.Run("CheckWithoutCheckURLIsUnsupported", func(t *testing.T) {
@@ -123,7 +127,7 @@ func TestActivities(t *testing.T) {
 			{errors.New("unclassified"), workflows.ErrTypeAmbiguous, false},
 		} {
 			next = tc.err
-			err := a.Send(ctx, workflows.SendInput{MessageID: id, Topic: "anything", Attempt: 1, MaxAttempts: 2})
+			err := sendOnce(ctx, a, workflows.SendInput{MessageID: id, Topic: "anything", Attempt: 1, MaxAttempts: 2})
 			var appErr *temporal.ApplicationError
 			require.ErrorAs(t, err, &appErr)
 			require.Equal(t, tc.typ, appErr.Type())
@@ -158,7 +162,7 @@ func TestWrongDeployment(t *testing.T) {
 	require.NoError(t, err)
 	other := uuid.NewString()
 
-	err = a.Send(ctx, workflows.SendInput{MessageID: id.String(), Topic: "order.created", Attempt: 1, MaxAttempts: 1, Deployment: other})
+	err = sendOnce(ctx, a, workflows.SendInput{MessageID: id.String(), Topic: "order.created", Attempt: 1, MaxAttempts: 1, Deployment: other})
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
 	require.Equal(t, workflows.ErrTypeWrongDeployment, appErr.Type())
@@ -174,7 +178,13 @@ func TestWrongDeployment(t *testing.T) {
 	require.Zero(t, requests.Load())
 
 	// Its own deployment, and no deployment at all (a run of an older relay), are sent.
-	require.NoError(t, a.Send(ctx, workflows.SendInput{MessageID: id.String(), Topic: "order.created", Attempt: 1, MaxAttempts: 1, Deployment: own.String()}))
-	require.NoError(t, a.Send(ctx, workflows.SendInput{MessageID: id.String(), Topic: "order.created", Attempt: 1, MaxAttempts: 1}))
+	require.NoError(t, sendOnce(ctx, a, workflows.SendInput{MessageID: id.String(), Topic: "order.created", Attempt: 1, MaxAttempts: 1, Deployment: own.String()}))
+	require.NoError(t, sendOnce(ctx, a, workflows.SendInput{MessageID: id.String(), Topic: "order.created", Attempt: 1, MaxAttempts: 1}))
 	require.EqualValues(t, 1, requests.Load(), "the second send finds the row sent")
+}
+
+// sendOnce runs one send attempt and returns its error.
+func sendOnce(ctx context.Context, a *activities.Activities, in workflows.SendInput) error {
+	_, err := a.Send(ctx, in)
+	return err
 }

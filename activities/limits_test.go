@@ -51,7 +51,7 @@ func TestSendPayloadLimit(t *testing.T) {
 		return id
 	}
 	send := func(id uuid.UUID) error {
-		return a.Send(ctx, workflows.SendInput{MessageID: id.String(), Topic: "order.created", Attempt: 1, MaxAttempts: 4})
+		return sendOnce(ctx, a, workflows.SendInput{MessageID: id.String(), Topic: "order.created", Attempt: 1, MaxAttempts: 4})
 	}
 
 	t.Run("OverLimitIsPermanent", func(t *testing.T) {

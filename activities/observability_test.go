@@ -122,7 +122,7 @@ func TestSendTracing(t *testing.T) {
 		// Under Temporal's tracing interceptor the activity runs inside the workflow's
 		// trace: a span of another trace.
 		actCtx, actSpan := o.tp.Tracer("temporal").Start(ctx, "RunActivity:OutboxSend")
-		require.NoError(t, o.a.Send(actCtx, workflows.SendInput{MessageID: id.String(), Topic: "order.created", Attempt: 1, MaxAttempts: 4}))
+		require.NoError(t, sendOnce(actCtx, o.a, workflows.SendInput{MessageID: id.String(), Topic: "order.created", Attempt: 1, MaxAttempts: 4}))
 		actSpan.End()
 		require.NotEqual(t, enqSpan.SpanContext().TraceID(), actSpan.SpanContext().TraceID())
 
@@ -150,7 +150,7 @@ func TestSendTracing(t *testing.T) {
 		id, err := o.st.Enqueue(ctx, o.st.DB(), store.Message{Topic: "order.created", Payload: json.RawMessage(`{}`)})
 		require.NoError(t, err)
 		actCtx, actSpan := o.tp.Tracer("temporal").Start(ctx, "RunActivity:OutboxSend")
-		require.NoError(t, o.a.Send(actCtx, workflows.SendInput{MessageID: id.String(), Topic: "order.created", Attempt: 1, MaxAttempts: 4}))
+		require.NoError(t, sendOnce(actCtx, o.a, workflows.SendInput{MessageID: id.String(), Topic: "order.created", Attempt: 1, MaxAttempts: 4}))
 		actSpan.End()
 		send := o.sendSpan(t)
 		require.Equal(t, actSpan.SpanContext().SpanID(), send.Parent().SpanID())
@@ -165,7 +165,7 @@ func TestSendTracing(t *testing.T) {
 		id, err := o.st.Enqueue(enqCtx, o.st.DB(), store.Message{Topic: "order.created", Payload: json.RawMessage(`{}`)})
 		require.NoError(t, err)
 		enqSpan.End()
-		require.Error(t, o.a.Send(ctx, workflows.SendInput{MessageID: id.String(), Topic: "order.created", Attempt: 1, MaxAttempts: 4}))
+		require.Error(t, sendOnce(ctx, o.a, workflows.SendInput{MessageID: id.String(), Topic: "order.created", Attempt: 1, MaxAttempts: 4}))
 		send := o.sendSpan(t)
 		require.Equal(t, codes.Error, send.Status().Code)
 		require.Contains(t, send.Status().Description, "HTTP 400")
@@ -185,12 +185,12 @@ func TestActivityMetrics(t *testing.T) {
 	}
 
 	sent := enqueue("order.created")
-	require.NoError(t, o.a.Send(ctx, workflows.SendInput{MessageID: sent, Topic: "order.created", Attempt: 1, MaxAttempts: 4}))
+	require.NoError(t, sendOnce(ctx, o.a, workflows.SendInput{MessageID: sent, Topic: "order.created", Attempt: 1, MaxAttempts: 4}))
 	require.NoError(t, o.a.MarkSent(ctx, workflows.MarkSentInput{MessageID: sent, Attempts: 1}))
 	require.NoError(t, o.a.MarkSent(ctx, workflows.MarkSentInput{MessageID: sent, Attempts: 1}), "a repeated mark-sent")
 
 	unknown := enqueue("order.unrouted")
-	require.Error(t, o.a.Send(ctx, workflows.SendInput{MessageID: unknown, Topic: "order.unrouted", Attempt: 1, MaxAttempts: 4}))
+	require.Error(t, sendOnce(ctx, o.a, workflows.SendInput{MessageID: unknown, Topic: "order.unrouted", Attempt: 1, MaxAttempts: 4}))
 	require.NoError(t, o.a.DeadLetter(ctx, workflows.DeadLetterInput{
 		MessageID: unknown, Topic: "order.unrouted", WorkflowID: workflows.WorkflowID(unknown), RunID: "run-1", Attempts: 1, LastError: "no handler",
 	}))
@@ -225,7 +225,7 @@ func TestConnectionLostIsCounted(t *testing.T) {
 	for range 2 {
 		id, err := o.st.Enqueue(ctx, o.st.DB(), store.Message{Topic: "order.queued", Payload: json.RawMessage(`{}`)})
 		require.NoError(t, err)
-		require.Error(t, o.a.Send(ctx, workflows.SendInput{MessageID: id.String(), Topic: "order.queued", Attempt: 1, MaxAttempts: 4}))
+		require.Error(t, sendOnce(ctx, o.a, workflows.SendInput{MessageID: id.String(), Topic: "order.queued", Attempt: 1, MaxAttempts: 4}))
 	}
 	queued := map[string]string{"topic": "order.queued"}
 	require.Equal(t, 1.0, o.value(t, "outbox_send_connection_lost_total", queued))

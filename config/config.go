@@ -273,6 +273,12 @@ type Topic struct {
 	// database is unreachable; after it the run completes "delivered, not recorded" and
 	// reconciliation records the row. Defaults to 10m.
 	MarkSentTimeout Duration `yaml:"mark_sent_timeout"`
+	// FirstAttempt says how a sink topic's first attempt runs: local (the default) as a
+	// local activity in the delivery's first workflow task, which records the message sent
+	// in that task (2 Temporal actions for a message delivered at once), or activity as a
+	// regular activity like every later attempt. A timeout over 1m sends it as an activity
+	// either way. Not for a topic delivered by a team's activity or workflow.
+	FirstAttempt string `yaml:"first_attempt"`
 
 	// AlertWebhook receives a POST for each dead letter of this topic, instead of
 	// alerts.webhook_url. Optional.
@@ -510,6 +516,7 @@ func (t Topic) Policy() workflows.Policy {
 		MaxInterval:        time.Duration(t.MaxInterval),
 		SendTimeout:        time.Duration(t.Timeout),
 		MarkSentTimeout:    time.Duration(t.MarkSentTimeout),
+		FirstAttempt:       t.FirstAttempt,
 		Activity:           t.activityHandler(),
 		Workflow:           t.workflowHandler(),
 	}.WithDefaults()
@@ -832,7 +839,7 @@ func (t Topic) validate(field string, sinks []string) error {
 		if t.TaskQueue == "" {
 			bad("task_queue", "must name the task queue of %s, got an empty name", by)
 		}
-		for _, k := range []struct{ key, value string }{{"sink", t.Sink}, {"url", t.URL}, {"check_url", t.CheckURL}} {
+		for _, k := range []struct{ key, value string }{{"sink", t.Sink}, {"url", t.URL}, {"check_url", t.CheckURL}, {"first_attempt", t.FirstAttempt}} {
 			if k.value != "" {
 				bad(k.key, "must be empty for a topic delivered by %s, got %q", by, k.value)
 			}

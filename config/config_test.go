@@ -38,6 +38,7 @@ topics:
     backoff: 3
     max_interval: 30s
     timeout: 5s
+    first_attempt: activity
 default:
   url: http://fallback:8080/events
 `
@@ -55,7 +56,7 @@ func TestParse(t *testing.T) {
 		require.Equal(t, "outbox-orders", d.Temporal.TaskQueue)
 		require.Equal(t, 500*time.Millisecond, time.Duration(d.Relay.PollInterval))
 		require.Equal(t, 16, d.Relay.StartConcurrency)
-		require.Equal(t, workflows.Policy{MaxAttempts: 6, InitialInterval: 2 * time.Second, BackoffCoefficient: 3, MaxInterval: 30 * time.Second, SendTimeout: 5 * time.Second, MarkSentTimeout: 10 * time.Minute},
+		require.Equal(t, workflows.Policy{MaxAttempts: 6, InitialInterval: 2 * time.Second, BackoffCoefficient: 3, MaxInterval: 30 * time.Second, SendTimeout: 5 * time.Second, MarkSentTimeout: 10 * time.Minute, FirstAttempt: workflows.FirstAttemptActivity},
 			d.Policy("order.created"))
 		require.Equal(t, workflows.Policy{}.WithDefaults(), d.Policy("order.unknown"), "the default entry sets no policy")
 		_, ok := d.TopicConfig("order.unknown")
@@ -143,6 +144,8 @@ func TestParse(t *testing.T) {
 			{"topics: {a: {sink: nats, url: 'nats://h:4222', headers: {'a b': c}}}\n", `topics["a"].headers: "a b" is not a header name NATS carries`},
 			{"topics: {a: {url: 'http://x', max_attempts: 500}}\n", `topics["a"].max_attempts: must be between 1 and 101 (unset: 12), got 500`},
 			{"topics: {a: {url: 'http://x', backoff: 0.5}}\n", `topics["a"].backoff: must be at least 1, got 0.5`},
+			{"topics: {a: {url: 'http://x', first_attempt: eager}}\n", `topics["a"].first_attempt must be local or activity, got "eager"`},
+			{"topics: {a: {activity: A, task_queue: q, first_attempt: local}}\n", `topics["a"].first_attempt: must be empty for a topic delivered by activity A, got "local"`},
 			{"topics: {a: {url: 'http://x', initial_interval: 1m, max_interval: 1s}}\n", `topics["a"].max_interval must be at least initial_interval (1m0s), got 1s`},
 			{"topics: {'Bad Topic': {url: 'http://x'}}\n", `topics["Bad Topic"]: topic name must match`},
 			{"default: {url: ftp://x}\n", `default.url: must be an absolute http or https URL, got "ftp://x"`},

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -24,6 +25,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/outbox-go/outbox/activities"
 	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/internal/testdb"
@@ -39,7 +41,7 @@ const recordEnv = "OUTBOX_RECORD_HISTORIES"
 // recordGeneration names the folder of workflows/testdata that TestRecordHistories
 // writes. The replay test replays every generation, so when a change to OutboxDelivery adds
 // a path or changes its input, bump this and record: the older generations stay, guarded.
-const recordGeneration = "v6"
+const recordGeneration = "v7"
 
 // historiesDir is where workflows/replay_test.go reads the recorded histories from.
 var historiesDir = filepath.Join("..", "workflows", "testdata", recordGeneration)
@@ -222,6 +224,34 @@ func TestRecordHistories(t *testing.T) {
 				defer cancel()
 				require.NoError(t, e.client.GetWorkflow(waitCtx, workflows.WorkflowID(id.String()), "").Get(waitCtx, &res))
 				require.True(t, res.Unrecorded)
+				return id
+			},
+		},
+		{
+			file: "delivery_first_task_lost.json",
+			run: func(t *testing.T, e *env) uuid.UUID {
+				// The local first attempt reached the downstream and its worker lost
+				// Temporal before its task completed; another worker takes the run after the
+				// task timed out, asks check_url (which has it) and records it sent.
+				topic := fast(e)
+				topic.CheckURL = e.recv.URL + "/events/{message_id}"
+				e.cfg.Topics["order.lost"] = topic
+				id := loseFirstTask(t, ts, e, "order.lost", activities.Ambiguous(errors.New("connection reset after the request was written")))
+				e.waitStatus(t, id, store.StatusSent)
+				return id
+			},
+		},
+		{
+			file: "delivery_first_attempt_activity.json",
+			run: func(t *testing.T, e *env) uuid.UUID {
+				// first_attempt: activity: every attempt a regular activity; the send records
+				// the row, so no mark-sent step.
+				topic := fast(e)
+				topic.FirstAttempt = workflows.FirstAttemptActivity
+				e.cfg.Topics["order.regular"] = topic
+				e.start(t)
+				id := e.enqueueOrderPlain(t, "order.regular", nil)
+				e.waitStatus(t, id, store.StatusSent)
 				return id
 			},
 		},

@@ -36,6 +36,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	dmsg "github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/internal/deployment"
 	"github.com/outbox-go/outbox/metrics"
 	"github.com/outbox-go/outbox/store"
@@ -408,6 +409,7 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	if len(rows) == 0 {
 		return claim.Parked, nil
 	}
+	messages := r.teamMessages(ctx, rows)
 	var attempted, refused atomic.Int32
 	var firstRefusal atomic.Pointer[error]
 	var mu sync.Mutex
@@ -434,7 +436,11 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 			rowCtx, cancel := context.WithTimeout(hand, r.cfg.StartTimeout+20*time.Second)
 			defer cancel()
 			attempted.Add(1)
-			owned, err := r.handOver(rowCtx, row)
+			var msg *store.Row
+			if m, ok := messages[row.MessageID]; ok {
+				msg = &m
+			}
+			owned, err := r.handOver(rowCtx, row, msg)
 			switch {
 			case err != nil:
 				refused.Add(1)
@@ -563,6 +569,37 @@ func (r *Relay) deploymentID() string {
 	return r.deployment
 }
 
+// teamMessages reads, in one statement, the claimed rows of topics delivered by a team's
+// activity or workflow, whose run gives the message to that activity or workflow: the
+// input then carries it (DeliveryInput.Message) and the run needs no load step. Rows
+// handed over before are left out (their run reads the row, to learn whether an earlier
+// run delivered it), and so are payloads over the store's limit (their run's load
+// dead-letters them with the reason). When the read fails, every run loads its message.
+func (r *Relay) teamMessages(ctx context.Context, rows []store.Claimed) map[uuid.UUID]store.Row {
+	var ids []uuid.UUID
+	for _, row := range rows {
+		if p := r.cfg.Policy(row.Topic); (p.Activity != nil || p.Workflow != nil) && !row.MayHaveBeenSent() {
+			ids = append(ids, row.MessageID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	readCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	all, err := r.store.GetAll(readCtx, ids)
+	if err != nil {
+		r.log.WarnContext(ctx, "Cannot read the messages of team topics with the claim; their runs load them", slog.Int("messages", len(ids)), slog.Any("error", err))
+		return nil
+	}
+	for id, m := range all {
+		if len(m.Payload) > r.store.MaxPayloadBytes() {
+			delete(all, id)
+		}
+	}
+	return all
+}
+
 // StartOptions returns the options a message's workflow is started with.
 func (r *Relay) StartOptions(in workflows.DeliveryInput) client.StartWorkflowOptions {
 	opts := client.StartWorkflowOptions{
@@ -579,13 +616,20 @@ func (r *Relay) StartOptions(in workflows.DeliveryInput) client.StartWorkflowOpt
 	if in.SearchAttributes {
 		opts.TypedSearchAttributes = workflows.StartSearchAttributes(in)
 	}
+	if in.LocalFirstAttempt() {
+		// The first attempt runs as a local activity inside the first workflow task,
+		// which must outlast it.
+		opts.WorkflowTaskTimeout = workflows.FirstTaskTimeout(in.Policy.SendTimeout)
+	}
 	return opts
 }
 
 // handOver starts the row's workflow. It reports whether a running workflow now owns the
 // row (the caller marks such rows dispatched, a pass at a time), and returns the error of
 // a start that Temporal refused (the row stays claimed and is retried after its lease).
-func (r *Relay) handOver(ctx context.Context, row store.Claimed) (owned bool, err error) {
+//
+// msg, when not nil, is the row's message for a team topic's input (see teamMessages).
+func (r *Relay) handOver(ctx context.Context, row store.Claimed, msg *store.Row) (owned bool, err error) {
 	log := r.log.With(slog.String("message_id", row.MessageID.String()), slog.String("topic", row.Topic))
 	in := workflows.DeliveryInput{
 		MessageID:        row.MessageID.String(),
@@ -595,6 +639,12 @@ func (r *Relay) handOver(ctx context.Context, row store.Claimed) (owned bool, er
 		CheckFirst:       row.MayHaveBeenSent(),
 		Version:          workflows.DeliveryVersion,
 		Deployment:       r.deploymentID(),
+	}
+	if msg != nil {
+		in.Message = &dmsg.Message{MessageID: row.MessageID.String(), Topic: msg.Topic, Payload: msg.Payload, Headers: msg.Headers, CreatedAt: msg.CreatedAt}
+		if msg.OrderingKey != nil {
+			in.OrderingKey = *msg.OrderingKey
+		}
 	}
 	startCtx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
 	defer cancel()

@@ -398,6 +398,28 @@ func (s *Store) Get(ctx context.Context, messageID uuid.UUID) (Row, error) {
 	return m, nil
 }
 
+// GetAll loads the messages of messageIDs, by message ID, in one statement. An ID
+// without a row is left out.
+func (s *Store) GetAll(ctx context.Context, messageIDs []uuid.UUID) (map[uuid.UUID]Row, error) {
+	rows, err := s.db.Query(ctx, `SELECT `+rowColumns+` FROM `+s.messages+` WHERE message_id = ANY($1)`, messageIDs)
+	if err != nil {
+		return nil, fmt.Errorf("load %d messages: %w", len(messageIDs), err)
+	}
+	defer rows.Close()
+	out := make(map[uuid.UUID]Row, len(messageIDs))
+	for rows.Next() {
+		m, err := scanRow(rows)
+		if err != nil {
+			return nil, fmt.Errorf("load %d messages: %w", len(messageIDs), err)
+		}
+		out[m.MessageID] = m
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("load %d messages: %w", len(messageIDs), err)
+	}
+	return out, nil
+}
+
 // DeadLetter is the record of a message whose delivery gave up.
 type DeadLetter struct {
 	MessageID  uuid.UUID

@@ -100,15 +100,38 @@ func Delivery(ctx workflow.Context, in DeliveryInput) (DeliveryResult, error) {
 		unknown  = in.CheckFirst // a send may have happened before this run
 		attempt  = 1
 		storeOut int // consecutive sends that found the database unavailable or reached another deployment
+		local    = d.localFirst()
 	)
+	if local && firstTaskRetried(ctx) {
+		// An earlier try of this first workflow task did not complete (its worker was lost
+		// mid-send, or it failed): its local send may have reached the downstream. Ask
+		// first, as after any ambiguous failure, and send as a regular activity.
+		d.logger.Warn("The first workflow task was tried before; its local send may have happened: checking before sending")
+		local, unknown = false, true
+	}
 	for {
 		if unknown {
 			if d.checkProcessed() {
 				return d.markSent(attempt-1, true)
 			}
 		}
-		err := d.send(attempt)
+		var (
+			recorded bool
+			err      error
+		)
+		if local {
+			// Only the first try of the first attempt is local: a retry of it (the
+			// database was unavailable) and every later attempt are regular activities.
+			local = false
+			recorded, err = d.sendLocal(attempt)
+		} else {
+			recorded, err = d.send(attempt)
+		}
 		if err == nil {
+			if recorded && d.in.Version >= 4 {
+				// The send recorded the row sent: no mark-sent step.
+				return DeliveryResult{Attempts: attempt, Started: d.started}, nil
+			}
 			return d.markSent(attempt, false)
 		}
 		f := d.classify(err)
@@ -155,6 +178,7 @@ type delivery struct {
 	logger      log.Logger
 	dbCtx       workflow.Context
 	sendCtx     workflow.Context
+	localCtx    workflow.Context // the first attempt as a local activity
 	checkCtx    workflow.Context
 	signalCtx   workflow.Context // the signal activity, on the outbox's task queue
 	// checkable is false once check-processed said the topic's handler cannot tell.
@@ -180,9 +204,20 @@ func newDelivery(ctx workflow.Context, in DeliveryInput) *delivery {
 			StartToCloseTimeout: policy.SendTimeout,
 			RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
 		}),
+		localCtx: workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+			// ScheduleToClose as well: the send must end within the first workflow task's
+			// budget (localSendFits), waiting for a local activity slot included.
+			StartToCloseTimeout:    policy.SendTimeout,
+			ScheduleToCloseTimeout: policy.SendTimeout,
+			RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
+		}),
 		checkCtx:  workflow.WithActivityOptions(ctx, checkActivityOptions),
 		checkable: true,
 		versions:  map[string]bool{},
+	}
+	if in.Version >= 4 && in.Message != nil && !in.CheckFirst {
+		// The relay read the message of a team's topic with the claim: no load step.
+		d.loaded = &LoadMessageResult{Message: *in.Message, OrderingKey: in.OrderingKey}
 	}
 	if a := policy.Activity; a != nil {
 		// The team's activities run on the team's task queue; each attempt is one
@@ -235,21 +270,57 @@ func (d *delivery) setStatus(status SearchStatus) {
 }
 
 // send runs one send attempt: the send activity, or the team's activity of the topic.
-func (d *delivery) send(attempt int) error {
+// recorded reports a send activity that recorded the row sent itself.
+func (d *delivery) send(attempt int) (recorded bool, err error) {
 	if w := d.policy.Workflow; w != nil {
-		return d.startWorkflow(w, attempt)
+		return false, d.startWorkflow(w, attempt)
 	}
 	a := d.policy.Activity
 	if a == nil {
-		return workflow.ExecuteActivity(d.sendCtx, ActivitySend, SendInput{
-			MessageID: d.in.MessageID, Topic: d.in.Topic, Attempt: attempt, MaxAttempts: d.maxAttempts, Deployment: d.in.Deployment,
-		}).Get(d.ctx, nil)
+		var res SendResult
+		err := workflow.ExecuteActivity(d.sendCtx, ActivitySend, d.sendInput(attempt)).Get(d.ctx, &res)
+		return res.Recorded, err
 	}
 	msg, _, done, err := d.attemptMessage(attempt)
 	if err != nil || done {
-		return err
+		return false, err
 	}
-	return workflow.ExecuteActivity(d.sendCtx, a.Activity, msg).Get(d.ctx, nil)
+	return false, workflow.ExecuteActivity(d.sendCtx, a.Activity, msg).Get(d.ctx, nil)
+}
+
+// sendLocal runs the first attempt as a local activity, in the workflow task that runs
+// it: delivered and recorded, the run completes in that task.
+func (d *delivery) sendLocal(attempt int) (recorded bool, err error) {
+	var res SendResult
+	err = workflow.ExecuteLocalActivity(d.localCtx, ActivitySend, d.sendInput(attempt)).Get(d.ctx, &res)
+	return res.Recorded, err
+}
+
+func (d *delivery) sendInput(attempt int) SendInput {
+	return SendInput{MessageID: d.in.MessageID, Topic: d.in.Topic, Attempt: attempt, MaxAttempts: d.maxAttempts, Deployment: d.in.Deployment}
+}
+
+// localFirst reports whether the first attempt runs as a local activity: the input asks
+// for it (DeliveryInput.LocalFirstAttempt), and the run's workflow task timeout leaves
+// the send room to end before the SDK would heartbeat the task (a run started without
+// FirstTaskTimeout, by a client of its own, sends as a regular activity instead).
+func (d *delivery) localFirst() bool {
+	if !d.in.LocalFirstAttempt() {
+		return false
+	}
+	return localSendFits(workflow.GetInfo(d.ctx).WorkflowTaskTimeout, d.policy.SendTimeout)
+}
+
+// firstTaskStartedEventID is the event ID of a run's first WorkflowTaskStarted when its
+// first workflow task is tried once: WorkflowExecutionStarted, WorkflowTaskScheduled,
+// WorkflowTaskStarted.
+const firstTaskStartedEventID = 3
+
+// firstTaskRetried reports, in the run's first workflow task, whether an earlier try of
+// that task failed or timed out (its events come before this try's start). It reads the
+// history, so replay gives the same answer.
+func firstTaskRetried(ctx workflow.Context) bool {
+	return workflow.GetInfo(ctx).GetCurrentHistoryLength() > firstTaskStartedEventID
 }
 
 // attemptMessage is the message a team's activity or workflow gets for attempt n, and its

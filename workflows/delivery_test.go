@@ -17,7 +17,18 @@ import (
 )
 
 // Activity signatures the workflow calls by name; the test environment mocks them.
-func send(context.Context, workflows.SendInput) error { return nil }
+func send(context.Context, workflows.SendInput) (workflows.SendResult, error) {
+	return workflows.SendResult{}, nil
+}
+
+// sendErrs adapts a mock send that answers with an error only: a delivered send that
+// did not record the row, as a send activity of version 3 and earlier (the workflow runs
+// mark-sent).
+func sendErrs(f func(context.Context, workflows.SendInput) error) func(context.Context, workflows.SendInput) (workflows.SendResult, error) {
+	return func(ctx context.Context, in workflows.SendInput) (workflows.SendResult, error) {
+		return workflows.SendResult{}, f(ctx, in)
+	}
+}
 func checkProcessed(context.Context, workflows.CheckProcessedInput) (workflows.CheckProcessedResult, error) {
 	return workflows.CheckProcessedResult{}, nil
 }
@@ -52,14 +63,14 @@ func setup(t *testing.T, policy workflows.Policy) *bundle {
 // test-clock time of each attempt.
 func (b *bundle) onSend(t *testing.T, errs ...error) {
 	n := 0
-	b.env.OnActivity(workflows.ActivitySend, mock.Anything, mock.Anything).Return(func(_ context.Context, in workflows.SendInput) error {
+	b.env.OnActivity(workflows.ActivitySend, mock.Anything, mock.Anything).Return(sendErrs(func(_ context.Context, in workflows.SendInput) error {
 		require.Equal(t, n+1, in.Attempt)
 		require.Equal(t, b.input.MessageID, in.MessageID)
 		b.sends = append(b.sends, b.env.Now())
 		err := errs[n]
 		n++
 		return err
-	}).Times(len(errs))
+	})).Times(len(errs))
 }
 
 func (b *bundle) run() (workflows.DeliveryResult, error) {
@@ -192,13 +203,13 @@ func TestDelivery(t *testing.T) {
 		t.Parallel()
 		b := setup(t, workflows.Policy{MaxAttempts: 3, SendTimeout: 5 * time.Second})
 		calls := 0
-		b.env.OnActivity(workflows.ActivitySend, mock.Anything, mock.Anything).Return(func(context.Context, workflows.SendInput) error {
+		b.env.OnActivity(workflows.ActivitySend, mock.Anything, mock.Anything).Return(sendErrs(func(context.Context, workflows.SendInput) error {
 			calls++
 			if calls == 1 {
 				return temporal.NewTimeoutError(0, nil) // as a start-to-close timeout reports
 			}
 			return nil
-		}).Twice()
+		})).Twice()
 		b.env.OnActivity(workflows.ActivityCheckProcessed, mock.Anything, mock.Anything).
 			Return(workflows.CheckProcessedResult{Supported: true, Processed: false}, nil).Once()
 		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 2}).Return(nil).Once()
@@ -293,7 +304,7 @@ func TestDeliveryUnknownOutcomes(t *testing.T) {
 		// downstream, and 3 succeeds. With 3 attempts, nothing is dead-lettered.
 		var attempts []int
 		calls := 0
-		b.env.OnActivity(workflows.ActivitySend, mock.Anything, mock.Anything).Return(func(_ context.Context, in workflows.SendInput) error {
+		b.env.OnActivity(workflows.ActivitySend, mock.Anything, mock.Anything).Return(sendErrs(func(_ context.Context, in workflows.SendInput) error {
 			calls++
 			attempts = append(attempts, in.Attempt)
 			switch {
@@ -305,7 +316,7 @@ func TestDeliveryUnknownOutcomes(t *testing.T) {
 				return retryable("HTTP 503")
 			}
 			return nil
-		}).Times(13)
+		})).Times(13)
 		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 3}).Return(nil).Once()
 		start := b.env.Now()
 		res, err := b.run()
@@ -442,7 +453,7 @@ func TestDefaultPolicyRidesOutTenMinuteOutage(t *testing.T) {
 	t.Parallel()
 	b := setup(t, workflows.ResolvePolicy(workflows.Policy{}, nil))
 	var start time.Time
-	b.env.OnActivity(workflows.ActivitySend, mock.Anything, mock.Anything).Return(func(_ context.Context, in workflows.SendInput) error {
+	b.env.OnActivity(workflows.ActivitySend, mock.Anything, mock.Anything).Return(sendErrs(func(_ context.Context, in workflows.SendInput) error {
 		if start.IsZero() {
 			start = b.env.Now()
 		}
@@ -451,7 +462,7 @@ func TestDefaultPolicyRidesOutTenMinuteOutage(t *testing.T) {
 			return retryable("dial tcp: connect: connection refused")
 		}
 		return nil
-	})
+	}))
 	b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, mock.Anything).Return(nil).Once()
 	res, err := b.run()
 	require.NoError(t, err, "the default policy gave up during a 10-minute outage")

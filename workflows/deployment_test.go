@@ -35,7 +35,7 @@ func TestDeliveryWrongDeployment(t *testing.T) {
 		b := setup(t, workflows.Policy{MaxAttempts: 1})
 		b.input.Deployment = deploymentA
 		calls := 0
-		b.env.OnActivity(workflows.ActivitySend, mock.Anything, mock.Anything).Return(func(_ context.Context, in workflows.SendInput) error {
+		b.env.OnActivity(workflows.ActivitySend, mock.Anything, mock.Anything).Return(sendErrs(func(_ context.Context, in workflows.SendInput) error {
 			calls++
 			require.Equal(t, 1, in.Attempt)
 			require.Equal(t, deploymentA, in.Deployment, "the send carries the message's deployment")
@@ -43,7 +43,7 @@ func TestDeliveryWrongDeployment(t *testing.T) {
 				return wrongDeployment()
 			}
 			return nil
-		}).Times(5)
+		})).Times(5)
 		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 1}).Return(nil).Once()
 		b.env.OnActivity(workflows.ActivityDeadLetter, mock.Anything, mock.Anything).Return(nil).Never()
 		res, err := b.run()

@@ -48,6 +48,7 @@ type policyJSON struct {
 	MaxInterval        textDuration     `json:"max_interval"`
 	SendTimeout        textDuration     `json:"send_timeout"`
 	MarkSentTimeout    *textDuration    `json:"mark_sent_timeout,omitempty"`
+	FirstAttempt       string           `json:"first_attempt,omitempty"`
 	Activity           *ActivityHandler `json:"activity,omitempty"`
 	Workflow           *WorkflowHandler `json:"workflow,omitempty"`
 }
@@ -60,6 +61,7 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 		BackoffCoefficient: p.BackoffCoefficient,
 		MaxInterval:        textDuration(p.MaxInterval),
 		SendTimeout:        textDuration(p.SendTimeout),
+		FirstAttempt:       p.FirstAttempt,
 		Activity:           p.Activity,
 		Workflow:           p.Workflow,
 	}
@@ -82,6 +84,7 @@ func (p *Policy) UnmarshalJSON(b []byte) error {
 		BackoffCoefficient: j.BackoffCoefficient,
 		MaxInterval:        time.Duration(j.MaxInterval),
 		SendTimeout:        time.Duration(j.SendTimeout),
+		FirstAttempt:       j.FirstAttempt,
 		Activity:           j.Activity,
 		Workflow:           j.Workflow,
 	}

@@ -28,6 +28,16 @@ func TestInputDurationsAsText(t *testing.T) {
 		b, err = json.Marshal(p)
 		require.NoError(t, err)
 		require.Contains(t, string(b), `"mark_sent_timeout":"10m0s"`)
+
+		// Every field of a filled policy comes back.
+		full := workflows.Policy{MaxAttempts: 4, FirstAttempt: workflows.FirstAttemptActivity,
+			Workflow: &workflows.WorkflowHandler{Workflow: "W", TaskQueue: "q"}}.WithDefaults()
+		b, err = json.Marshal(full)
+		require.NoError(t, err)
+		require.Contains(t, string(b), `"first_attempt":"activity"`)
+		var again workflows.Policy
+		require.NoError(t, json.Unmarshal(b, &again))
+		require.Equal(t, full, again)
 	})
 
 	t.Run("PolicyReadsNanoseconds", func(t *testing.T) {

@@ -48,6 +48,8 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"delivery_team_activity_retried.json",
 		"delivery_team_workflow_started.json",
 		"delivery_team_workflow_signalled.json",
+		"delivery_first_task_lost.json",
+		"delivery_first_attempt_activity.json",
 	}
 	for _, name := range want {
 		require.FileExists(t, filepath.Join(latest, name))

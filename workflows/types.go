@@ -107,6 +107,13 @@ type Policy struct {
 	SendTimeout time.Duration `json:"send_timeout"`
 	// MarkSentTimeout bounds the retries of mark-sent after a delivery. Defaults to 10m.
 	MarkSentTimeout time.Duration `json:"mark_sent_timeout,omitempty"`
+	// FirstAttempt says how a sink topic's first attempt runs: FirstAttemptLocal (the
+	// default) as a local activity in the run's first workflow task, which records the
+	// row sent in that same task when the downstream accepts; FirstAttemptActivity as a
+	// regular activity, like every later attempt. A SendTimeout longer than
+	// MaxLocalSendTimeout makes it a regular activity either way. Topics delivered by a
+	// team's activity or workflow ignore it.
+	FirstAttempt string `json:"first_attempt,omitempty"`
 	// Activity, when set, delivers the message with a team's own activity on its own task
 	// queue instead of the send activity and the topic's handler.
 	Activity *ActivityHandler `json:"activity,omitempty"`
@@ -210,7 +217,44 @@ const (
 	DefaultMaxInterval        = 5 * time.Minute
 	DefaultSendTimeout        = 30 * time.Second
 	DefaultMarkSentTimeout    = 10 * time.Minute
+	DefaultFirstAttempt       = FirstAttemptLocal
 )
+
+// Values of Policy.FirstAttempt.
+const (
+	FirstAttemptLocal    = "local"
+	FirstAttemptActivity = "activity"
+)
+
+// MaxLocalSendTimeout is the longest SendTimeout with which a first attempt runs as a
+// local activity. A local activity holds its workflow task while it runs, so the relay
+// starts such a run with a workflow task timeout that covers the send (see
+// FirstTaskTimeout): a worker lost mid-send is noticed only when that timeout passes, and
+// the server caps workflow task timeouts at two minutes. A topic with a longer timeout
+// sends every attempt as a regular activity.
+const MaxLocalSendTimeout = time.Minute
+
+// DefaultWorkflowTaskTimeout is Temporal's workflow task timeout when a start sets none.
+const DefaultWorkflowTaskTimeout = 10 * time.Second
+
+// localSendMargin is what a first workflow task needs beside its local send: the send
+// must end this long before the SDK would heartbeat the task (at 80 % of its timeout).
+const localSendMargin = 2 * time.Second
+
+// FirstTaskTimeout returns the workflow task timeout of a run whose first attempt runs as
+// a local activity with sendTimeout: long enough that the task is never heartbeated while
+// the send runs (the SDK heartbeats a task at 80 % of its timeout when a local activity is
+// still running, and a send interrupted across a heartbeat would be run again on replay
+// without the check that an interrupted first task gets). At least Temporal's default.
+func FirstTaskTimeout(sendTimeout time.Duration) time.Duration {
+	return max(DefaultWorkflowTaskTimeout, sendTimeout+sendTimeout/4+5*time.Second)
+}
+
+// localSendFits reports whether a local send of sendTimeout ends before the SDK
+// heartbeats a workflow task of taskTimeout.
+func localSendFits(taskTimeout, sendTimeout time.Duration) bool {
+	return sendTimeout+localSendMargin <= taskTimeout*4/5
+}
 
 // MaxAttemptsLimit is the most attempts a policy may allow: the first and 100 retries, as
 // a row's max_retry_times allows (store.MaxRetryTimesLimit).
@@ -224,6 +268,7 @@ func (p Policy) WithDefaults() Policy {
 	p.MaxInterval = cmp.Or(p.MaxInterval, max(DefaultMaxInterval, p.InitialInterval))
 	p.SendTimeout = cmp.Or(p.SendTimeout, DefaultSendTimeout)
 	p.MarkSentTimeout = cmp.Or(p.MarkSentTimeout, DefaultMarkSentTimeout)
+	p.FirstAttempt = cmp.Or(p.FirstAttempt, DefaultFirstAttempt)
 	if p.Workflow != nil {
 		w := *p.Workflow
 		w.WorkflowID = cmp.Or(w.WorkflowID, DefaultWorkflowIDTemplate)
@@ -254,6 +299,8 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("max_interval must be at least initial_interval (%s), got %s", p.InitialInterval, p.MaxInterval)
 	case p.SendTimeout <= 0:
 		return fmt.Errorf("timeout must be positive, got %s", p.SendTimeout)
+	case p.FirstAttempt != FirstAttemptLocal && p.FirstAttempt != FirstAttemptActivity:
+		return fmt.Errorf("first_attempt must be %s or %s, got %q", FirstAttemptLocal, FirstAttemptActivity, p.FirstAttempt)
 	}
 	if w := p.Workflow; w != nil {
 		if _, ok := IDReusePolicies[w.IDReuse]; !ok {
@@ -286,6 +333,15 @@ func (p Policy) Validate() error {
 		}
 	}
 	return nil
+}
+
+// LocalFirstAttempt reports whether p sends a message's first attempt as a local activity
+// in the run's first workflow task: a sink topic (not a team's activity or workflow) with
+// FirstAttempt local and a SendTimeout of at most MaxLocalSendTimeout. The run decides it
+// again from its input and its workflow task timeout (DeliveryInput.LocalFirstAttempt).
+func (p Policy) LocalFirstAttempt() bool {
+	p = p.WithDefaults()
+	return p.Activity == nil && p.Workflow == nil && p.FirstAttempt == FirstAttemptLocal && p.SendTimeout <= MaxLocalSendTimeout
 }
 
 // Backoff returns the wait after failed attempt n (1-based): InitialInterval ×
@@ -335,13 +391,36 @@ type DeliveryInput struct {
 	// (ErrTypeWrongDeployment), so the message waits for a worker of its own database.
 	// Empty (a run started by an older relay) skips these checks.
 	Deployment string `json:"deployment,omitempty"`
+	// Message is the message itself, for a topic delivered by a team's activity or
+	// workflow, whose input it is: the relay reads it with the claim, so the run needs no
+	// load step. Nil otherwise (and for a message handed over before, CheckFirst, whose
+	// run reads its row to learn whether an earlier run delivered it). Versions 4 and
+	// later.
+	Message *dmsg.Message `json:"message,omitempty"`
+	// OrderingKey is the message's ordering key when Message is set (for the workflow ID
+	// template's {ordering_key}).
+	OrderingKey string `json:"ordering_key,omitempty"`
+}
+
+// LocalFirstAttempt reports whether the run sends its first attempt as a local activity
+// in its first workflow task (version 4 and later): its policy's LocalFirstAttempt, and
+// no earlier delivery that may have sent the message (CheckFirst: the run asks first, and
+// sends every attempt as a regular activity). The relay starts such a run with the
+// workflow task timeout FirstTaskTimeout(Policy.SendTimeout).
+func (in DeliveryInput) LocalFirstAttempt() bool {
+	return in.Version >= 4 && !in.CheckFirst && in.Policy.LocalFirstAttempt()
 }
 
 // DeliveryVersion is the version of OutboxDelivery this code starts: 2 takes every change
 // guarded so far (bounded mark-sent; unknown topics retried and the last ambiguous attempt
 // checked); 3 also leaves OutboxStatus alone when the message is delivered (a completed run
-// is a sent message: one search-attribute upsert, one action, less per message).
-const DeliveryVersion = 3
+// is a sent message: one search-attribute upsert, one action, less per message); 4 sends a
+// sink topic's first attempt as a local activity in the first workflow task
+// (LocalFirstAttempt), skips mark-sent when the send recorded the row itself
+// (SendResult.Recorded), and takes a team topic's message from its input
+// (DeliveryInput.Message) instead of loading it: 2 actions for a message delivered at the
+// first attempt, 3 for a team's activity or workflow.
+const DeliveryVersion = 4
 
 // DeliveryResult is the result of a delivery that completed.
 type DeliveryResult struct {
@@ -374,6 +453,14 @@ type SendInput struct {
 	// Deployment is DeliveryInput.Deployment: the activity refuses a message of another
 	// deployment with ErrTypeWrongDeployment.
 	Deployment string `json:"deployment,omitempty"`
+}
+
+// SendResult is the result of the send activity (versions 4 and later read it).
+type SendResult struct {
+	// Recorded says that the row is recorded sent: the send recorded it when the handler
+	// accepted the message, or found it sent by an earlier run. The run then needs no
+	// mark-sent step.
+	Recorded bool `json:"recorded,omitempty"`
 }
 
 // LoadMessageInput is the input of the load-message activity.
