@@ -9,11 +9,14 @@
 //     what Temporal costs for our workflow shape, without the relay and the database;
 //   - outbox: `outbox worker` and `outbox relay` as separate processes, draining rows
 //     committed at once;
+//   - run: `outbox run`, worker and relay in one process with eager start;
 //   - dev: the single-process shape (`outbox dev` with the same database and server);
 //
-// then commit-to-sent latency at a steady offered rate and at half the measured capacity,
-// and the peak memory of the worker and the relay. It prints a table; the ratios are the
-// result, the absolute figures depend on the machine.
+// then what each shape's delivered message costs on Temporal (actions and history
+// events, read back from the runs' histories), commit-to-sent latency of `outbox run` and
+// of the separate processes at a steady offered rate and at half their drain rate, and
+// the processes' peak memory. It prints tables; the ratios are the result, the absolute
+// figures depend on the machine.
 //
 // This package links the Temporal server; library packages must not import it.
 package bench
@@ -80,10 +83,13 @@ schema of its own:
            options, started by a plain client loop: the baseline
   bare     OutboxDelivery with no-op activities, started by a plain client loop
   outbox   outbox worker and outbox relay as separate processes
+  run      outbox run: worker and relay in one process, eager start
   dev      worker and relay in one process (outbox dev)
-  latency  commit-to-sent at --rate, and at half the outbox drain rate
+  latency  commit-to-sent of outbox run and of outbox worker + relay, at --rate and at
+           half their drain rate
 
-and prints a table of messages per second, ratios, latency and peak memory.`,
+and prints tables of messages per second, ratios, actions and history events per message
+(read back from the runs' histories), latency and peak memory.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return Run(cmd.Context(), env, o, cmd.OutOrStdout())
@@ -269,52 +275,77 @@ func (b *bench) run(ctx context.Context) error {
 	fmt.Fprintf(b.out, "\nactions/msg and events/msg: the mean over %d delivered messages' histories per shape, by Temporal Cloud's rules (docs/benchmarks.md); msg/s ≤ the namespace's actions/s limit (500 by default) ÷ actions/msg.\n", costSamples)
 
 	if b.wants("latency") {
-		capacity := median(rates["outbox"])
-		if err := b.latency(ctx, capacity); err != nil {
+		if err := b.latency(ctx, rates); err != nil {
 			return fmt.Errorf("latency: %w", err)
 		}
 	}
 	return nil
 }
 
-// latency runs single-row commits at the offered rate and at half the capacity against
-// outbox worker and relay processes, and reports commit-to-sent percentiles and the
-// processes' peak memory.
-func (b *bench) latency(ctx context.Context, capacity float64) error {
-	sc, err := b.newSchema(ctx, "latency")
-	if err != nil {
-		return err
-	}
-	defer sc.drop()
-	procs, err := b.startOutbox(ctx, sc, "worker", "relay")
-	if err != nil {
-		return err
-	}
-	defer procs.stop()
+// latencyShapes are the outbox shapes whose commit-to-sent latency the bench measures:
+// the one production process, and the worker and relay apart.
+var latencyShapes = []struct {
+	name, what string
+	procs      []string
+}{
+	{"run", "outbox run (one process, eager start)", []string{"run"}},
+	{"outbox", "outbox worker + outbox relay", []string{"worker", "relay"}},
+}
 
-	fmt.Fprintf(b.out, "\n| offered rate | messages | commit-to-sent p50 | p99 | max |\n|---:|---:|---:|---:|---:|\n")
-	rates := []float64{b.o.Rate}
-	if capacity > 0 {
-		rates = append(rates, capacity/2)
+// latency runs single-row commits at the offered rate and at half the shape's drain rate
+// against each of latencyShapes, and reports commit-to-sent percentiles, their phases
+// and the processes' peak memory.
+func (b *bench) latency(ctx context.Context, drains map[string][]float64) error {
+	type row struct {
+		shape, what  string
+		rate         float64
+		p50, p99, mx time.Duration
+		ps           []phases
 	}
-	var breakdown [][]phases
-	for _, rate := range rates {
-		p50, p99, mx, ps, err := b.steady(ctx, sc, rate, b.o.LatencyMessages)
+	var rows []row
+	var rss []string
+	for _, ls := range latencyShapes {
+		err := func() error {
+			sc, err := b.newSchema(ctx, "latency_"+ls.name)
+			if err != nil {
+				return err
+			}
+			defer sc.drop()
+			procs, err := b.startOutbox(ctx, sc, ls.procs...)
+			if err != nil {
+				return err
+			}
+			defer procs.stop()
+			rates := []float64{b.o.Rate}
+			if capacity := median(drains[ls.name]); capacity > 0 {
+				rates = append(rates, capacity/2)
+			}
+			for _, rate := range rates {
+				p50, p99, mx, ps, err := b.steady(ctx, sc, rate, b.o.LatencyMessages)
+				if err != nil {
+					return err
+				}
+				rows = append(rows, row{ls.name, ls.what, rate, p50, p99, mx, ps})
+			}
+			for _, p := range procs {
+				rss = append(rss, fmt.Sprintf("| outbox %s (%s) | %s |", p.name, ls.name, mib(p.peakRSS())))
+			}
+			return nil
+		}()
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %w", ls.name, err)
 		}
-		fmt.Fprintf(b.out, "| %.1f msg/s | %d | %s | %s | %s |\n", rate, b.o.LatencyMessages, ms(p50), ms(p99), ms(mx))
-		breakdown = append(breakdown, ps)
+	}
+	fmt.Fprintf(b.out, "\n| shape | offered rate | messages | commit-to-sent p50 | p99 | max |\n|---|---:|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		fmt.Fprintf(b.out, "| %s | %.1f msg/s | %d | %s | %s | %s |\n", r.what, r.rate, b.o.LatencyMessages, ms(r.p50), ms(r.p99), ms(r.mx))
 	}
 	fmt.Fprintln(b.out, "\nMedian phases of a sample of those messages:")
 	printPhasesHeader(b.out)
-	for i, ps := range breakdown {
-		printPhases(b.out, fmt.Sprintf("%.1f msg/s", rates[i]), ps)
+	for _, r := range rows {
+		printPhases(b.out, fmt.Sprintf("%s, %.1f msg/s", r.shape, r.rate), r.ps)
 	}
-	fmt.Fprintf(b.out, "\n| process | peak RSS |\n|---|---:|\n")
-	for _, p := range procs {
-		fmt.Fprintf(b.out, "| outbox %s | %s |\n", p.name, mib(p.peakRSS()))
-	}
+	fmt.Fprintf(b.out, "\n| process | peak RSS |\n|---|---:|\n%s\n", strings.Join(rss, "\n"))
 	return nil
 }
 

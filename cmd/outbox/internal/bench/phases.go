@@ -17,10 +17,9 @@ import (
 // phaseNames name the parts of one message's commit-to-sent time, in order, read from
 // the database (created_at, sent_at) and its workflow's history.
 var phaseNames = []string{
-	"commit → run started",     // the relay's wait, claim and start
-	"→ 1st workflow task done", // dispatch to a worker and the task
-	"→ send started",           // the activity task's dispatch
-	"→ sent_at",                // the send, and its recording of the row
+	"commit → run started",        // the relay's wait, claim and start
+	"→ 1st workflow task started", // the task's dispatch to a worker (none with eager start)
+	"→ sent_at",                   // the task: the local send and its recording of the row, or the task, the activity's dispatch and the send
 }
 
 // phases are the durations of phaseNames for one message.
@@ -29,7 +28,7 @@ type phases []time.Duration
 // messagePhases reads the phases of the message whose row was created at created and
 // recorded sent at sent.
 func messagePhases(ctx context.Context, c client.Client, messageID string, created, sent time.Time) (phases, error) {
-	var started, wft1Done, sendStarted time.Time
+	var started, wft1Started time.Time
 	it := c.GetWorkflowHistory(ctx, workflows.WorkflowID(messageID), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for it.HasNext() {
 		ev, err := it.Next()
@@ -40,25 +39,21 @@ func messagePhases(ctx context.Context, c client.Client, messageID string, creat
 		switch ev.GetEventType() {
 		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
 			started = at
-		case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-			if wft1Done.IsZero() {
-				wft1Done = at
-			}
-		case enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-			if sendStarted.IsZero() {
-				sendStarted = at
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+			if wft1Started.IsZero() {
+				wft1Started = at
 			}
 		}
 	}
-	if started.IsZero() || wft1Done.IsZero() || sendStarted.IsZero() {
-		return nil, fmt.Errorf("message %s: a history without a send", messageID)
+	if started.IsZero() || wft1Started.IsZero() {
+		return nil, fmt.Errorf("message %s: a history without a workflow task", messageID)
 	}
-	return phases{started.Sub(created), wft1Done.Sub(started), sendStarted.Sub(wft1Done), sent.Sub(sendStarted)}, nil
+	return phases{started.Sub(created), wft1Started.Sub(started), sent.Sub(wft1Started)}, nil
 }
 
 // printPhasesHeader prints the header of the phase table.
 func printPhasesHeader(out io.Writer) {
-	fmt.Fprintf(out, "| offered rate | sampled | %s |\n|---:|---:|%s\n", strings.Join(phaseNames, " | "), strings.Repeat("---:|", len(phaseNames)))
+	fmt.Fprintf(out, "| shape, offered rate | sampled | %s |\n|---|---:|%s\n", strings.Join(phaseNames, " | "), strings.Repeat("---:|", len(phaseNames)))
 }
 
 // printPhases prints the median of each phase over ps.

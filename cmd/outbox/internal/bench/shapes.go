@@ -240,16 +240,17 @@ func (b *bench) bare(ctx context.Context, n int) (float64, error) {
 	finished := make(chan struct{})
 	w := sdkworker.New(b.client, queue, workerOptions())
 	w.RegisterWorkflowWithOptions(workflows.Delivery, workflows.RegisterOptions())
-	w.RegisterActivityWithOptions(func(context.Context, workflows.SendInput) error { return nil }, activity.RegisterOptions{Name: workflows.ActivitySend})
-	w.RegisterActivityWithOptions(func(context.Context, workflows.CheckProcessedInput) (workflows.CheckProcessedResult, error) {
-		return workflows.CheckProcessedResult{}, nil
-	}, activity.RegisterOptions{Name: workflows.ActivityCheckProcessed})
-	w.RegisterActivityWithOptions(func(context.Context, workflows.MarkSentInput) error {
+	// The send says it recorded the row, as the outbox's does: no mark-sent step.
+	w.RegisterActivityWithOptions(func(context.Context, workflows.SendInput) (workflows.SendResult, error) {
 		if done.Add(1) == int64(n) {
 			close(finished)
 		}
-		return nil
-	}, activity.RegisterOptions{Name: workflows.ActivityMarkSent})
+		return workflows.SendResult{Recorded: true}, nil
+	}, activity.RegisterOptions{Name: workflows.ActivitySend})
+	w.RegisterActivityWithOptions(func(context.Context, workflows.CheckProcessedInput) (workflows.CheckProcessedResult, error) {
+		return workflows.CheckProcessedResult{}, nil
+	}, activity.RegisterOptions{Name: workflows.ActivityCheckProcessed})
+	w.RegisterActivityWithOptions(func(context.Context, workflows.MarkSentInput) error { return nil }, activity.RegisterOptions{Name: workflows.ActivityMarkSent})
 	w.RegisterActivityWithOptions(func(context.Context, workflows.DeadLetterInput) error { return nil }, activity.RegisterOptions{Name: workflows.ActivityDeadLetter})
 	if err := w.Start(); err != nil {
 		return 0, err
@@ -263,7 +264,9 @@ func (b *bench) bare(ctx context.Context, n int) (float64, error) {
 	began := time.Now()
 	if err := startAll(ctx, n, func(ctx context.Context, i int) error {
 		in := workflows.DeliveryInput{MessageID: ids[i], Topic: benchTopic, Policy: workflows.Policy{}.WithDefaults(), SearchAttributes: true, Version: workflows.DeliveryVersion}
-		opts := client.StartWorkflowOptions{ID: "bare-" + in.MessageID, TaskQueue: queue, TypedSearchAttributes: workflows.StartSearchAttributes(in)}
+		// As the relay starts it (starter.Relay.StartOptions): the first attempt local.
+		opts := client.StartWorkflowOptions{ID: "bare-" + in.MessageID, TaskQueue: queue, TypedSearchAttributes: workflows.StartSearchAttributes(in),
+			WorkflowTaskTimeout: workflows.FirstTaskTimeout(in.Policy.SendTimeout)}
 		_, err := b.client.ExecuteWorkflow(ctx, opts, workflows.WorkflowType, in)
 		return err
 	}); err != nil {
