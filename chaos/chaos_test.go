@@ -266,11 +266,17 @@ func readRows(ctx context.Context, e *chaosEnv) (map[uuid.UUID]row, error) {
 // row. fault gets the loader to time itself on its progress.
 func runFault(t *testing.T, e *chaosEnv, name string, n int, zeroDuplicates bool, fault func(l *loader)) {
 	t.Helper()
+	spread := max(5*time.Second, time.Duration(n)*20*time.Millisecond) // 50 messages/s
+	runFaultOver(t, e, name, n, spread, zeroDuplicates, fault)
+}
+
+// runFaultOver is runFault with the load committed over spread.
+func runFaultOver(t *testing.T, e *chaosEnv, name string, n int, spread time.Duration, zeroDuplicates bool, fault func(l *loader)) {
+	t.Helper()
 	start := time.Now()
 	l := newLoader()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	spread := max(5*time.Second, time.Duration(n)*20*time.Millisecond) // 50 messages/s
 	loadErr := make(chan error, 1)
 	go func() { loadErr <- l.run(ctx, e, n, 8, spread) }()
 	faultDone := make(chan struct{})
@@ -318,6 +324,32 @@ func TestWorkerKilledMidSend(t *testing.T) {
 				return
 			}
 			t.Logf("worker killed (%d) at %d receiver requests", k, e.rcv.totalRequests())
+		}
+	})
+}
+
+// TestRunKilledDuringDrain SIGKILLs `outbox run` (worker and relay in one process, eager
+// start, first attempts as local activities) three times while it drains a backlog
+// committed at once (the receiver takes 50ms per request), starting a new one each time. A
+// first attempt lost with its process is found by the next process when its workflow
+// task times out, and checked (check_url) before any resend: nothing is lost and nothing
+// delivered twice.
+func TestRunKilledDuringDrain(t *testing.T) {
+	e := newEnvSink(t, httpSink, fastPolicy, "", oneProcess)
+	n := messagesPerFault(t)
+	e.rcv.setDelay(50 * time.Millisecond)
+	runFaultOver(t, e, "run-kill-drain", n, time.Second, true, func(l *loader) {
+		for k := 1; k <= 3; k++ {
+			target := k * n / 4
+			if !waitFor(2*time.Minute, func() bool { return e.rcv.totalRequests() >= target }) {
+				t.Errorf("the receiver never reached %d requests before kill %d", target, k)
+				return
+			}
+			if err := e.killOutbox("run", 200*time.Millisecond); err != nil {
+				t.Errorf("restart outbox run: %v", err)
+				return
+			}
+			t.Logf("outbox run killed (%d) at %d receiver requests", k, e.rcv.totalRequests())
 		}
 	})
 }
@@ -477,23 +509,49 @@ var latencyNotes []string
 // TestOwnPostgresDown30s stops the outbox's own PostgreSQL for 30 seconds halfway through
 // the load, with the healthy topic on the default policy (12 attempts from 1s apart). The
 // outage is not the downstream's failure: it uses up no attempt, dead-letters nothing, and
-// every message ends sent, none twice.
+// every message ends sent, none twice. It runs against `outbox worker` and `outbox relay`,
+// and against `outbox run`, whose first attempts run as local activities in the first
+// workflow task; the receiver answers after 200ms, so sends are in flight when the
+// database goes.
 func TestOwnPostgresDown30s(t *testing.T) {
-	e := newEnvPolicy(t, "", "")
-	n := messagesPerFault(t)
-	runFault(t, e, "postgres-down-30s", n, true, func(l *loader) {
-		target := int64(n / 2)
-		if !waitFor(2*time.Minute, func() bool { return l.done.Load() >= target }) {
-			t.Errorf("the loader never reached %d commits", target)
-			return
-		}
-		down, err := e.restartPG(30 * time.Second)
-		if err != nil {
-			t.Errorf("restart PostgreSQL: %v", err)
-			return
-		}
-		t.Logf("PostgreSQL down at %d commits, for %s", l.done.Load(), down.Round(time.Millisecond))
-	})
+	for _, tc := range []struct {
+		name    string
+		prepare []func(*chaosEnv)
+	}{
+		{"postgres-down-30s", nil},
+		{"postgres-down-30s-run", []func(*chaosEnv){oneProcess}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnvSink(t, httpSink, "", "", tc.prepare...)
+			n := messagesPerFault(t)
+			// Slow answers keep about ten sends in flight when the database goes: their
+			// rows cannot be recorded sent until it is back.
+			e.rcv.setDelay(200 * time.Millisecond)
+			runFault(t, e, tc.name, n, true, func(l *loader) {
+				target := int64(n / 2)
+				if !waitFor(2*time.Minute, func() bool { return l.done.Load() >= target }) {
+					t.Errorf("the loader never reached %d commits", target)
+					return
+				}
+				down, err := e.restartPG(30 * time.Second)
+				if err != nil {
+					t.Errorf("restart PostgreSQL: %v", err)
+					return
+				}
+				t.Logf("PostgreSQL down at %d commits, for %s", l.done.Load(), down.Round(time.Millisecond))
+			})
+			requireNoAttemptUsed(t, e)
+		})
+	}
+}
+
+// requireNoAttemptUsed checks that no healthy message used up an attempt: a send that
+// found the outbox's database down is not an attempt (retry_times stays 0).
+func requireNoAttemptUsed(t *testing.T, e *chaosEnv) {
+	t.Helper()
+	var used int
+	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_messages WHERE topic = $1 AND retry_times > 0`, topic).Scan(&used))
+	require.Zero(t, used, "messages that used up an attempt for the outbox's own outage")
 }
 
 // TestDownstreamBinaryBodies runs the healthy topic beside two whose downstream answers

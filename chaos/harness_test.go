@@ -12,6 +12,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -249,11 +250,17 @@ type chaosEnv struct {
 	pool       *pgxpool.Pool
 	store      *store.Store
 
-	mu     sync.Mutex
-	worker *proc
-	relay  *proc
-	starts map[string]int
+	mu sync.Mutex
+	// commands are the outbox commands the env runs: worker and relay, or run (both in
+	// one process); outbox holds each one's current process.
+	commands []string
+	outbox   map[string]*proc
+	starts   map[string]int
 }
+
+// oneProcess is a prepare function of newEnvSink: the env runs `outbox run` (worker and
+// relay in one process, eager start) instead of `outbox worker` and `outbox relay`.
+func oneProcess(e *chaosEnv) { e.commands = []string{"run"} }
 
 func newEnv(t *testing.T) *chaosEnv { return newEnvWith(t, "") }
 
@@ -308,7 +315,7 @@ func newEnvSink(t *testing.T, sink, policy, extraConfig string, prepare ...func(
 	ports := testutil.FreePorts(t, 5)
 	e := &chaosEnv{t: t, base: base, pgPort: ports[0], pgData: filepath.Join(base, "pgdata"),
 		taskQueue: "chaos-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")),
-		starts:    map[string]int{}}
+		commands:  []string{"worker", "relay"}, outbox: map[string]*proc{}, starts: map[string]int{}}
 	e.dbURL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", e.pgPort)
 	e.frontend = fmt.Sprintf("127.0.0.1:%d", ports[1])
 
@@ -376,13 +383,14 @@ topics:
 	e.store, err = store.New(pool, store.Config{})
 	require.NoError(t, err)
 
-	require.NoError(t, e.startOutbox("worker"))
-	require.NoError(t, e.startOutbox("relay"))
+	for _, c := range e.commands {
+		require.NoError(t, e.startOutbox(c))
+	}
 	t.Cleanup(func() {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		for _, p := range []*proc{e.relay, e.worker} {
-			if p != nil {
+		for _, c := range slices.Backward(e.commands) {
+			if p := e.outbox[c]; p != nil {
 				p.stop(syscall.SIGINT, 15*time.Second)
 			}
 		}
@@ -495,10 +503,10 @@ func (e *chaosEnv) outboxEnvWithout() []string {
 	return env
 }
 
-// startOutbox starts `outbox worker` or `outbox relay` and waits until it logs that it
-// started. It may run on a fault's goroutine, so it returns its error.
+// startOutbox starts `outbox worker`, `outbox relay` or `outbox run` and waits until it
+// logs that it started. It may run on a fault's goroutine, so it returns its error.
 func (e *chaosEnv) startOutbox(which string) error {
-	ready := map[string]string{"worker": "Worker started", "relay": "Relay started"}[which]
+	ready := map[string]string{"worker": "Worker started", "relay": "Relay started", "run": "Worker started"}[which]
 	e.mu.Lock()
 	e.starts[which]++
 	n := e.starts[which]
@@ -514,21 +522,15 @@ func (e *chaosEnv) startOutbox(which string) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if which == "worker" {
-		e.worker = p
-	} else {
-		e.relay = p
-	}
+	e.outbox[which] = p
 	return nil
 }
 
-// killOutbox SIGKILLs the worker or the relay and starts a new one after pause.
+// killOutbox SIGKILLs the worker, the relay or the run process and starts a new one
+// after pause.
 func (e *chaosEnv) killOutbox(which string, pause time.Duration) error {
 	e.mu.Lock()
-	p := e.worker
-	if which == "relay" {
-		p = e.relay
-	}
+	p := e.outbox[which]
 	e.mu.Unlock()
 	if !p.alive() {
 		e.t.Errorf("%s had exited before it was killed (%v):\n%s", which, p.err, p.out.tail(30))
@@ -543,8 +545,8 @@ func (e *chaosEnv) checkAlive() {
 	e.t.Helper()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for _, p := range []*proc{e.worker, e.relay} {
-		if !p.alive() {
+	for _, c := range e.commands {
+		if p := e.outbox[c]; !p.alive() {
 			e.t.Errorf("%s exited by itself (%v); its output ends with:\n%s", p.name, p.err, p.out.tail(30))
 		}
 	}

@@ -136,8 +136,9 @@ type Relay struct {
 
 // Worker tunes the worker.
 type Worker struct {
-	// MaxConcurrentActivities caps the activities one worker runs at once. Defaults to
-	// 200.
+	// MaxConcurrentActivities caps the activities one worker runs at once, and likewise
+	// its local activities (the first attempts of sink topics, and the database steps).
+	// Defaults to 200.
 	MaxConcurrentActivities int `yaml:"max_concurrent_activities"`
 	// WorkflowTaskPollers and ActivityTaskPollers are the goroutines that poll Temporal
 	// for tasks. Defaults to 0, the SDK's default (2 each); otherwise 2 to 1000 (the SDK
@@ -1079,8 +1080,10 @@ func (w Worker) WorkerOptions() sdkworker.Options {
 	o := sdkworker.Options{
 		WorkerStopTimeout:                  time.Duration(w.StopTimeout),
 		MaxConcurrentActivityExecutionSize: w.MaxConcurrentActivities,
-		MaxConcurrentWorkflowTaskPollers:   w.WorkflowTaskPollers,
-		MaxConcurrentActivityTaskPollers:   w.ActivityTaskPollers,
+		// The first attempts run as local activities: the same cap on the downstream.
+		MaxConcurrentLocalActivityExecutionSize: w.MaxConcurrentActivities,
+		MaxConcurrentWorkflowTaskPollers:        w.WorkflowTaskPollers,
+		MaxConcurrentActivityTaskPollers:        w.ActivityTaskPollers,
 	}
 	if w.AutoscalePollers {
 		o.WorkflowTaskPollerBehavior = sdkworker.NewPollerBehaviorAutoscaling(sdkworker.PollerBehaviorAutoscalingOptions{})

@@ -206,6 +206,7 @@ func TestWorkerOptions(t *testing.T) {
 	require.Equal(t, 8, o.MaxConcurrentWorkflowTaskPollers)
 	require.Equal(t, 16, o.MaxConcurrentActivityTaskPollers)
 	require.Equal(t, config.DefaultMaxActivities, o.MaxConcurrentActivityExecutionSize)
+	require.Equal(t, config.DefaultMaxActivities, o.MaxConcurrentLocalActivityExecutionSize, "local first attempts count against the same cap")
 
 	c, err = config.Parse(strings.NewReader("worker:\n  autoscale_pollers: true\n"))
 	require.NoError(t, err)

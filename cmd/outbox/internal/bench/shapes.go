@@ -290,7 +290,7 @@ func (b *bench) bare(ctx context.Context, n int) (float64, error) {
 
 // workerOptions are the SDK worker options of the bare shape: those outbox worker uses.
 func workerOptions() sdkworker.Options {
-	return sdkworker.Options{MaxConcurrentActivityExecutionSize: 200}
+	return sdkworker.Options{MaxConcurrentActivityExecutionSize: 200, MaxConcurrentLocalActivityExecutionSize: 200}
 }
 
 // --- outbox and dev: the outbox's own processes.
