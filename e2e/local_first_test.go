@@ -12,7 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	sdklog "go.temporal.io/sdk/log"
+	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/server/temporaltest"
 
 	"github.com/outbox-go/outbox/activities"
@@ -200,4 +202,41 @@ func loseFirstTask(t *testing.T, ts *temporaltest.TestServer, e *env, topic stri
 	// Worker B takes the run once the server times the first task out.
 	e.startWorker(t)
 	return id
+}
+
+// TestRelayStartsTheVersionEveryWorkerRuns: while a worker of an older outbox (its
+// identity names no delivery version: version 3) polls the task queue, the relay starts
+// deliveries at version 3, which that worker runs the same way as a newer one (every
+// attempt a regular activity), so no worker meets a history it cannot replay during a
+// rolling upgrade.
+func TestRelayStartsTheVersionEveryWorkerRuns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ts := newServer(t)
+	e := newEnv(t, ts)
+	id, err := e.store.DeploymentID(ctx)
+	require.NoError(t, err)
+	reg, err := e.cfg.Registry(nil)
+	require.NoError(t, err)
+	w := sdkworker.New(e.client, e.taskQueue, sdkworker.Options{Identity: "1@old@outbox:" + id.String()})
+	worker.Register(w, worker.Deps{Store: e.store, Handlers: reg, Logger: logger, Client: e.client, Deployment: id})
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+	require.Eventually(t, func() bool {
+		resp, err := e.client.DescribeTaskQueue(ctx, e.taskQueue, enumspb.TASK_QUEUE_TYPE_WORKFLOW)
+		return err == nil && len(resp.GetPollers()) > 0
+	}, 30*time.Second, 50*time.Millisecond, "the older worker polls")
+
+	e.startRelay(t)
+	msg := e.enqueueOrderPlain(t, "order.created", nil)
+	e.waitStatus(t, msg, store.StatusSent)
+	var in workflows.DeliveryInput
+	iter := e.client.GetWorkflowHistory(ctx, workflows.WorkflowID(msg.String()), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	ev, err := iter.Next()
+	require.NoError(t, err)
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(ev.GetWorkflowExecutionStartedEventAttributes().GetInput(), &in))
+	require.Equal(t, 3, in.Version, "the version the older worker runs")
+	got := sendAttempts(t, e, msg)
+	require.Len(t, got, 1)
+	require.False(t, got[0].local, "version 3 sends as a regular activity")
 }

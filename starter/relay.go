@@ -209,6 +209,10 @@ type Relay struct {
 	// deployment is the store's deployment ID, which every workflow's input carries; set
 	// by prepare once the task queue checks passed.
 	deployment string
+	// version is the OutboxDelivery version the relay starts: workflows.DeliveryVersion,
+	// or an older one while workers of an older outbox poll the task queue (see
+	// refreshVersion).
+	version atomic.Int32
 }
 
 // lastingPasses is how many consecutive passes Temporal must refuse every start, for a
@@ -238,7 +242,62 @@ func New(st *store.Store, pool *pgxpool.Pool, c Starter, cfg Config) (*Relay, er
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("relay config: %w", err)
 	}
-	return &Relay{cfg: cfg, store: st, pool: pool, client: c, log: cfg.Logger}, nil
+	r := &Relay{cfg: cfg, store: st, pool: pool, client: c, log: cfg.Logger}
+	r.version.Store(workflows.DeliveryVersion)
+	return r, nil
+}
+
+// VersionCheckInterval is how often a running relay asks which OutboxDelivery version the
+// workers polling its task queue run (see refreshVersion).
+const VersionCheckInterval = time.Minute
+
+// refreshVersion sets the OutboxDelivery version the relay starts to the newest one every
+// outbox worker of its deployment polling the task queue runs (deployment.DeliveryVersion):
+// during a rolling upgrade, runs started at a version an older worker does not run could
+// have their first workflow task run the older way, which the newer workers then cannot
+// replay. When the task queue cannot be described, the version stays as it was.
+func (r *Relay) refreshVersion(ctx context.Context) {
+	d, ok := r.client.(deployment.Describer)
+	if !ok {
+		return
+	}
+	id, err := uuid.Parse(r.deploymentID())
+	if err != nil {
+		return
+	}
+	descCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	v, oldest, err := deployment.DeliveryVersion(descCtx, d, r.cfg.TaskQueue, id, workflows.DeliveryVersion)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.DebugContext(ctx, "Cannot tell which delivery version the workers run; keeping the current one", slog.Int("version", int(r.version.Load())), slog.Any("error", err))
+		}
+		return
+	}
+	if was := int(r.version.Swap(int32(v))); was != v {
+		if v < workflows.DeliveryVersion {
+			r.log.WarnContext(ctx, "A worker of an older outbox polls the task queue: deliveries start at its workflow version until it is gone (upgrade workers before relays)",
+				slog.Int("version", v), slog.Int("newest", workflows.DeliveryVersion), slog.String("worker", oldest))
+		} else {
+			r.log.InfoContext(ctx, "Every worker on the task queue runs the newest delivery version", slog.Int("version", v))
+		}
+	}
+}
+
+// versionLoop calls refreshVersion every VersionCheckInterval until ctx ends.
+func (r *Relay) versionLoop(ctx context.Context) {
+	t := time.NewTicker(VersionCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if r.deploymentID() != "" {
+				r.refreshVersion(ctx)
+			}
+		}
+	}
 }
 
 // StartsRefused returns the latest error while Temporal refuses every workflow start
@@ -312,7 +371,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer wg.Wait()
 	defer stop()
 	r.startBackground(ctx, &wg, wake)
-	r.log.InfoContext(ctx, "Relay started", slog.String("task_queue", r.cfg.TaskQueue), slog.String("deployment", r.deploymentID()), slog.String("wakeup", string(r.cfg.Wakeup)),
+	r.log.InfoContext(ctx, "Relay started", slog.String("task_queue", r.cfg.TaskQueue), slog.String("deployment", r.deploymentID()),
+		slog.Int("delivery_version", int(r.version.Load())), slog.String("wakeup", string(r.cfg.Wakeup)),
 		slog.String("channel", r.store.Channel()), slog.Duration("poll_interval", r.cfg.PollInterval))
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -364,6 +424,7 @@ func (r *Relay) startBackground(ctx context.Context, wg *sync.WaitGroup, wake ch
 		wg.Go(func() { r.listen(ctx, wake) })
 	}
 	wg.Go(func() { r.sweepLoop(ctx, wake) })
+	wg.Go(func() { r.versionLoop(ctx) })
 }
 
 // drainDue claims and hands over the batches that are due: a full batch means more may be
@@ -560,6 +621,7 @@ func (r *Relay) prepare(ctx context.Context) error {
 	r.mu.Lock()
 	r.deployment = id.String()
 	r.mu.Unlock()
+	r.refreshVersion(ctx)
 	return nil
 }
 
@@ -637,7 +699,7 @@ func (r *Relay) handOver(ctx context.Context, row store.Claimed, msg *store.Row)
 		Policy:           workflows.ResolvePolicy(r.cfg.Policy(row.Topic), row.MaxRetryTimes),
 		SearchAttributes: !r.cfg.NoSearchAttributes,
 		CheckFirst:       row.MayHaveBeenSent(),
-		Version:          workflows.DeliveryVersion,
+		Version:          int(r.version.Load()),
 		Deployment:       r.deploymentID(),
 	}
 	if msg != nil {

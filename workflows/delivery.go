@@ -93,7 +93,14 @@ const (
 // previous run of the message, DeliveryInput.CheckFirst) it asks check-processed, and
 // records the message sent without sending when the downstream has it. A send that could
 // not load the message because the outbox's database was unavailable uses up no attempt.
+//
+// A run whose input asks for a version newer than DeliveryVersion panics before it does
+// anything: its workflow task fails and is retried, for a worker that runs that version.
 func Delivery(ctx workflow.Context, in DeliveryInput) (DeliveryResult, error) {
+	if in.Version > DeliveryVersion {
+		panic(fmt.Sprintf("message %s: OutboxDelivery version %d was asked for, and this worker runs versions up to %d: "+
+			"left for a worker that runs it (upgrade the workers before the relays)", in.MessageID, in.Version, DeliveryVersion))
+	}
 	d := newDelivery(ctx, in)
 	var (
 		last     failure

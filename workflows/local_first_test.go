@@ -229,3 +229,16 @@ func TestTeamTopicMessageFromTheInput(t *testing.T) {
 	require.Equal(t, workflows.DeliveryResult{Attempts: 1}, res)
 	require.Equal(t, kinds{"ReserveStock": {"regular"}, workflows.ActivityMarkSent: {"local"}}, k, "no load step")
 }
+
+// TestNewerVersionIsLeftForANewerWorker: a run started at a version this code does not
+// know fails its workflow task (a panic) before any step, so a worker that runs it takes
+// the task.
+func TestNewerVersionIsLeftForANewerWorker(t *testing.T) {
+	t.Parallel()
+	b := setup(t, workflows.Policy{})
+	b.input.Version = workflows.DeliveryVersion + 1
+	_, err := b.run()
+	var panicErr *temporal.PanicError
+	require.ErrorAs(t, err, &panicErr)
+	require.Contains(t, panicErr.Error(), "upgrade the workers before the relays")
+}

@@ -8,25 +8,86 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
+
+	"github.com/outbox-go/outbox/workflows"
 )
 
 // identityMark precedes the deployment ID in a worker's identity.
 const identityMark = "@outbox:"
 
+// versionMark precedes, in a worker's identity, the newest OutboxDelivery version it runs
+// (workflows.DeliveryVersion).
+const versionMark = "@delivery-v"
+
+// unnamedVersion is the OutboxDelivery version of a worker whose outbox identity names
+// none: workers named their version from DeliveryVersion 4 on.
+const unnamedVersion = 3
+
 // Identity returns the worker identity of a worker of deployment id: base (the SDK's
-// default form, <pid>@<host>, when empty) followed by @outbox:<id>.
+// default form, <pid>@<host>, when empty) followed by @delivery-v<version>@outbox:<id>,
+// where version is the newest OutboxDelivery version this code runs.
 func Identity(base string, id uuid.UUID) string {
 	if base == "" {
 		host, _ := os.Hostname()
 		base = fmt.Sprintf("%d@%s", os.Getpid(), host)
 	}
-	return base + identityMark + id.String()
+	return fmt.Sprintf("%s%s%d%s%s", base, versionMark, workflows.DeliveryVersion, identityMark, id)
+}
+
+// VersionFromIdentity returns the newest OutboxDelivery version a worker of identity runs:
+// the one it names, or 3 for an outbox identity that names none (a worker from before
+// identities named it). ok is false for an identity Identity did not make.
+func VersionFromIdentity(identity string) (version int, ok bool) {
+	i := strings.LastIndex(identity, identityMark)
+	if i < 0 {
+		return 0, false
+	}
+	head := identity[:i]
+	j := strings.LastIndex(head, versionMark)
+	if j < 0 {
+		return unnamedVersion, true
+	}
+	v, err := strconv.Atoi(head[j+len(versionMark):])
+	if err != nil || v < 1 {
+		return unnamedVersion, true
+	}
+	return v, true
+}
+
+// DeliveryVersion returns the OutboxDelivery version a relay of deployment own may start
+// on taskQueue: the newest that every outbox worker of own polling its workflow tasks
+// (within ActiveWindow) runs, at most newest. With no such worker polling it is newest:
+// workers are upgraded before relays. Pollers of other deployments, and those without an
+// outbox identity (a team's own worker), are not counted.
+//
+// A run must be started at a version every worker that may take its tasks runs: a worker
+// of an older version would run the first workflow task the older way, and a newer one
+// replaying that history later would find commands it does not give.
+func DeliveryVersion(ctx context.Context, d Describer, taskQueue string, own uuid.UUID, newest int) (version int, oldest string, err error) {
+	resp, err := d.DescribeTaskQueue(ctx, taskQueue, enumspb.TASK_QUEUE_TYPE_WORKFLOW)
+	if err != nil {
+		return newest, "", fmt.Errorf("describe task queue %s: %w", taskQueue, err)
+	}
+	version = newest
+	for _, p := range resp.GetPollers() {
+		if id, ok := FromIdentity(p.GetIdentity()); !ok || id != own {
+			continue
+		}
+		if at := p.GetLastAccessTime(); at != nil && time.Since(at.AsTime()) > ActiveWindow {
+			continue
+		}
+		if v, _ := VersionFromIdentity(p.GetIdentity()); v < version {
+			version, oldest = v, p.GetIdentity()
+		}
+	}
+	return version, oldest, nil
 }
 
 // FromIdentity returns the deployment ID in a worker identity made by Identity.
