@@ -5,7 +5,10 @@
 // MaximumAttempts 1, and between attempts the workflow sleeps for the backoff (or the
 // downstream's Retry-After). So every attempt and its failure stays in the history the
 // Temporal UI shows, and after an ambiguous failure it can ask the downstream whether the
-// message was processed before it sends again.
+// message was processed before it sends again. The first attempt of a sink topic runs as
+// a local activity inside the first workflow task (Policy.LocalFirstAttempt), so a message
+// the downstream accepts at once costs the start and that task; every later attempt is a
+// regular activity.
 package workflows
 
 import (
