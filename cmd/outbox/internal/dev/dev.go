@@ -75,7 +75,18 @@ func Command(env *cli.Env) *cobra.Command {
 
 Without --config the demo's topic order.created is routed to the demo inventory service.
 Ctrl-C stops everything, PostgreSQL included. --only temporal runs just the Temporal server
-and UI.`,
+and UI.
+
+--temporal-postgres URL keeps the in-process Temporal server's state in PostgreSQL instead
+of SQLite, as a production server does (the postgres12 SQL persistence, for default and
+visibility stores): postgres://user[:password]@host[:port]/NAME[?sslmode=...] uses databases
+NAME and NAME_visibility (NAME defaults to temporal), creates them when missing and sets up
+or updates their schemas with the server's own schema tooling at every start; the namespace
+is registered and the outbox's search attributes added through the frontend. With --only
+temporal it is the production-shaped server a benchmark reaches through TEMPORAL_ADDRESS:
+  go run ./cmd/outbox dev --only temporal --ui-port 0 \
+    --temporal-postgres 'postgres://postgres@127.0.0.1:5432/outbox_temporal?sslmode=disable'
+Drop the two databases to start over.`,
 		Example: `  go run ./cmd/outbox dev
   curl -s -X POST http://127.0.0.1:8080/orders -d '{"sku": "SKU-1", "qty": 2}'
   open http://127.0.0.1:8233`,
@@ -106,6 +117,7 @@ and UI.`,
 	f.StringVar(&o.Temporal.UIIP, "ui-ip", "127.0.0.1", "IP the Web UI binds to")
 	f.IntVar(&o.Temporal.UIPort, "ui-port", 8233, "Web UI port (0: no UI)")
 	f.StringVar(&o.Temporal.Namespace, "namespace", "default", "Temporal namespace")
+	f.StringVar(&o.Temporal.PostgresURL, strings.TrimPrefix(PostgresFlag, "--"), "", "keep the Temporal server's state in PostgreSQL (databases NAME and NAME_visibility of postgres://user@host:port/NAME, created when missing) instead of SQLite in --dir")
 	f.BoolVar(&o.NoDemo, "no-demo", false, "do not run the demo services")
 	f.StringVar(&o.Broker, "broker", "", `also publish each demo order to a broker: "nats" (JetStream at --nats-url, started from the local nats-server when none answers)`)
 	f.StringVar(&o.NATSURL, "nats-url", "", "NATS server of --broker nats (default: $NATS_URL, else nats://127.0.0.1:4222)")
@@ -127,6 +139,14 @@ func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) (err error
 		return errors.New("--broker adds the demo's broker topic; with --no-demo or --config, route topics to a broker in the config (sink: nats)")
 	}
 	o.NATSURL = cmp.Or(o.NATSURL, "nats://127.0.0.1:4222")
+	if o.Temporal.PostgresURL != "" {
+		if _, err := parsePostgresURL(o.Temporal.PostgresURL); err != nil {
+			return err
+		}
+		if o.Ephemeral {
+			return fmt.Errorf("%s and --ephemeral: the state in PostgreSQL is kept; drop its two databases to throw it away", PostgresFlag)
+		}
+	}
 	logger, err := env.Logger()
 	if err != nil {
 		return err
@@ -257,12 +277,15 @@ func (s *session) startPostgres(ctx context.Context) error {
 // TEMPORAL_ADDRESS names a server (--only temporal starts it regardless).
 func (s *session) startTemporal() error {
 	if s.cfg.Temporal.Address != "" && s.o.Only != "temporal" {
+		if s.o.Temporal.PostgresURL != "" {
+			return fmt.Errorf("%s configures the Temporal server of outbox dev, but TEMPORAL_ADDRESS (%s) names another one; unset it, or use --only temporal", PostgresFlag, s.cfg.Temporal.Address)
+		}
 		s.show("Temporal", "TEMPORAL_ADDRESS %s  namespace %s", s.cfg.Temporal.Address, cmp.Or(s.cfg.Temporal.Namespace, "default"))
 		return nil
 	}
 	t := s.o.Temporal
 	t.LogFile = filepath.Join(s.o.Dir, "temporal.log")
-	if !s.o.Ephemeral {
+	if !s.o.Ephemeral && t.PostgresURL == "" {
 		t.DatabaseFile = filepath.Join(s.o.Dir, "temporal.db")
 	}
 	if s.cfg.Temporal.Namespace != "" {
@@ -276,7 +299,10 @@ func (s *session) startTemporal() error {
 	s.cfg.Temporal.Address = ts.address
 	s.cfg.Temporal.Namespace = cmp.Or(t.Namespace, "default")
 	state := "thrown away at exit"
-	if t.DatabaseFile != "" {
+	switch {
+	case ts.Postgres() != "":
+		state = "in " + ts.Postgres()
+	case t.DatabaseFile != "":
 		state = "in " + s.path("temporal.db")
 	}
 	s.show("Temporal", "%s  namespace %s  (state %s, log %s)", ts.address, s.cfg.Temporal.Namespace, state, s.path("temporal.log"))

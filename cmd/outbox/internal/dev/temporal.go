@@ -38,6 +38,14 @@ type TemporalOptions struct {
 	// DatabaseFile keeps the server's state; empty means a throwaway file (on tmpfs when
 	// the machine has one) removed at Stop.
 	DatabaseFile string
+	// PostgresURL, when set, keeps the state in PostgreSQL instead of SQLite (DatabaseFile
+	// is then unused), as a production server does: postgres://user:password@host:port/name
+	// with the default store in database name (temporal when the URL names none) and
+	// visibility in name_visibility, both created when missing, their schemas set up or
+	// updated at start; query parameters (sslmode, ...) are connect attributes. The
+	// namespace is then registered through the frontend after start, and the outbox's
+	// search attributes added through the operator service.
+	PostgresURL string
 	// Namespace is created at every start. Defaults to "default".
 	Namespace string
 	// Retention of closed workflows in Namespace (when it is created). Defaults to 7 days.
@@ -57,6 +65,9 @@ type TemporalServer struct {
 	address string
 	uiURL   string
 	scratch string // the folder of a throwaway state, removed at Stop
+	// postgres describes the PostgreSQL databases of the state (no password); empty
+	// when the state is in SQLite.
+	postgres string
 }
 
 func (o *TemporalOptions) withDefaults() {
@@ -85,6 +96,9 @@ func (o *TemporalOptions) withDefaults() {
 // StartTemporal starts the server (and the UI when asked) and returns once both listen.
 func StartTemporal(o TemporalOptions) (*TemporalServer, error) {
 	o.withDefaults()
+	if o.PostgresURL != "" {
+		return o.startOnPostgres()
+	}
 	if err := o.checkPorts(); err != nil {
 		return nil, err
 	}
@@ -103,7 +117,13 @@ func StartTemporal(o TemporalOptions) (*TemporalServer, error) {
 		return nil, err
 	}
 	frontend := net.JoinHostPort(o.IP, strconv.Itoa(o.FrontendPort))
-	srv, err := o.newServer(sqlCfg, frontend)
+	persistence := config.Persistence{
+		DefaultStore:     sqliteplugin.PluginName,
+		VisibilityStore:  sqliteplugin.PluginName,
+		NumHistoryShards: 1,
+		DataStores:       map[string]config.DataStore{sqliteplugin.PluginName: {SQL: sqlCfg}},
+	}
+	srv, err := o.newServer(persistence, o.logger(), frontend)
 	if err != nil {
 		return nil, fmt.Errorf("create Temporal server: %w", err)
 	}
@@ -119,6 +139,46 @@ func StartTemporal(o TemporalOptions) (*TemporalServer, error) {
 		}
 	}
 	return t, nil
+}
+
+// startOnPostgres is StartTemporal with the state in PostgreSQL (o.PostgresURL).
+func (o TemporalOptions) startOnPostgres() (*TemporalServer, error) {
+	stores, err := parsePostgresURL(o.PostgresURL)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.checkPorts(); err != nil {
+		return nil, err
+	}
+	logger := o.logger()
+	if err := stores.prepare(logger); err != nil {
+		return nil, err
+	}
+	frontend := net.JoinHostPort(o.IP, strconv.Itoa(o.FrontendPort))
+	srv, err := o.newServer(stores.persistence(), logger, frontend)
+	if err != nil {
+		return nil, stores.scrub(fmt.Errorf("create Temporal server: %w", err))
+	}
+	if err := srv.Start(); err != nil {
+		return nil, stores.scrub(fmt.Errorf("start Temporal server on %s: %w", stores.describe(), err))
+	}
+	t := &TemporalServer{server: srv, address: frontend, postgres: stores.describe()}
+	if err := t.registerNamespace(o); err != nil {
+		t.Stop()
+		return nil, err
+	}
+	if o.UIPort != 0 {
+		if err := t.startUI(o); err != nil {
+			t.Stop()
+			return nil, fmt.Errorf("start the Temporal UI: %w", err)
+		}
+	}
+	return t, nil
+}
+
+// logger is the server's logger: warnings and errors, to o.LogFile or standard output.
+func (o TemporalOptions) logger() log.Logger {
+	return log.NewZapLogger(log.BuildZapLogger(log.Config{Level: "warn", Stdout: o.LogFile == "", OutputFile: o.LogFile}))
 }
 
 // clusterName names the one cluster of the in-process server.
@@ -190,9 +250,9 @@ func (o TemporalOptions) prepareState(throwaway bool) (*config.SQL, error) {
 	return sqlCfg, nil
 }
 
-// newServer builds the server: every service in this process on its own port, one
-// history shard, the state in sqlCfg, archival off.
-func (o TemporalOptions) newServer(sqlCfg *config.SQL, frontend string) (temporal.Server, error) {
+// newServer builds the server: every service in this process on its own port, the state
+// in persistence, archival off.
+func (o TemporalOptions) newServer(persistence config.Persistence, logger log.Logger, frontend string) (temporal.Server, error) {
 	service := func(port, httpPort int) config.Service {
 		return config.Service{RPC: config.RPC{GRPCPort: port, HTTPPort: httpPort, BindOnIP: o.IP}}
 	}
@@ -200,12 +260,7 @@ func (o TemporalOptions) newServer(sqlCfg *config.SQL, frontend string) (tempora
 		Global: config.Global{
 			Membership: config.Membership{MaxJoinDuration: 30 * time.Second, BroadcastAddress: o.IP},
 		},
-		Persistence: config.Persistence{
-			DefaultStore:     sqliteplugin.PluginName,
-			VisibilityStore:  sqliteplugin.PluginName,
-			NumHistoryShards: 1,
-			DataStores:       map[string]config.DataStore{sqliteplugin.PluginName: {SQL: sqlCfg}},
-		},
+		Persistence: persistence,
 		ClusterMetadata: &cluster.Config{
 			EnableGlobalNamespace:    false,
 			FailoverVersionIncrement: 10,
@@ -232,7 +287,6 @@ func (o TemporalOptions) newServer(sqlCfg *config.SQL, frontend string) (tempora
 		}},
 		PublicClient: config.PublicClient{HostPort: frontend},
 	}
-	logCfg := log.Config{Level: "warn", Stdout: o.LogFile == "", OutputFile: o.LogFile}
 	hosts := func(port int) static.Hosts { return static.SingleLocalHost(net.JoinHostPort(o.IP, strconv.Itoa(port))) }
 	dyn := dynamicconfig.StaticClient{
 		// One process, one shard: keep the server's footprint small.
@@ -250,7 +304,7 @@ func (o TemporalOptions) newServer(sqlCfg *config.SQL, frontend string) (tempora
 			primitives.MatchingService: hosts(o.MatchingPort),
 			primitives.WorkerService:   hosts(o.WorkerPort),
 		}),
-		temporal.WithLogger(log.NewZapLogger(log.BuildZapLogger(logCfg))),
+		temporal.WithLogger(logger),
 		temporal.WithDynamicConfigClient(dyn),
 	)
 }
@@ -279,6 +333,10 @@ func (t *TemporalServer) startUI(o TemporalOptions) error {
 
 // Address returns the frontend's host:port.
 func (t *TemporalServer) Address() string { return t.address }
+
+// Postgres describes where the state is when it is in PostgreSQL (without the
+// password), and is empty when it is in SQLite.
+func (t *TemporalServer) Postgres() string { return t.postgres }
 
 // Stop stops the UI and the server.
 func (t *TemporalServer) Stop() {
