@@ -342,7 +342,9 @@ func (s *Sink) publish(ctx context.Context, c *pubChannel, key string, msg amqp.
 	if err := r.err; err != nil {
 		failure := fmt.Errorf("rabbitmq: publish to %s on %s: %w", s.where(key), s.shown, err)
 		if errors.Is(err, amqp.ErrClosed) {
-			// Refused before a frame was written: the channel or connection was closed.
+			// Refused before one of its frames was written (the channel or connection was
+			// closed, perhaps by the failed write of an earlier frame): the broker drops a
+			// message whose frames did not all arrive, so it cannot have this one.
 			if c.conn.amqp.IsClosed() {
 				failure = fmt.Errorf("rabbitmq: publish to %s on %s: %w: %w", s.where(key), s.shown, activities.ErrConnectionLost, err)
 			}
