@@ -141,7 +141,7 @@ func TestBrokerRestart(t *testing.T) {
 		defer nc.Close()
 		js, err := jetstream.New(nc)
 		require.NoError(t, err)
-		_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: stream, Subjects: []string{"chaos.>"}})
+		_, err = testutil.CreateStream(context.Background(), js, jetstream.StreamConfig{Name: stream, Subjects: []string{"chaos.>"}})
 		require.NoError(t, err)
 		e.downstream = func() testutil.Snapshot { return srv.snapshot(stream) }
 	})

@@ -107,7 +107,7 @@ func TestNATSSink(t *testing.T) {
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	prefix := "outbox_e2e_" + uuid.NewString()[:8]
-	st, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: prefix, Subjects: []string{prefix + ".>"}})
+	st, err := testutil.CreateStream(context.Background(), js, jetstream.StreamConfig{Name: prefix, Subjects: []string{prefix + ".>"}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), prefix) })
 
@@ -370,7 +370,7 @@ func TestWorkerStartsWhileABrokerIsDown(t *testing.T) {
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	streamName := "outbox_down_" + e.store.Schema()
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: streamName, Subjects: []string{streamName + ".>"}})
+	_, err = testutil.CreateStream(ctx, js, jetstream.StreamConfig{Name: streamName, Subjects: []string{streamName + ".>"}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), streamName) })
 	broker := newPGProxy(t, strings.TrimPrefix(natsURL(), "nats://"))

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/internal/testutil"
 	"github.com/outbox-go/outbox/sinks"
 	"github.com/outbox-go/outbox/sinks/natssink"
 )
@@ -33,7 +34,7 @@ func stream(t *testing.T) (jetstream.JetStream, jetstream.Stream, string) {
 	require.NoError(t, err)
 	prefix := "outboxtest_" + uuid.NewString()[:8]
 	ctx := context.Background()
-	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: prefix, Subjects: []string{prefix + ".>"}, Duplicates: time.Minute})
+	st, err := testutil.CreateStream(ctx, js, jetstream.StreamConfig{Name: prefix, Subjects: []string{prefix + ".>"}, Duplicates: time.Minute})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), prefix) })
 	return js, st, prefix

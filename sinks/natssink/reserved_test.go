@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/internal/testutil"
 )
 
 // TestRowHeadersCannotSteerTheStream: a row's headers are written by whoever writes the
@@ -20,7 +21,7 @@ func TestRowHeadersCannotSteerTheStream(t *testing.T) {
 	js, _, prefix := stream(t)
 	ctx := context.Background()
 	name := prefix + "_rollup"
-	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, AllowRollup: true, Duplicates: time.Minute})
+	st, err := testutil.CreateStream(ctx, js, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, AllowRollup: true, Duplicates: time.Minute})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
 

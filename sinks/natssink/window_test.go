@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/internal/testutil"
 	"github.com/outbox-go/outbox/sinks/natssink"
 )
 
@@ -58,7 +59,7 @@ func streamWithWindow(t *testing.T, window time.Duration) string {
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	prefix := "outboxtest_" + uuid.NewString()[:8]
-	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: prefix, Subjects: []string{prefix + ".>"}, Duplicates: window})
+	_, err = testutil.CreateStream(context.Background(), js, jetstream.StreamConfig{Name: prefix, Subjects: []string{prefix + ".>"}, Duplicates: window})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), prefix) })
 	return prefix

@@ -1,0 +1,40 @@
+package testutil
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// anchorStream is a stream the tests create and never delete. nats-server 2.9 (Debian's
+// package) removes the account's stream directory with its last stream, and a stream
+// created at that moment fails with "error creating store for stream" (10049); while one
+// stream stays, the directory does too.
+const anchorStream = "outbox_test_anchor"
+
+// CreateStream creates a JetStream stream for a test, first making sure the anchor stream
+// exists. The caller deletes the stream it made.
+func CreateStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	anchor := jetstream.StreamConfig{Name: anchorStream, Subjects: []string{anchorStream + ".>"}, Storage: jetstream.FileStorage}
+	var err error
+	for range 5 {
+		if _, err = js.CreateOrUpdateStream(ctx, anchor); err != nil && isStoreRace(err) {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		var st jetstream.Stream
+		if st, err = js.CreateStream(ctx, cfg); err == nil || !isStoreRace(err) {
+			return st, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil, err
+}
+
+// isStoreRace reports the server's failure to make a stream's store directory.
+func isStoreRace(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10049
+}
