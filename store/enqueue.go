@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -226,7 +227,26 @@ func quoteShort(s string) string {
 	return fmt.Sprintf("%q", s)
 }
 
+// enqueuePlainSQL is Enqueue's INSERT of a message with neither an ordering key nor an
+// idempotency key, most messages: the columns it leaves out are NULL either way, and
+// without an ordering key there is no ordering_seq to return.
+const enqueuePlainSQL = `INSERT INTO %s (message_id, topic, payload, headers, max_retry_times, next_retry_at)
+VALUES ($1, $2, $3, $4, $5, $6)`
+
+// enqueueSQL is Enqueue's INSERT of a message with an ordering key and no idempotency key.
+//
+// Only a message with an idempotency key needs ON CONFLICT (enqueueIdempotentSQL). The clause makes
+// PostgreSQL insert speculatively, whatever the row: it builds the arbiter's unique-check
+// state, takes and releases a speculative-insertion lock in the shared lock table, and
+// writes a second WAL record to confirm the row. A row without a key cannot conflict on
+// the key's partial index, so that work is skipped. Both statements write the same row.
 const enqueueSQL = `INSERT INTO %s (message_id, topic, payload, headers, max_retry_times, next_retry_at, ordering_key, idempotency_key)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+RETURNING ordering_seq`
+
+// enqueueIdempotentSQL is Enqueue's INSERT of a message with an idempotency key: a row
+// that holds the key already makes it write nothing and return no row.
+const enqueueIdempotentSQL = `INSERT INTO %s (message_id, topic, payload, headers, max_retry_times, next_retry_at, ordering_key, idempotency_key)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING ordering_seq`
@@ -296,8 +316,20 @@ func (s *Store) EnqueueMessage(ctx context.Context, db DB, msg Message) (Enqueue
 	if err != nil {
 		return Enqueued{}, err
 	}
+	// The ID goes as its 16 bytes: a uuid.UUID is a driver.Valuer, which pgx sends as text.
+	id := [16]byte(r.id)
+	if r.orderingKey == nil && r.idempotencyKey == nil {
+		if _, err := db.Exec(ctx, s.enqueuePlain, id, r.topic, r.payload, r.headers, r.maxRetryTimes, r.deliverAfter); err != nil {
+			return Enqueued{}, enqueueError(msg.Topic, msg.OrderingKey, err)
+		}
+		return Enqueued{MessageID: r.id}, nil
+	}
 	var seq *int64
-	err = db.QueryRow(ctx, s.enqueue, r.id, r.topic, r.payload, r.headers, r.maxRetryTimes, r.deliverAfter, r.orderingKey, r.idempotencyKey).Scan(&seq)
+	query := s.enqueue
+	if r.idempotencyKey != nil {
+		query = s.enqueueIdempotent
+	}
+	err = db.QueryRow(ctx, query, id, r.topic, r.payload, r.headers, r.maxRetryTimes, r.deliverAfter, r.orderingKey, r.idempotencyKey).Scan(&seq)
 	if errors.Is(err, pgx.ErrNoRows) && r.idempotencyKey != nil {
 		held, err := s.idempotencyHolders(ctx, db, []string{*r.idempotencyKey})
 		if err != nil {
@@ -395,7 +427,7 @@ func (s *Store) EnqueueBatch(ctx context.Context, db DB, msgs []Message) ([]Enqu
 		return nil, nil
 	}
 	var (
-		ids      = make([]uuid.UUID, len(msgs))
+		ids      = make([][16]byte, len(msgs)) // binary, as in EnqueueMessage
 		topics   = make([]string, len(msgs))
 		payloads = make([]string, len(msgs))
 		headers  = make([]*string, len(msgs))
@@ -420,7 +452,7 @@ func (s *Store) EnqueueBatch(ctx context.Context, db DB, msgs []Message) ([]Enqu
 			return nil, &ValidationError{Field: fmt.Sprintf("messages[%d].message_id", i), Reason: fmt.Sprintf("repeats %s, which an earlier message of the batch has", r.id)}
 		}
 		byID[r.id] = i
-		ids[i], topics[i], payloads[i], retries[i], after[i], keys[i], idemKeys[i] = r.id, r.topic, r.payload, r.maxRetryTimes, r.deliverAfter, r.orderingKey, r.idempotencyKey
+		ids[i], topics[i], payloads[i], retries[i], after[i], keys[i], idemKeys[i] = [16]byte(r.id), r.topic, r.payload, r.maxRetryTimes, r.deliverAfter, r.orderingKey, r.idempotencyKey
 		if r.headers != nil {
 			h := string(r.headers)
 			headers[i] = &h
@@ -435,7 +467,11 @@ func (s *Store) EnqueueBatch(ctx context.Context, db DB, msgs []Message) ([]Enqu
 			return nil, enqueueError(topics[0], distinct[0], err)
 		}
 	}
-	rows, err := db.Query(ctx, s.enqueueBatch, ids, topics, payloads, headers, retries, after, keys, idemKeys)
+	query := s.enqueueBatch
+	if slices.ContainsFunc(idemKeys, func(k *string) bool { return k != nil }) {
+		query = s.enqueueBatchIdempotent
+	}
+	rows, err := db.Query(ctx, query, ids, topics, payloads, headers, retries, after, keys, idemKeys)
 	if err != nil {
 		return nil, fmt.Errorf("enqueue %d messages: %w", len(msgs), err)
 	}
@@ -481,7 +517,16 @@ func (s *Store) EnqueueBatch(ctx context.Context, db DB, msgs []Message) ([]Enqu
 const lockKeysSQL = `SELECT count(pg_advisory_xact_lock(hashtext($1), h))
 FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS k ORDER BY 1) AS keys`
 
+// enqueueBatchSQL is EnqueueBatch's INSERT when no message of the batch has an
+// idempotency key, and enqueueBatchIdempotentSQL when one has (see enqueueSQL).
 const enqueueBatchSQL = `INSERT INTO %s (message_id, topic, payload, headers, max_retry_times, next_retry_at, ordering_key, idempotency_key)
+SELECT id, topic, payload, headers, max_retry_times, next_retry_at, ordering_key, idempotency_key
+FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::jsonb[], $5::int[], $6::timestamptz[], $7::text[], $8::text[])
+     WITH ORDINALITY AS m(id, topic, payload, headers, max_retry_times, next_retry_at, ordering_key, idempotency_key, n)
+ORDER BY n
+RETURNING message_id, ordering_seq`
+
+const enqueueBatchIdempotentSQL = `INSERT INTO %s (message_id, topic, payload, headers, max_retry_times, next_retry_at, ordering_key, idempotency_key)
 SELECT id, topic, payload, headers, max_retry_times, next_retry_at, ordering_key, idempotency_key
 FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::jsonb[], $5::int[], $6::timestamptz[], $7::text[], $8::text[])
      WITH ORDINALITY AS m(id, topic, payload, headers, max_retry_times, next_retry_at, ordering_key, idempotency_key, n)

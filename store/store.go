@@ -110,9 +110,11 @@ type Store struct {
 	messages string // quoted, schema-qualified table names
 	dead     string
 	audit    string
-	enqueue  string // the INSERT of Enqueue
 
-	enqueueBatch string // the INSERT of EnqueueBatch
+	// The INSERTs of Enqueue: a message with neither ordering nor idempotency key, with an
+	// ordering key, with an idempotency key; and of EnqueueBatch, without and with keys.
+	enqueuePlain, enqueue, enqueueIdempotent string
+	enqueueBatch, enqueueBatchIdempotent     string
 
 	messagesArchive, deadArchive string // where retention moves rows when archiving
 
@@ -135,9 +137,12 @@ func New(db TxDB, cfg Config) (*Store, error) {
 		messages: messages,
 		dead:     pgx.Identifier{cfg.Schema, "outbox_dead_letters"}.Sanitize(),
 		audit:    pgx.Identifier{cfg.Schema, "outbox_audit"}.Sanitize(),
-		enqueue:  fmt.Sprintf(enqueueSQL, messages),
 
-		enqueueBatch: fmt.Sprintf(enqueueBatchSQL, messages),
+		enqueuePlain:           fmt.Sprintf(enqueuePlainSQL, messages),
+		enqueue:                fmt.Sprintf(enqueueSQL, messages),
+		enqueueIdempotent:      fmt.Sprintf(enqueueIdempotentSQL, messages),
+		enqueueBatch:           fmt.Sprintf(enqueueBatchSQL, messages),
+		enqueueBatchIdempotent: fmt.Sprintf(enqueueBatchIdempotentSQL, messages),
 
 		messagesArchive: pgx.Identifier{cfg.Schema, "outbox_messages_archive"}.Sanitize(),
 		deadArchive:     pgx.Identifier{cfg.Schema, "outbox_dead_letters_archive"}.Sanitize(),
