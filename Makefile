@@ -5,8 +5,10 @@ SHELL := bash
 STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 WORKFLOWCHECK := go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0
 # The modules of go.work: the library at the root, the command (with outbox dev and
-# outbox bench, which link the Temporal server) and the end-to-end tests.
-MODULES = ./... ./cmd/outbox/... ./e2e/...
+# outbox bench, which link the Temporal server), the end-to-end tests, and the enqueue
+# benchmark against River (a module of its own so River stays out of the library's graph;
+# its one test checks the benchmark's variants, its benchmark runs with make bench-enqueue).
+MODULES = ./... ./cmd/outbox/... ./e2e/... ./benchmarks/enqueue/...
 # Every package with tests but e2e, which links the Temporal server and runs without -race.
 # (Packages without tests are left out: go test would still build them with -race, and
 # cmd/outbox links the whole server; lint's go vet checks them.)
@@ -14,7 +16,7 @@ UNIT_PKGS = $(shell go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPat
 
 .PHONY: help
 help: ## List the targets
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
 
 .PHONY: services
 services: ## Start (or install) what the tests need and print its environment
@@ -53,11 +55,18 @@ tidy: ## go mod tidy in each module
 	GOWORK=off go mod tidy
 	cd cmd/outbox && GOWORK=off go mod tidy
 	cd e2e && GOWORK=off go mod tidy
+	cd benchmarks/enqueue && GOWORK=off go mod tidy
 
 .PHONY: bench
 bench: ## Run the store benchmarks (see docs/benchmarks.md)
 	@eval "$$(scripts/services.sh)"; \
 	go test -run XXX -bench . -benchtime 3s -count 3 ./store
+
+.PHONY: bench-enqueue
+bench-enqueue: ## Run the enqueue benchmark against a same-data row and River (see docs/benchmarks.md)
+	@eval "$$(scripts/services.sh)"; \
+	cd benchmarks/enqueue; \
+	go test -run XXX -bench . -benchtime 3s -count 1 .
 
 .PHONY: bench-e2e
 bench-e2e: ## Run the end-to-end benchmark against the naive shape (see docs/benchmarks.md)

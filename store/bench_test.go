@@ -7,70 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-go/outbox/internal/testdb"
 	"github.com/outbox-go/outbox/store"
 )
-
-// BenchmarkBusinessTx measures what the outbox costs a business transaction: an order
-// INSERT alone (the baseline), with an Enqueue in the same transaction, and with the
-// Enqueue but the NOTIFY trigger disabled, all with concurrent writers (NOTIFY serialises
-// commits on a global lock).
-func BenchmarkBusinessTx(b *testing.B) {
-	ctx := context.Background()
-	pool, st := testdb.Schema(b)
-	_, err := pool.Exec(ctx, `CREATE TABLE `+st.Schema()+`.orders (id bigserial PRIMARY KEY, sku text, qty int)`)
-	require.NoError(b, err)
-	_, err = pool.Exec(ctx, `CREATE TABLE `+st.Schema()+`.second_rows (id bigserial PRIMARY KEY)`)
-	require.NoError(b, err)
-	payload := json.RawMessage(`{"order_id": 1, "sku": "SKU-42", "qty": 2}`)
-	order := func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO `+st.Schema()+`.orders (sku, qty) VALUES ('SKU-42', 2)`)
-		return err
-	}
-	run := func(b *testing.B, second func(pgx.Tx) error) {
-		b.SetParallelism(4)
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-					if err := order(tx); err != nil {
-						return err
-					}
-					if second == nil {
-						return nil
-					}
-					return second(tx)
-				})
-				if err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	message := func(tx pgx.Tx) error {
-		_, err := st.Enqueue(ctx, tx, store.Message{Topic: "order.created", Payload: payload})
-		return err
-	}
-	b.Run("OrderOnly", func(b *testing.B) { run(b, nil) })
-	// The baseline of what a second row costs: a table with only a primary key.
-	b.Run("OrderAndBareRow", func(b *testing.B) {
-		run(b, func(tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, `INSERT INTO `+st.Schema()+`.second_rows DEFAULT VALUES`)
-			return err
-		})
-	})
-	b.Run("OrderAndMessage", func(b *testing.B) { run(b, message) })
-	b.Run("OrderAndMessageNoNotify", func(b *testing.B) {
-		_, err := pool.Exec(ctx, `ALTER TABLE `+st.Schema()+`.outbox_messages DISABLE TRIGGER outbox_messages_notify`)
-		require.NoError(b, err)
-		defer pool.Exec(ctx, `ALTER TABLE `+st.Schema()+`.outbox_messages ENABLE TRIGGER outbox_messages_notify`) //nolint:errcheck
-		run(b, message)
-	})
-}
 
 // BenchmarkClaim measures one claim of 100 rows beside 1,000 and 100,000 sent rows: the
 // partial index keeps it flat.

@@ -1,0 +1,5 @@
+// Package enqueue holds the benchmark that compares what an outbox message costs a
+// business transaction with a plain row of the same data and with River's InsertTx
+// (github.com/riverqueue/river). It is a module of its own so that River stays out of the
+// library's module graph; see docs/benchmarks.md.
+package enqueue
