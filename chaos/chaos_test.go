@@ -333,9 +333,9 @@ func TestWorkerKilledMidSend(t *testing.T) {
 // committed at once (the receiver takes 50ms per request), starting a new one each time. A
 // first attempt lost with its process is found by the next process when its workflow
 // task times out, and checked (check_url) before any resend: nothing is lost and nothing
-// delivered twice.
+// delivered twice. The healthy topic runs on the default delivery policy.
 func TestRunKilledDuringDrain(t *testing.T) {
-	e := newEnvSink(t, httpSink, fastPolicy, "", oneProcess)
+	e := newEnvSink(t, httpSink, "", "", oneProcess)
 	n := messagesPerFault(t)
 	e.rcv.setDelay(50 * time.Millisecond)
 	runFaultOver(t, e, "run-kill-drain", n, time.Second, true, func(l *loader) {
