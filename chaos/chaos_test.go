@@ -354,6 +354,28 @@ func TestRunKilledDuringDrain(t *testing.T) {
 	})
 }
 
+// TestTwoRunProcesses runs two `outbox run` processes against one database, namespace and
+// task queue (each relay hands the runs it starts to its own worker) while they drain a
+// backlog, and SIGKILLs one of them half way, starting it again. Their relays claim
+// disjoint rows, and a run whose process died is finished by either: nothing is lost and
+// nothing delivered twice. The healthy topic runs on the default delivery policy.
+func TestTwoRunProcesses(t *testing.T) {
+	e := newEnvSink(t, httpSink, "", "", twoProcesses)
+	n := messagesPerFault(t)
+	e.rcv.setDelay(50 * time.Millisecond)
+	runFaultOver(t, e, "two-run-processes", n, time.Second, true, func(l *loader) {
+		if !waitFor(2*time.Minute, func() bool { return e.rcv.totalRequests() >= n/2 }) {
+			t.Errorf("the receiver never reached %d requests", n/2)
+			return
+		}
+		if err := e.killOutbox("run#2", 200*time.Millisecond); err != nil {
+			t.Errorf("restart the second outbox run: %v", err)
+			return
+		}
+		t.Logf("the second outbox run killed at %d receiver requests", e.rcv.totalRequests())
+	})
+}
+
 // TestRelayKilledWhileStarting SIGKILLs the relay three times while it claims rows and
 // starts workflows, starting a new one each time. A row claimed by the dead relay waits out
 // its lease; one whose workflow was started but not recorded is taken over by "already

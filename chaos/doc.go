@@ -6,7 +6,8 @@
 // server: only the SDK client is used, against the real processes.
 //
 // Faults covered: the worker SIGKILLed mid-send, `outbox run` (worker and relay in one
-// process) SIGKILLed three times during a drain, the relay SIGKILLed while it starts
+// process) SIGKILLed three times during a drain, one of two `outbox run` processes on
+// the same database SIGKILLed during a drain, the relay SIGKILLed while it starts
 // workflows, PostgreSQL restarted (fast shutdown) mid-run, the Temporal server stopped and
 // started again on the same folder, the outbox's own PostgreSQL down for 30 seconds with
 // sends in flight (separate processes and outbox run), the downstream flapping (503s,

@@ -251,8 +251,9 @@ type chaosEnv struct {
 	store      *store.Store
 
 	mu sync.Mutex
-	// commands are the outbox commands the env runs: worker and relay, or run (both in
-	// one process); outbox holds each one's current process.
+	// commands are the outbox processes the env runs: worker and relay, or run (both in
+	// one process); a name may end in #N to run a command more than once ("run#2").
+	// outbox holds each one's current process.
 	commands []string
 	outbox   map[string]*proc
 	starts   map[string]int
@@ -261,6 +262,10 @@ type chaosEnv struct {
 // oneProcess is a prepare function of newEnvSink: the env runs `outbox run` (worker and
 // relay in one process, eager start) instead of `outbox worker` and `outbox relay`.
 func oneProcess(e *chaosEnv) { e.commands = []string{"run"} }
+
+// twoProcesses is a prepare function of newEnvSink: the env runs two `outbox run`
+// processes against the same database, namespace and task queue.
+func twoProcesses(e *chaosEnv) { e.commands = []string{"run", "run#2"} }
 
 func newEnv(t *testing.T) *chaosEnv { return newEnvWith(t, "") }
 
@@ -506,15 +511,16 @@ func (e *chaosEnv) outboxEnvWithout() []string {
 // startOutbox starts `outbox worker`, `outbox relay` or `outbox run` and waits until it
 // logs that it started. It may run on a fault's goroutine, so it returns its error.
 func (e *chaosEnv) startOutbox(which string) error {
-	ready := map[string]string{"worker": "Worker started", "relay": "Relay started", "run": "Worker started"}[which]
+	command, _, _ := strings.Cut(which, "#")
+	ready := map[string]string{"worker": "Worker started", "relay": "Relay started", "run": "Worker started"}[command]
 	e.mu.Lock()
 	e.starts[which]++
 	n := e.starts[which]
 	e.mu.Unlock()
 	p, err := startProc(procSpec{
-		name: which, path: outboxBin, args: []string{which, "--config", e.config},
+		name: which, path: outboxBin, args: []string{command, "--config", e.config},
 		env: e.outboxEnv(), dir: e.base,
-		logPath: filepath.Join(e.base, fmt.Sprintf("%s-%d.log", which, n)),
+		logPath: filepath.Join(e.base, fmt.Sprintf("%s-%d.log", strings.ReplaceAll(which, "#", "-"), n)),
 		ready:   ready, within: 60 * time.Second,
 	})
 	if err != nil {
