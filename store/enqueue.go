@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outbox-go/outbox/internal/tracing"
 )
@@ -235,11 +236,12 @@ VALUES ($1, $2, $3, $4, $5, $6)`
 
 // enqueueSQL is Enqueue's INSERT of a message with an ordering key and no idempotency key.
 //
-// Only a message with an idempotency key needs ON CONFLICT (enqueueIdempotentSQL). The clause makes
-// PostgreSQL insert speculatively, whatever the row: it builds the arbiter's unique-check
-// state, takes and releases a speculative-insertion lock in the shared lock table, and
-// writes a second WAL record to confirm the row. A row without a key cannot conflict on
-// the key's partial index, so that work is skipped. Both statements write the same row.
+// Only a message with an idempotency key needs ON CONFLICT (enqueueIdempotentSQL). The
+// clause makes PostgreSQL insert speculatively, whatever the row: it builds the arbiter's
+// unique-check state, takes and releases a speculative-insertion lock in the shared lock
+// table, and writes a second WAL record to confirm the row. A row without a key cannot
+// conflict on the key's partial index, so that work is skipped. The statements write the
+// same row.
 const enqueueSQL = `INSERT INTO %s (message_id, topic, payload, headers, max_retry_times, next_retry_at, ordering_key, idempotency_key)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 RETURNING ordering_seq`
@@ -316,8 +318,7 @@ func (s *Store) EnqueueMessage(ctx context.Context, db DB, msg Message) (Enqueue
 	if err != nil {
 		return Enqueued{}, err
 	}
-	// The ID goes as its 16 bytes: a uuid.UUID is a driver.Valuer, which pgx sends as text.
-	id := [16]byte(r.id)
+	id := binaryUUID(r.id)
 	if r.orderingKey == nil && r.idempotencyKey == nil {
 		if _, err := db.Exec(ctx, s.enqueuePlain, id, r.topic, r.payload, r.headers, r.maxRetryTimes, r.deliverAfter); err != nil {
 			return Enqueued{}, enqueueError(msg.Topic, msg.OrderingKey, err)
@@ -346,6 +347,12 @@ func (s *Store) EnqueueMessage(ctx context.Context, db DB, msg Message) (Enqueue
 	}
 	return res, nil
 }
+
+// binaryUUID is id as pgx sends it in binary where the protocol allows: a uuid.UUID is a
+// driver.Valuer, which pgx sends as text for the server to parse. (A bare [16]byte would
+// not encode at all under the simple protocol or QueryExecModeExec, which pools such as
+// PgBouncer in transaction mode need.)
+func binaryUUID(id uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: id, Valid: true} }
 
 // insertRow is one validated message as its row's column values.
 type insertRow struct {
@@ -427,7 +434,7 @@ func (s *Store) EnqueueBatch(ctx context.Context, db DB, msgs []Message) ([]Enqu
 		return nil, nil
 	}
 	var (
-		ids      = make([][16]byte, len(msgs)) // binary, as in EnqueueMessage
+		ids      = make([]pgtype.UUID, len(msgs)) // see binaryUUID
 		topics   = make([]string, len(msgs))
 		payloads = make([]string, len(msgs))
 		headers  = make([]*string, len(msgs))
@@ -452,7 +459,7 @@ func (s *Store) EnqueueBatch(ctx context.Context, db DB, msgs []Message) ([]Enqu
 			return nil, &ValidationError{Field: fmt.Sprintf("messages[%d].message_id", i), Reason: fmt.Sprintf("repeats %s, which an earlier message of the batch has", r.id)}
 		}
 		byID[r.id] = i
-		ids[i], topics[i], payloads[i], retries[i], after[i], keys[i], idemKeys[i] = [16]byte(r.id), r.topic, r.payload, r.maxRetryTimes, r.deliverAfter, r.orderingKey, r.idempotencyKey
+		ids[i], topics[i], payloads[i], retries[i], after[i], keys[i], idemKeys[i] = binaryUUID(r.id), r.topic, r.payload, r.maxRetryTimes, r.deliverAfter, r.orderingKey, r.idempotencyKey
 		if r.headers != nil {
 			h := string(r.headers)
 			headers[i] = &h
