@@ -20,13 +20,14 @@ func CreateStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 	anchor := jetstream.StreamConfig{Name: anchorStream, Subjects: []string{anchorStream + ".>"}, Storage: jetstream.FileStorage}
 	var err error
 	for range 5 {
-		if _, err = js.CreateOrUpdateStream(ctx, anchor); err != nil && isStoreRace(err) {
-			time.Sleep(100 * time.Millisecond)
-			continue
+		if _, err = js.CreateOrUpdateStream(ctx, anchor); err == nil {
+			var st jetstream.Stream
+			if st, err = js.CreateStream(ctx, cfg); err == nil {
+				return st, nil
+			}
 		}
-		var st jetstream.Stream
-		if st, err = js.CreateStream(ctx, cfg); err == nil || !isStoreRace(err) {
-			return st, err
+		if !isStoreRace(err) {
+			return nil, err
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
