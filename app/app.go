@@ -4,7 +4,7 @@
 // the config's topic handlers and alert webhooks, the relay, the retention schedule,
 // metrics and readiness. cmd/outbox is a thin layer of flags over it.
 //
-//	a, err := app.Connect(ctx, cfg, logger) // cfg from config.Load, after ApplyEnv
+//	a, err := app.Connect(ctx, cfg, app.Options{Logger: logger}) // cfg from config.Load
 //	defer a.Close()
 //	err = a.RunRelay(ctx)                   // or a.RunWorker, or a.PrepareWorker for a worker of your own
 package app
@@ -44,18 +44,32 @@ type App struct {
 	handlers   []*activities.Registry // built by PrepareWorker, closed by Close
 }
 
+// Options are what Open and Connect take besides the config. The zero value is ready to
+// use.
+type Options struct {
+	// Logger receives the process's logs; nil is slog.Default().
+	Logger *slog.Logger
+	// Sinks names the sink kinds, besides those the outbox has built in, that the config's
+	// topics may use: the kinds the Handlers.Sinks given to PrepareWorker or RunWorker
+	// provide. A topic naming any other kind is a config error.
+	Sinks []string
+}
+
 // Open validates cfg (after defaults), connects to PostgreSQL and checks that it answers.
-// sinks names the sink kinds besides http that the config's topics may use (those a
-// Handlers.Sinks provides).
-func Open(ctx context.Context, cfg *config.Config, logger *slog.Logger, sinks ...string) (*App, error) {
+// An invalid config is a [ConfigError]; PostgreSQL not answering, an [UnavailableError].
+func Open(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	c := cfg.WithDefaults()
-	if err := c.Validate(sinks...); err != nil {
-		return nil, fmt.Errorf("invalid config:\n%w", err)
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	if err := c.Validate(opts.Sinks...); err != nil {
+		return nil, &ConfigError{fmt.Errorf("invalid config:\n%w", err)}
 	}
 	poolCfg, err := pgxpool.ParseConfig(c.DatabaseURL)
 	if err != nil {
 		// pgx leaves the password out of its parse errors.
-		return nil, fmt.Errorf("database_url: %w", err)
+		return nil, &ConfigError{fmt.Errorf("database_url: %w", err)}
 	}
 	if !strings.Contains(c.DatabaseURL, "pool_max_conns") {
 		// pgxpool's default (4 on a small machine) is too few for a worker running many
@@ -64,14 +78,18 @@ func Open(ctx context.Context, cfg *config.Config, logger *slog.Logger, sinks ..
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+		return nil, &ConfigError{fmt.Errorf("connect to PostgreSQL: %w", err)}
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to PostgreSQL at %s:%d database %s as %s: %w",
+		err = fmt.Errorf("connect to PostgreSQL at %s:%d database %s as %s: %w",
 			poolCfg.ConnConfig.Host, poolCfg.ConnConfig.Port, poolCfg.ConnConfig.Database, poolCfg.ConnConfig.User, err)
+		if rejectedLogin(err) {
+			return nil, &ConfigError{err}
+		}
+		return nil, &UnavailableError{"PostgreSQL", err}
 	}
 	st, err := store.New(pool, store.Config{Schema: c.Schema, MaxPayloadBytes: c.MaxPayloadBytes})
 	if err != nil {
@@ -83,8 +101,8 @@ func Open(ctx context.Context, cfg *config.Config, logger *slog.Logger, sinks ..
 
 // Connect is Open, then StartTracing (when the OTEL_* environment asks for traces), then
 // DialTemporal: everything a worker or a relay needs, in one call.
-func Connect(ctx context.Context, cfg *config.Config, logger *slog.Logger, sinks ...string) (*App, error) {
-	a, err := Open(ctx, cfg, logger, sinks...)
+func Connect(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
+	a, err := Open(ctx, cfg, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -110,13 +128,16 @@ func (a *App) DialTemporal(ctx context.Context) error {
 	opts.Logger, opts.MetricsHandler = a.Logger, sdkMetrics
 	c, err := temporalx.Dial(ctx, opts)
 	if err != nil {
-		return err
+		return &UnavailableError{"Temporal", err}
 	}
 	if a.Config.SearchAttributesEnabled() {
 		saCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		if err := temporalx.EnsureSearchAttributes(saCtx, c, a.Config.Temporal.Namespace); err != nil {
 			c.Close()
+			if temporalx.IsNamespaceNotFound(err) {
+				return &ConfigError{err}
+			}
 			return err
 		}
 	}
@@ -152,11 +173,11 @@ func temporalOptions(cfg config.Config) (temporalx.Options, error) {
 	t := cfg.Temporal
 	tlsCfg, err := t.TLSConfig()
 	if err != nil {
-		return temporalx.Options{}, fmt.Errorf("invalid config:\n%w", err)
+		return temporalx.Options{}, &ConfigError{fmt.Errorf("invalid config:\n%w", err)}
 	}
 	cdc, err := cfg.Codec.New()
 	if err != nil {
-		return temporalx.Options{}, fmt.Errorf("invalid config:\n%w", err)
+		return temporalx.Options{}, &ConfigError{fmt.Errorf("invalid config:\n%w", err)}
 	}
 	o := temporalx.Options{
 		Address: t.Address, Namespace: t.Namespace,

@@ -28,7 +28,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		t.Helper()
 		_, st := testdb.Schema(t)
 		a, err := app.Open(ctx, &config.Config{DatabaseURL: testdb.URL(), Schema: st.Schema(), Metrics: config.Metrics{Address: address},
-			Topics: map[string]config.Topic{"order.created": {URL: "http://127.0.0.1:1/events"}}}, quiet)
+			Topics: map[string]config.Topic{"order.created": {URL: "http://127.0.0.1:1/events"}}}, app.Options{Logger: quiet})
 		require.NoError(t, err)
 		t.Cleanup(a.Close)
 		return a

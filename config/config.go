@@ -574,9 +574,27 @@ const (
 	DefaultRetentionEvery   = time.Hour
 )
 
-// Load reads and validates the file at path; an empty path gives the defaults. Call
-// ApplyEnv before Validate when the environment should override the file.
-func Load(path string) (*Config, error) {
+// Load reads the file at path (an empty path gives the defaults) and lets the process's
+// environment override it, as the outbox command does: see [Config.ApplyEnv] for the
+// variables. Validation comes later, when the config is used (app.Open) or by
+// [Config.Validate]. [LoadEnv] takes the environment from a function instead; [LoadFile]
+// reads the file alone.
+func Load(path string) (*Config, error) { return LoadEnv(path, os.LookupEnv) }
+
+// LoadEnv is [Load] with the environment looked up through lookup (os.LookupEnv in a
+// program, a map in a test).
+func LoadEnv(path string, lookup func(string) (string, bool)) (*Config, error) {
+	c, err := LoadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c.ApplyEnv(lookup)
+	return c, nil
+}
+
+// LoadFile reads the file at path, without the environment; an empty path gives the
+// defaults.
+func LoadFile(path string) (*Config, error) {
 	if path == "" {
 		return &Config{}, nil
 	}

@@ -33,7 +33,7 @@ func TestEmbeddedWorker(t *testing.T) {
 		Temporal:    config.Temporal{Address: ts.GetFrontendHostPort(), Namespace: e.namespace, TaskQueue: e.taskQueue},
 		Metrics:     config.Metrics{Address: "127.0.0.1:0"},
 		Topics:      e.cfg.Topics,
-	}, logger)
+	}, app.Options{Logger: logger})
 	require.NoError(t, err)
 	t.Cleanup(a.Close)
 

@@ -388,7 +388,7 @@ func TestWorkerStartsWhileABrokerIsDown(t *testing.T) {
 		Relay:       config.Relay{PollInterval: config.Duration(200 * time.Millisecond)},
 		Metrics:     config.Metrics{Address: "127.0.0.1:0"},
 		Topics:      topics,
-	}, logger)
+	}, app.Options{Logger: logger})
 	require.NoError(t, err)
 	t.Cleanup(a.Close)
 	require.NoError(t, a.DialTemporal(ctx))
@@ -441,7 +441,7 @@ func TestWorkerStartsWhileABrokerIsDown(t *testing.T) {
 				Schema:      e.store.Schema(),
 				Temporal:    config.Temporal{Address: ts.GetFrontendHostPort(), Namespace: e.namespace, TaskQueue: e.taskQueue},
 				Topics:      map[string]config.Topic{"order.bad": tc.topic},
-			}, logger)
+			}, app.Options{Logger: logger})
 			require.NoError(t, err)
 			err = a.RunWorker(ctx, app.Handlers{})
 			a.Close()

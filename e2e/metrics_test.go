@@ -36,7 +36,7 @@ func TestMetrics(t *testing.T) {
 		Relay:       config.Relay{PollInterval: config.Duration(200 * time.Millisecond)},
 		Metrics:     config.Metrics{Address: "127.0.0.1:0"},
 		Topics:      e.cfg.Topics,
-	}, logger)
+	}, app.Options{Logger: logger})
 	require.NoError(t, err)
 	t.Cleanup(a.Close) // after the worker and the relay stop
 	require.NoError(t, a.DialTemporal(ctx))

@@ -39,7 +39,7 @@ func (e *env) retentionConfig(ts *temporaltest.TestServer, r config.Retention) *
 func (e *env) startAppWorker(t *testing.T, cfg *config.Config, gate <-chan struct{}) {
 	t.Helper()
 	ctx := context.Background()
-	a, err := app.Open(ctx, cfg, logger)
+	a, err := app.Open(ctx, cfg, app.Options{Logger: logger})
 	require.NoError(t, err)
 	t.Cleanup(a.Close)
 	require.NoError(t, a.DialTemporal(ctx))

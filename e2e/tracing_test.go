@@ -53,7 +53,7 @@ func TestTracing(t *testing.T) {
 		Temporal:    config.Temporal{Address: ts.GetFrontendHostPort(), Namespace: e.namespace, TaskQueue: e.taskQueue},
 		Relay:       config.Relay{PollInterval: config.Duration(200 * time.Millisecond)},
 		Topics:      map[string]config.Topic{"order.created": {Sink: "http", URL: recv.URL}},
-	}, logger)
+	}, app.Options{Logger: logger})
 	require.NoError(t, err)
 	t.Cleanup(a.Close)
 	require.NoError(t, a.DialTemporal(ctx))

@@ -13,7 +13,6 @@ import (
 	"flag"
 	"log"
 	"log/slog"
-	"os"
 
 	sdkworker "go.temporal.io/sdk/worker"
 
@@ -47,8 +46,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	cfg.ApplyEnv(os.LookupEnv)
-	a, err := app.Connect(ctx, cfg, slog.Default())
+	a, err := app.Connect(ctx, cfg, app.Options{Logger: slog.Default()})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 )
 
 // Main runs the outbox command with the process's arguments and environment, and exits
-// non-zero on error.
+// with the code [ExitCode] gives its error.
 func Main(extra ...func(*Env) *cobra.Command) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
@@ -34,7 +34,7 @@ func Main(extra ...func(*Env) *cobra.Command) {
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "outbox:", err)
-		os.Exit(1)
+		os.Exit(ExitCode(err))
 	}
 }
 
@@ -66,7 +66,24 @@ Environment variables DATABASE_URL, TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE and
 OUTBOX_TASK_QUEUE override the config file.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       ReadBuildInfo().String(),
+		// Any arguments reach RunE, which names an unknown command as a usage error (cobra
+		// would return it before any command runs, without a way to tell it from others).
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			msg := fmt.Sprintf("unknown command %q; run outbox --help for the commands", args[0])
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				msg = fmt.Sprintf("unknown command %q; did you mean %s?", args[0], strings.Join(s, " or "))
+			}
+			return usageErrorf("%s", msg)
+		},
 	}
+	root.SuggestionsMinimumDistance = 2
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -84,27 +101,44 @@ OUTBOX_TASK_QUEUE override the config file.`,
 		newStatsCmd(g),
 		newRetentionCmd(g),
 		newCodecServerCmd(g),
+		newVersionCmd(),
 	)
 	for _, add := range extra {
 		root.AddCommand(add(g.Env()))
 	}
+	markUsageErrors(root)
 	return root
+}
+
+// markUsageErrors makes the argument checks of cmd and its subcommands return usage errors,
+// so the command exits with ExitUsage when the arguments are wrong.
+func markUsageErrors(cmd *cobra.Command) {
+	if check := cmd.Args; check != nil && cmd.HasParent() {
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			if err := check(c, args); err != nil {
+				return &usageError{err}
+			}
+			return nil
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		markUsageErrors(sub)
+	}
 }
 
 // config loads the config file and applies the environment.
 func (g *globals) config() (*config.Config, error) {
-	cfg, err := config.Load(g.configPath)
+	cfg, err := config.LoadEnv(g.configPath, g.lookupEnv)
 	if err != nil {
-		return nil, err
+		return nil, &app.ConfigError{Err: err}
 	}
-	cfg.ApplyEnv(g.lookupEnv)
 	return cfg, nil
 }
 
 func (g *globals) logger() (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
-		return nil, fmt.Errorf("--log-level must be debug, info, warn or error, got %q", g.logLevel)
+		return nil, usageErrorf("--log-level must be debug, info, warn or error, got %q", g.logLevel)
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	switch strings.ToLower(g.logFormat) {
@@ -113,7 +147,7 @@ func (g *globals) logger() (*slog.Logger, error) {
 	case "json":
 		return slog.New(slog.NewJSONHandler(g.stderr, opts)), nil
 	default:
-		return nil, fmt.Errorf("--log-format must be text or json, got %q", g.logFormat)
+		return nil, usageErrorf("--log-format must be text or json, got %q", g.logFormat)
 	}
 }
 
@@ -128,9 +162,9 @@ func (g *globals) open(ctx context.Context, withTemporal bool) (*app.App, error)
 		return nil, err
 	}
 	if withTemporal {
-		return app.Connect(ctx, cfg, logger)
+		return app.Connect(ctx, cfg, app.Options{Logger: logger})
 	}
-	a, err := app.Open(ctx, cfg, logger)
+	a, err := app.Open(ctx, cfg, app.Options{Logger: logger})
 	if err != nil {
 		return nil, err
 	}
@@ -266,7 +300,7 @@ func newEnqueueCmd(g *globals) *cobra.Command {
 				msg.MaxRetryTimes = &maxRetryTimes
 			}
 			if deliverAfter < 0 {
-				return fmt.Errorf("--deliver-after must not be negative, got %s", deliverAfter)
+				return usageErrorf("--deliver-after must not be negative, got %s", deliverAfter)
 			}
 			if deliverAfter > 0 {
 				msg.DeliverAfter = time.Now().Add(deliverAfter)
@@ -293,7 +327,7 @@ func buildMessage(topic string, payload []byte, headers []string) (store.Message
 	for _, h := range headers {
 		k, v, ok := strings.Cut(h, "=")
 		if !ok || k == "" {
-			return msg, fmt.Errorf("--header must be key=value, got %q", h)
+			return msg, usageErrorf("--header must be key=value, got %q", h)
 		}
 		if msg.Headers == nil {
 			msg.Headers = map[string]string{}

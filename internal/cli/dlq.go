@@ -49,7 +49,7 @@ func (f *filterFlags) add(cmd *cobra.Command, limitDefault int) {
 func (f *filterFlags) filter(now time.Time) (store.DeadLetterFilter, error) {
 	out := store.DeadLetterFilter{Topic: f.topic, Limit: f.limit, IncludeClosed: f.all}
 	if f.limit < 1 {
-		return out, fmt.Errorf("--limit must be at least 1, got %d", f.limit)
+		return out, usageErrorf("--limit must be at least 1, got %d", f.limit)
 	}
 	if f.since != "" {
 		if d, err := time.ParseDuration(f.since); err == nil && d > 0 {
@@ -57,7 +57,7 @@ func (f *filterFlags) filter(now time.Time) (store.DeadLetterFilter, error) {
 		} else if t, err := time.Parse(time.RFC3339, f.since); err == nil {
 			out.Since = t
 		} else {
-			return out, fmt.Errorf("--since must be a duration such as 1h or a time such as 2026-11-30T09:00:00Z, got %q", f.since)
+			return out, usageErrorf("--since must be a duration such as 1h or a time such as 2026-11-30T09:00:00Z, got %q", f.since)
 		}
 	}
 	return out, nil
@@ -176,7 +176,7 @@ func parseIDs(args []string) ([]uuid.UUID, error) {
 	for _, s := range args {
 		id, err := uuid.Parse(s)
 		if err != nil {
-			return nil, fmt.Errorf("message ID must be a UUID, got %q", s)
+			return nil, usageErrorf("message ID must be a UUID, got %q", s)
 		}
 		ids = append(ids, id)
 	}

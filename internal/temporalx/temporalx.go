@@ -124,6 +124,9 @@ func redact(err error, apiKey string) error {
 // missing from the namespace (or have the wrong type), and nil when all are there.
 func CheckSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
 	missing, err := missingSearchAttributes(ctx, c, namespace)
+	if isNotFound(err) {
+		return namespaceNotFound(namespace, err)
+	}
 	if err != nil {
 		return fmt.Errorf("list search attributes of namespace %s: %w", namespace, err)
 	}
@@ -138,6 +141,9 @@ func CheckSearchAttributes(ctx context.Context, c client.Client, namespace strin
 // returns an error naming them and the command that creates them.
 func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
 	missing, err := missingSearchAttributes(ctx, c, namespace)
+	if isNotFound(err) {
+		return namespaceNotFound(namespace, err)
+	}
 	if err != nil {
 		return searchAttributeError(namespace, workflows.SearchAttributeNames, err)
 	}
@@ -158,6 +164,36 @@ func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace stri
 		return searchAttributeError(namespace, missing, err)
 	}
 	return nil
+}
+
+// namespaceNotFoundError is the error of a namespace the server does not have.
+type namespaceNotFoundError struct {
+	namespace string
+	cause     error
+}
+
+func (e *namespaceNotFoundError) Error() string {
+	return fmt.Sprintf("namespace %q not found (%v); set temporal.namespace (TEMPORAL_NAMESPACE) to an existing one or create it with:\n"+
+		"  temporal operator namespace create --namespace %s", e.namespace, e.cause, e.namespace)
+}
+
+func (e *namespaceNotFoundError) Unwrap() error { return e.cause }
+
+func namespaceNotFound(namespace string, cause error) error {
+	return &namespaceNotFoundError{namespace: namespace, cause: cause}
+}
+
+// IsNamespaceNotFound reports whether err says the configured namespace does not exist.
+func IsNamespaceNotFound(err error) bool {
+	var nf *namespaceNotFoundError
+	return errors.As(err, &nf)
+}
+
+// isNotFound reports whether a Temporal call failed because its namespace does not exist.
+func isNotFound(err error) bool {
+	var nsNotFound *serviceerror.NamespaceNotFound
+	var notFound *serviceerror.NotFound
+	return errors.As(err, &nsNotFound) || errors.As(err, &notFound)
 }
 
 func missingSearchAttributes(ctx context.Context, c client.Client, namespace string) ([]string, error) {

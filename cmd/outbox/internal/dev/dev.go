@@ -326,7 +326,7 @@ func (s *session) openOutbox(ctx context.Context, demoTopics bool) error {
 			maps.Copy(s.cfg.Topics, demo.BrokerTopics(s.o.NATSURL))
 		}
 	}
-	a, err := app.Open(ctx, s.cfg, s.logger)
+	a, err := app.Open(ctx, s.cfg, app.Options{Logger: s.logger})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,82 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-go/outbox/internal/cli"
+	"github.com/outbox-go/outbox/internal/testdb"
+)
+
+// TestExitCodes runs commands that fail for each reason and checks the exit code the
+// binary would end with: usage, config, an unreachable dependency, a failure.
+func TestExitCodes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	unknownField := filepath.Join(dir, "typo.yaml")
+	require.NoError(t, os.WriteFile(unknownField, []byte("relay:\n  poll_intervall: 1s\n"), 0o600))
+	good := map[string]string{"DATABASE_URL": testdb.URL()}
+	refused := map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/outbox?connect_timeout=2"}
+	u, err := url.Parse(testdb.URL())
+	require.NoError(t, err)
+	u.Path = "/outbox_no_such_database"
+	noDatabase := map[string]string{"DATABASE_URL": u.String()}
+
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		code int
+		msg  string
+	}{
+		{"UnknownCommand", nil, []string{"mirgate"}, cli.ExitUsage, `unknown command "mirgate"; did you mean migrate?`},
+		{"UnknownFlag", nil, []string{"migrate", "--forse"}, cli.ExitUsage, "unknown flag: --forse"},
+		{"MissingArgument", nil, []string{"enqueue"}, cli.ExitUsage, "accepts 1 arg(s), received 0"},
+		{"ExtraArgument", nil, []string{"migrate", "now"}, cli.ExitUsage, `unknown command "now" for "outbox migrate"`},
+		{"BadFlagValue", nil, []string{"enqueue", "a", "--deliver-after", "soon"}, cli.ExitUsage, `invalid argument "soon" for "--deliver-after"`},
+		{"FlagOutOfRange", nil, []string{"stats", "--log-format", "xml"}, cli.ExitUsage, `--log-format must be text or json, got "xml"`},
+		{"NotAMessageID", nil, []string{"dlq", "show", "42"}, cli.ExitUsage, `message ID must be a UUID, got "42"`},
+		{"MissingConfigFile", nil, []string{"migrate", "--config", filepath.Join(dir, "missing.yaml")}, cli.ExitConfig, "missing.yaml"},
+		{"UnknownConfigField", nil, []string{"migrate", "--config", unknownField}, cli.ExitConfig, "field poll_intervall not found"},
+		{"InvalidConfigValue", map[string]string{"DATABASE_URL": "mysql://x"}, []string{"migrate"}, cli.ExitConfig, "database_url"},
+		{"NoSuchDatabase", noDatabase, []string{"stats"}, cli.ExitConfig, "outbox_no_such_database"},
+		{"DatabaseDown", refused, []string{"stats"}, cli.ExitUnavailable, "connect to PostgreSQL at 127.0.0.1:1"},
+		{"Failure", good, []string{"dlq", "show", "0191d6a2-0000-7000-8000-000000000000"}, cli.ExitFailure, "0191d6a2-0000-7000-8000-000000000000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := run(t, tc.env, "", tc.args...)
+			require.Error(t, r.err, "outbox %s", strings.Join(tc.args, " "))
+			require.ErrorContains(t, r.err, tc.msg)
+			require.Equal(t, tc.code, cli.ExitCode(r.err), "outbox %s: %v", strings.Join(tc.args, " "), r.err)
+		})
+	}
+	require.Equal(t, cli.ExitOK, cli.ExitCode(nil))
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	r := run(t, nil, "", "--version")
+	require.NoError(t, r.err)
+	require.Regexp(t, `^outbox \S+ .*go1\.\d+.* `+runtime.GOOS+"/"+runtime.GOARCH+"\n$", r.stdout)
+
+	r = run(t, nil, "", "version")
+	require.NoError(t, r.err)
+	require.Contains(t, r.stdout, "version  ")
+	require.Contains(t, r.stdout, "go       "+runtime.Version())
+
+	r = run(t, nil, "", "version", "--json")
+	require.NoError(t, r.err)
+	var b cli.BuildInfo
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &b), r.stdout)
+	require.Equal(t, runtime.Version(), b.GoVersion)
+	require.NotEmpty(t, b.Version)
+	require.Equal(t, runtime.GOOS+"/"+runtime.GOARCH, b.Platform)
+}
