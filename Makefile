@@ -5,10 +5,12 @@ SHELL := bash
 STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 WORKFLOWCHECK := go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0
 # The modules of go.work: the library at the root, the command (with outbox dev and
-# outbox bench, which link the Temporal server), the end-to-end tests, and the enqueue
+# outbox bench, which link the Temporal server), the end-to-end tests, the enqueue
 # benchmark against River (a module of its own so River stays out of the library's graph;
-# its one test checks the benchmark's variants, its benchmark runs with make bench-enqueue).
-MODULES = ./... ./cmd/outbox/... ./e2e/... ./benchmarks/enqueue/...
+# its one test checks the benchmark's variants, its benchmark runs with make bench-enqueue),
+# and the test of the Kubernetes manifests in deploy/kubernetes (a module of its own so the
+# Kubernetes API types stay out of the library's graph).
+MODULES = ./... ./cmd/outbox/... ./e2e/... ./benchmarks/enqueue/... ./deploy/kubernetes/...
 # Every package with tests but e2e, which links the Temporal server and runs without -race.
 # (Packages without tests are left out: go test would still build them with -race, and
 # cmd/outbox links the whole server; lint's go vet checks them.)
@@ -56,6 +58,7 @@ tidy: ## go mod tidy in each module
 	cd cmd/outbox && GOWORK=off go mod tidy
 	cd e2e && GOWORK=off go mod tidy
 	cd benchmarks/enqueue && GOWORK=off go mod tidy
+	cd deploy/kubernetes && GOWORK=off go mod tidy
 
 .PHONY: bench
 bench: ## Run the store benchmarks (see docs/benchmarks.md)
