@@ -6,7 +6,8 @@
 #   docker run --rm -e DATABASE_URL=... outbox migrate
 #
 # The binary is built with the nodev tag from the command's module (cmd/outbox) alone: no
-# outbox dev, no outbox bench, and no Temporal server inside (about 32 MB instead of 157).
+# outbox dev, no outbox bench, and no Temporal server inside: an image of about 40 MB (the
+# full binary alone is about 164 MB).
 # GO_VERSION must provide Go 1.26.8 or newer (go.mod); GOTOOLCHAIN=local keeps the build
 # from downloading another toolchain.
 ARG GO_VERSION=1.26
@@ -29,5 +30,7 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 # Static binary, no shell, runs as uid 65532 (nonroot).
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/outbox /usr/local/bin/outbox
-USER nonroot:nonroot
+# Numeric, so that Kubernetes can verify runAsNonRoot without a runAsUser: 65532 is the
+# base image's nonroot user and group.
+USER 65532:65532
 ENTRYPOINT ["outbox"]
