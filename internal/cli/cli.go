@@ -184,7 +184,11 @@ func (g *globals) withApp(ctx context.Context, withTemporal bool, fn func(*app.A
 }
 
 func newMigrateCmd(g *globals) *cobra.Command {
-	var moveTaskQueue bool
+	var (
+		moveTaskQueue bool
+		printSQL      bool
+		from          int
+	)
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Create or upgrade the outbox tables (running it again is a no-op)",
@@ -193,9 +197,28 @@ func newMigrateCmd(g *globals) *cobra.Command {
 The first migrate records the config's task queue (temporal.task_queue) as this outbox
 database's: a task queue belongs to one outbox database, and a relay or worker configured
 with another refuses to start. --move-task-queue records the config's task queue in its
-place; do it once no delivery runs on the old one any more.`,
+place; do it once no delivery runs on the old one any more.
+
+--print prints the SQL instead, for a migration tool of your own (goose, Flyway, Atlas,
+sqitch), and connects to nothing: the migrations for the config's schema, each followed by
+the INSERT that records it in outbox_schema_migrations, so outbox migrate later finds them
+applied. The script has no BEGIN or COMMIT: run it in one transaction (the tool's). It
+records no task queue: the first relay or worker to start records its own. --from N prints
+the migrations from version N on, for a schema migrated up to N-1.`,
+		Example: `  outbox migrate
+  outbox migrate --print > V1__outbox.sql
+  outbox migrate --print --from 9 > V7__outbox_0009.sql`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if printSQL {
+				if moveTaskQueue {
+					return usageErrorf("--move-task-queue writes to the database and cannot be used with --print")
+				}
+				return printMigrationSQL(cmd, g, from)
+			}
+			if cmd.Flags().Changed("from") {
+				return usageErrorf("--from %d needs --print: outbox migrate applies every migration the schema lacks", from)
+			}
 			return g.withApp(cmd.Context(), false, func(a *app.App) error {
 				applied, err := a.Migrate(cmd.Context())
 				if err != nil {
@@ -222,7 +245,32 @@ place; do it once no delivery runs on the old one any more.`,
 		},
 	}
 	cmd.Flags().BoolVar(&moveTaskQueue, "move-task-queue", false, "record the config's task queue as this database's, replacing the one recorded")
+	cmd.Flags().BoolVar(&printSQL, "print", false, "print the migrations' SQL for the config's schema instead of running it (connects to nothing)")
+	cmd.Flags().IntVar(&from, "from", 1, "with --print, print the migrations from this `version` on")
 	return cmd
+}
+
+// printMigrationSQL writes the SQL of the migrations from version from on for the config's
+// schema (store.MigrationSQL), without connecting to the database.
+func printMigrationSQL(cmd *cobra.Command, g *globals, from int) error {
+	migrations, err := store.Migrations()
+	if err != nil {
+		return err
+	}
+	first, last := migrations[0].Version, migrations[len(migrations)-1].Version
+	if from < first || from > last {
+		return usageErrorf("--from must be a migration version from %d to %d, got %d", first, last, from)
+	}
+	cfg, err := g.config()
+	if err != nil {
+		return err
+	}
+	sql, err := store.MigrationSQL(cfg.WithDefaults().Schema, from)
+	if err != nil {
+		return &app.ConfigError{Err: err}
+	}
+	_, err = io.WriteString(cmd.OutOrStdout(), sql)
+	return err
 }
 
 func newWorkerCmd(g *globals) *cobra.Command {
