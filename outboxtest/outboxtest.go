@@ -14,11 +14,13 @@
 package outboxtest
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"testing"
@@ -27,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/activity"
+	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
@@ -149,6 +152,10 @@ func Deliver(t testing.TB, st *store.Store, messageID uuid.UUID, policy workflow
 		t.Fatalf("outboxtest: message %s: %v", messageID, err)
 	}
 	var suite testsuite.WorkflowTestSuite
+	// The SDK's test environment logs to standard output unless given a logger: its
+	// warnings and errors go to the test's log instead, shown when the test fails or runs
+	// with -v.
+	suite.SetLogger(sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	env := suite.NewTestWorkflowEnvironment()
 	env.RegisterWorkflowWithOptions(workflows.Delivery, workflows.RegisterOptions())
 	(&activities.Activities{Store: st, Handlers: activities.NewRegistry()}).Register(env)
@@ -168,4 +175,12 @@ func Deliver(t testing.TB, st *store.Store, messageID uuid.UUID, policy workflow
 		return res, err
 	}
 	return res, env.GetWorkflowResult(&res)
+}
+
+// testLog writes log lines to a test's log.
+type testLog struct{ t testing.TB }
+
+func (w testLog) Write(p []byte) (int, error) {
+	w.t.Logf("%s", bytes.TrimRight(p, "\n"))
+	return len(p), nil
 }
