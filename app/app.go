@@ -146,9 +146,10 @@ func (a *App) DialTemporal(ctx context.Context) error {
 }
 
 // ClientOptions returns the Temporal SDK client options outbox worker and outbox relay dial
-// with, from cfg: the address and namespace, TLS, the API key, the payload codec's data and
-// failure converters, and the OpenTelemetry tracing interceptor. A team that dials its own
-// client gets the same connection from them.
+// with, from cfg: the address and namespace, TLS, the API key, the gRPC headers and
+// authority, the payload codec's data and failure converters, and the OpenTelemetry
+// tracing interceptor. A team that dials its own client gets the same connection from
+// them.
 func ClientOptions(cfg config.Config) (client.Options, error) {
 	o, err := temporalOptions(cfg)
 	if err != nil {
@@ -168,7 +169,7 @@ func Dial(ctx context.Context, cfg config.Config) (client.Client, error) {
 }
 
 // temporalOptions returns where Temporal is and how to reach it securely, from cfg: TLS,
-// the API key and the payload codec.
+// the API key, the gRPC headers and authority, and the payload codec.
 func temporalOptions(cfg config.Config) (temporalx.Options, error) {
 	t := cfg.Temporal
 	tlsCfg, err := t.TLSConfig()
@@ -182,6 +183,7 @@ func temporalOptions(cfg config.Config) (temporalx.Options, error) {
 	o := temporalx.Options{
 		Address: t.Address, Namespace: t.Namespace,
 		TLS: tlsCfg, TLSDisabled: t.TLS.Disabled(), APIKey: t.APIKey,
+		Headers: t.Headers(), Authority: t.Authority,
 	}
 	if cdc != nil {
 		o.Codec = cdc

@@ -19,8 +19,11 @@
 //	  sink: http
 //	  url: http://fallback:8080/events
 //
-// Environment variables override the file: DATABASE_URL, TEMPORAL_ADDRESS,
-// TEMPORAL_NAMESPACE and OUTBOX_TASK_QUEUE (see [Config.ApplyEnv]).
+// Environment variables override the file: every key as OUTBOX_<PATH>
+// (OUTBOX_RELAY_POLL_INTERVAL=1s), and DATABASE_URL, TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE,
+// OUTBOX_TASK_QUEUE and the Temporal CLI's TEMPORAL_* variables, which win; a profile of
+// the Temporal CLI's temporal.toml fills the temporal section's unset keys (see
+// [Config.ApplyEnv]).
 package config
 
 import (
@@ -106,6 +109,19 @@ type Temporal struct {
 	// authorizer); it turns TLS on unless tls.enabled is false. Overridden by
 	// TEMPORAL_API_KEY. Never logged.
 	APIKey string `yaml:"api_key"`
+	// Authority is the :authority pseudo-header and virtual host of the gRPC connection,
+	// when a proxy routes by it. Optional. Overridden by TEMPORAL_CLIENT_AUTHORITY.
+	Authority string `yaml:"authority"`
+	// GRPCMeta are headers sent with every call to the frontend (a proxy's routing or
+	// tenant header). Names are lower-cased, underscores made hyphens. Optional; merged
+	// per header over the profile's grpc_meta.
+	GRPCMeta map[string]string `yaml:"grpc_meta"`
+	// Profile names the profile of the Temporal CLI's config file (temporal.toml, at
+	// TEMPORAL_CONFIG_FILE or the CLI's default path) that gives the settings this section
+	// leaves unset: address, namespace, api_key, tls, authority and grpc_meta. Defaults
+	// to "default", which may be absent; a profile named here or by TEMPORAL_PROFILE
+	// (which wins) must exist. Read by [Load], [LoadEnv] and [Config.ApplyEnv].
+	Profile string `yaml:"profile"`
 }
 
 // Relay tunes the relay.
@@ -588,7 +604,9 @@ func LoadEnv(path string, lookup func(string) (string, bool)) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.ApplyEnv(lookup)
+	if err := c.ApplyEnv(lookup); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -626,32 +644,50 @@ func Parse(r io.Reader) (*Config, error) {
 	return &c, nil
 }
 
-// ApplyEnv lets the environment override the file: DATABASE_URL, TEMPORAL_ADDRESS,
-// TEMPORAL_NAMESPACE and OUTBOX_TASK_QUEUE; TEMPORAL_TLS_CA, TEMPORAL_TLS_CERT,
-// TEMPORAL_TLS_KEY, TEMPORAL_TLS_SERVER_NAME and TEMPORAL_API_KEY (the Temporal CLI's
-// names); OUTBOX_CODEC_KEY (base64 of 32 bytes, the active codec key) with
-// OUTBOX_CODEC_KEY_ID (its ID, default "env"). lookup is os.LookupEnv in a program.
+// ApplyEnv lets the environment override the file, and fills the temporal section from a
+// profile of the Temporal CLI's config file. lookup is os.LookupEnv in a program; every
+// variable is read through it. An empty variable counts as unset. From the lowest
+// precedence to the highest:
 //
-// The env: secret references (broker passwords, signing secrets, header values) are read
-// through lookup too, when the worker builds its handlers (Registry).
-func (c *Config) ApplyEnv(lookup func(string) (string, bool)) {
+//  1. the built-in defaults ([Config.WithDefaults], later);
+//  2. the temporal.toml profile, for the temporal section's keys the file and the
+//     environment leave unset (see [Temporal.Profile]; the profile is TEMPORAL_PROFILE,
+//     else temporal.profile, else "default"; the file TEMPORAL_CONFIG_FILE, else the
+//     Temporal CLI's default path, envconfig.DefaultConfigFilePath);
+//  3. the file;
+//  4. OUTBOX_<PATH>, any key of the file by its YAML path upper-cased with dots as
+//     underscores (OUTBOX_RELAY_POLL_INTERVAL=1s, OUTBOX_TEMPORAL_TLS_CA_FILE): a scalar
+//     is read as in the file (strings as they are); a map (OUTBOX_TOPICS, a YAML or JSON
+//     object) is merged over the file's per entry, an entry replacing the file's; a list
+//     (OUTBOX_DEFAULT_BROKERS) replaces the file's;
+//  5. the names of their own: DATABASE_URL, OUTBOX_TASK_QUEUE, OUTBOX_CODEC_KEY (base64 of
+//     32 bytes, the active codec key) with OUTBOX_CODEC_KEY_ID (its ID, default "env"),
+//     and the Temporal CLI's variables: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE,
+//     TEMPORAL_API_KEY, TEMPORAL_CLIENT_AUTHORITY, TEMPORAL_TLS (true or false),
+//     TEMPORAL_TLS_CA or TEMPORAL_TLS_SERVER_CA_CERT_PATH, TEMPORAL_TLS_CERT or
+//     TEMPORAL_TLS_CLIENT_CERT_PATH, TEMPORAL_TLS_KEY or TEMPORAL_TLS_CLIENT_KEY_PATH, the
+//     *_DATA forms of those three (PEM inline), TEMPORAL_TLS_SERVER_NAME and
+//     TEMPORAL_TLS_DISABLE_HOST_VERIFICATION.
+//
+// A value that does not parse, a profile named explicitly that does not exist, and a
+// remote codec (TEMPORAL_CODEC_ENDPOINT, or the profile's codec) are errors, all of them
+// joined. The env: secret references (broker passwords, signing secrets, header values)
+// are read through lookup too, when the worker builds its handlers (Registry).
+func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	c.lookupEnv = lookup
+	errs := []error{applyPathEnv(c, lookup)}
 	set := func(dst *string, name string) {
 		if v, ok := lookup(name); ok && v != "" {
 			*dst = v
 		}
 	}
 	set(&c.DatabaseURL, "DATABASE_URL")
-	set(&c.Temporal.Address, "TEMPORAL_ADDRESS")
-	set(&c.Temporal.Namespace, "TEMPORAL_NAMESPACE")
 	set(&c.Temporal.TaskQueue, "OUTBOX_TASK_QUEUE")
-	set(&c.Temporal.TLS.CAFile, "TEMPORAL_TLS_CA")
-	set(&c.Temporal.TLS.CertFile, "TEMPORAL_TLS_CERT")
-	set(&c.Temporal.TLS.KeyFile, "TEMPORAL_TLS_KEY")
-	set(&c.Temporal.TLS.ServerName, "TEMPORAL_TLS_SERVER_NAME")
-	set(&c.Temporal.APIKey, "TEMPORAL_API_KEY")
 	set(&c.Codec.envKey, "OUTBOX_CODEC_KEY")
 	set(&c.Codec.envKeyID, "OUTBOX_CODEC_KEY_ID")
+	errs = append(errs, c.Temporal.applyEnv(lookup))
+	errs = append(errs, c.Temporal.applyProfile(lookup))
+	return errors.Join(errs...)
 }
 
 // WithDefaults returns a copy with every unset field at its default.
@@ -823,7 +859,7 @@ func (c *Config) Validate(sinks ...string) error {
 			bad("alerts.webhook_url", "%v", err)
 		}
 	}
-	errs = append(errs, c.Temporal.validateSecurity(), c.Codec.validate())
+	errs = append(errs, c.Temporal.validateSecurity(), c.Temporal.validateGRPCMeta(), c.Codec.validate())
 	names := make([]string, 0, len(c.Topics))
 	for name := range c.Topics {
 		names = append(names, name)

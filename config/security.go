@@ -31,6 +31,14 @@ type TLS struct {
 	ServerName string `yaml:"server_name"`
 	// InsecureSkipVerify accepts any server certificate. For tests only.
 	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
+
+	// CAData, CertData and KeyData are PEM given inline in place of CAFile, CertFile and
+	// KeyFile: from a temporal.toml profile (server_ca_cert_data, client_cert_data,
+	// client_key_data) or TEMPORAL_TLS_SERVER_CA_CERT_DATA, TEMPORAL_TLS_CLIENT_CERT_DATA and
+	// TEMPORAL_TLS_CLIENT_KEY_DATA. The YAML file names files, never holds the PEM.
+	CAData   []byte `yaml:"-"`
+	CertData []byte `yaml:"-"`
+	KeyData  []byte `yaml:"-"`
 }
 
 // On reports whether TLS is on by the rules in [TLS]'s documentation; apiKey is
@@ -39,15 +47,21 @@ func (t TLS) On(apiKey string) bool {
 	if t.Enabled != nil {
 		return *t.Enabled
 	}
-	return t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != "" || t.InsecureSkipVerify || apiKey != ""
+	return t.anySet() || apiKey != ""
+}
+
+// anySet reports whether any setting besides Enabled is given.
+func (t TLS) anySet() bool {
+	return t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != "" || t.InsecureSkipVerify ||
+		len(t.CAData) > 0 || len(t.CertData) > 0 || len(t.KeyData) > 0
 }
 
 // Disabled reports whether TLS was turned off explicitly.
 func (t TLS) Disabled() bool { return t.Enabled != nil && !*t.Enabled }
 
 // TLSConfig returns the client TLS configuration of the Temporal connection, or nil when
-// TLS is off. It reads the CA, certificate and key files; errors name the field and the
-// file, never the contents.
+// TLS is off. It reads the CA, certificate and key files, or takes their PEM data; errors
+// name the field and the file, never the contents.
 func (t Temporal) TLSConfig() (*tls.Config, error) {
 	if !t.TLS.On(t.APIKey) {
 		return nil, nil
@@ -55,19 +69,23 @@ func (t Temporal) TLSConfig() (*tls.Config, error) {
 	return tlsfiles.Load("temporal.tls", tlsfiles.Files{
 		CAFile: t.TLS.CAFile, CertFile: t.TLS.CertFile, KeyFile: t.TLS.KeyFile,
 		ServerName: t.TLS.ServerName, InsecureSkipVerify: t.TLS.InsecureSkipVerify,
+		CAData: t.TLS.CAData, CertData: t.TLS.CertData, KeyData: t.TLS.KeyData,
 	})
 }
 
 func (t Temporal) validateSecurity() error {
 	if t.TLS.Disabled() {
 		var set []string
-		for _, f := range []struct{ name, value string }{{"ca_file", t.TLS.CAFile}, {"cert_file", t.TLS.CertFile}, {"key_file", t.TLS.KeyFile}, {"server_name", t.TLS.ServerName}} {
+		for _, f := range []struct{ name, value string }{
+			{"ca_file", t.TLS.CAFile}, {"cert_file", t.TLS.CertFile}, {"key_file", t.TLS.KeyFile}, {"server_name", t.TLS.ServerName},
+			{"ca_data", string(t.TLS.CAData)}, {"cert_data", string(t.TLS.CertData)}, {"key_data", string(t.TLS.KeyData)},
+		} {
 			if f.value != "" {
 				set = append(set, f.name)
 			}
 		}
 		if len(set) > 0 {
-			return fmt.Errorf("temporal.tls.enabled: is false, but %s set (from the file or TEMPORAL_TLS_*); remove them or enable TLS", strings.Join(set, ", "))
+			return fmt.Errorf("temporal.tls.enabled: is false, but %s set (from the file, TEMPORAL_TLS_* or the temporal.toml profile); remove them or enable TLS", strings.Join(set, ", "))
 		}
 		return nil
 	}

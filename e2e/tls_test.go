@@ -58,7 +58,7 @@ func newTLSServer(t *testing.T, p *testutil.PKI, mutual bool) (*temporaltest.Tes
 func dialFromEnv(t *testing.T, ts *temporaltest.TestServer, env map[string]string) (client.Client, error) {
 	t.Helper()
 	cfg := &config.Config{Temporal: config.Temporal{Address: ts.GetFrontendHostPort(), Namespace: ts.GetDefaultNamespace()}}
-	cfg.ApplyEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	require.NoError(t, cfg.ApplyEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok }))
 	c := cfg.WithDefaults()
 	require.NoError(t, c.Validate())
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)

@@ -478,7 +478,9 @@ func loadConfig(data string, lookup func(string) (string, bool)) (config.Config,
 	if err != nil {
 		return config.Config{}, err
 	}
-	cfg.ApplyEnv(lookup)
+	if err := cfg.ApplyEnv(lookup); err != nil {
+		return config.Config{}, err
+	}
 	c := cfg.WithDefaults()
 	if err := c.Validate(); err != nil {
 		return config.Config{}, err

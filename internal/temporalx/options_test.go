@@ -1,6 +1,7 @@
 package temporalx
 
 import (
+	"context"
 	"crypto/tls"
 	"testing"
 
@@ -36,4 +37,13 @@ func TestClientOptions(t *testing.T) {
 	off, err := ClientOptions(Options{APIKey: "k", TLSDisabled: true})
 	require.NoError(t, err)
 	require.True(t, off.ConnectionOptions.TLSDisabled)
+
+	headers := map[string]string{"x-tenant": "orders"}
+	routed, err := ClientOptions(Options{Headers: headers, Authority: "frontend.internal"})
+	require.NoError(t, err)
+	require.Equal(t, "frontend.internal", routed.ConnectionOptions.Authority)
+	got, err := routed.HeadersProvider.GetHeaders(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, headers, got)
+	require.Nil(t, plain.HeadersProvider, "no headers, no provider")
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 
@@ -39,6 +40,11 @@ type Options struct {
 	TLSDisabled bool
 	// APIKey is sent as a bearer token on every call. It is never logged.
 	APIKey string
+	// Headers are gRPC metadata sent with every call (a proxy's routing or tenant header).
+	// They are never logged.
+	Headers map[string]string
+	// Authority is the :authority pseudo-header of the connection, when set.
+	Authority string
 	// Codec, when set, encodes every payload the client sends and decodes what it
 	// receives; failure messages and stack traces are encoded with it too.
 	Codec converter.PayloadCodec
@@ -50,8 +56,8 @@ func (o Options) String() string {
 		o.Address, o.Namespace, o.TLS != nil || (o.APIKey != "" && !o.TLSDisabled), o.APIKey != "", o.Codec != nil)
 }
 
-// ClientOptions returns the SDK client options Dial uses: the connection's security,
-// the codec's data and failure converters, the logger, the metrics handler and the
+// ClientOptions returns the SDK client options Dial uses: the connection's security and
+// headers, the codec's data and failure converters, the logger, the metrics handler and the
 // tracing interceptor.
 func ClientOptions(o Options) (client.Options, error) {
 	opts := client.Options{HostPort: o.Address, Namespace: o.Namespace, MetricsHandler: o.MetricsHandler}
@@ -66,6 +72,10 @@ func ClientOptions(o Options) (client.Options, error) {
 	if o.APIKey != "" {
 		opts.Credentials = client.NewAPIKeyStaticCredentials(o.APIKey)
 	}
+	if len(o.Headers) > 0 {
+		opts.HeadersProvider = fixedHeaders(maps.Clone(o.Headers))
+	}
+	opts.ConnectionOptions.Authority = o.Authority
 	if o.Codec != nil {
 		opts.DataConverter = codec.DataConverter(o.Codec)
 		opts.FailureConverter = codec.FailureConverter(opts.DataConverter)
@@ -77,6 +87,11 @@ func ClientOptions(o Options) (client.Options, error) {
 	opts.Interceptors = append(opts.Interceptors, tracer)
 	return opts, nil
 }
+
+// fixedHeaders sends the same gRPC metadata with every call.
+type fixedHeaders map[string]string
+
+func (h fixedHeaders) GetHeaders(context.Context) (map[string]string, error) { return h, nil }
 
 // Dial connects to the Temporal frontend and checks that it answers. The client carries
 // the SDK's OpenTelemetry tracing interceptor with the global tracer provider: workflow

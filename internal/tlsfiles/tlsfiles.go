@@ -1,5 +1,5 @@
-// Package tlsfiles builds a client TLS configuration from PEM files, for the Temporal
-// connection and the sinks alike.
+// Package tlsfiles builds a client TLS configuration from PEM files (or PEM data given
+// inline), for the Temporal connection and the sinks alike.
 package tlsfiles
 
 import (
@@ -11,14 +11,19 @@ import (
 	"strings"
 )
 
-// Files are the PEM files and names of a client TLS configuration.
+// Files are the PEM files and names of a client TLS configuration. Each of the CA, the
+// client certificate and its key comes from its file or from its data (PEM given inline),
+// not both.
 type Files struct {
 	CAFile, CertFile, KeyFile, ServerName string
 	InsecureSkipVerify                    bool
+
+	CAData, CertData, KeyData []byte
 }
 
 // Load reads the files and returns the configuration. Errors name the field under prefix
-// (prefix + ".ca_file") and the file, never the file's contents.
+// (prefix + ".ca_file", prefix + ".ca_data") and the file, never the file's contents or
+// the data.
 func Load(prefix string, f Files) (*tls.Config, error) {
 	cfg := &tls.Config{
 		MinVersion:         tls.VersionTLS12,
@@ -26,7 +31,19 @@ func Load(prefix string, f Files) (*tls.Config, error) {
 		InsecureSkipVerify: f.InsecureSkipVerify, //nolint:gosec // opted into in the config, documented as tests only
 	}
 	var errs []error
-	if f.CAFile != "" {
+	for _, p := range []struct {
+		name       string
+		file, data bool
+	}{{"ca", f.CAFile != "", len(f.CAData) > 0}, {"cert", f.CertFile != "", len(f.CertData) > 0}, {"key", f.KeyFile != "", len(f.KeyData) > 0}} {
+		if p.file && p.data {
+			errs = append(errs, fmt.Errorf("%s.%s_file and %s_data: both are set; set one", prefix, p.name, p.name))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	switch {
+	case f.CAFile != "":
 		pem, err := os.ReadFile(f.CAFile)
 		switch {
 		case err != nil:
@@ -38,25 +55,60 @@ func Load(prefix string, f Files) (*tls.Config, error) {
 			}
 			cfg.RootCAs = pool
 		}
+	case len(f.CAData) > 0:
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(f.CAData) {
+			errs = append(errs, fmt.Errorf("%s.ca_data: no PEM certificate in the data", prefix))
+		}
+		cfg.RootCAs = pool
 	}
+	certSet, keySet := f.CertFile != "" || len(f.CertData) > 0, f.KeyFile != "" || len(f.KeyData) > 0
 	switch {
-	case f.CertFile != "" && f.KeyFile != "":
-		cert, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
+	case certSet && keySet:
+		cert, err := loadKeyPair(f)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s.cert_file and key_file: load the client certificate %s with key %s: %s",
-				prefix, f.CertFile, f.KeyFile, keyPairError(err)))
+			errs = append(errs, fmt.Errorf("%s.%s and %s: load the client certificate %s with key %s: %s",
+				prefix, pick(f.CertFile, "cert_file", "cert_data"), pick(f.KeyFile, "key_file", "key_data"),
+				pick(f.CertFile, f.CertFile, "(inline data)"), pick(f.KeyFile, f.KeyFile, "(inline data)"), keyPairError(err)))
 		} else {
 			cfg.Certificates = []tls.Certificate{cert}
 		}
-	case f.CertFile != "":
-		errs = append(errs, fmt.Errorf("%s.key_file: must be set with cert_file (%s), for mutual TLS", prefix, f.CertFile))
-	case f.KeyFile != "":
-		errs = append(errs, fmt.Errorf("%s.cert_file: must be set with key_file (%s), for mutual TLS", prefix, f.KeyFile))
+	case certSet:
+		errs = append(errs, fmt.Errorf("%s.key_file: must be set with %s (%s), for mutual TLS", prefix,
+			pick(f.CertFile, "cert_file", "cert_data"), pick(f.CertFile, f.CertFile, "inline data")))
+	case keySet:
+		errs = append(errs, fmt.Errorf("%s.cert_file: must be set with %s (%s), for mutual TLS", prefix,
+			pick(f.KeyFile, "key_file", "key_data"), pick(f.KeyFile, f.KeyFile, "inline data")))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// pick returns ifFile when file is set, else ifData.
+func pick(file, ifFile, ifData string) string {
+	if file != "" {
+		return ifFile
+	}
+	return ifData
+}
+
+// loadKeyPair reads the client certificate and key, each from its file or its data.
+func loadKeyPair(f Files) (tls.Certificate, error) {
+	certPEM, keyPEM := f.CertData, f.KeyData
+	var err error
+	if f.CertFile != "" {
+		if certPEM, err = os.ReadFile(f.CertFile); err != nil {
+			return tls.Certificate{}, err
+		}
+	}
+	if f.KeyFile != "" {
+		if keyPEM, err = os.ReadFile(f.KeyFile); err != nil {
+			return tls.Certificate{}, err
+		}
+	}
+	return tls.X509KeyPair(certPEM, keyPEM)
 }
 
 // keyPairError describes a failure of tls.LoadX509KeyPair. Its errors are fixed texts or
