@@ -4,8 +4,9 @@ SHELL := bash
 
 STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 WORKFLOWCHECK := go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0
-# The modules of go.work: the library at the root, the command (with outbox dev and
-# outbox bench, which link the Temporal server), the end-to-end tests, the enqueue
+# The modules of go.work: the library at the root, the command (whose module also holds
+# the built-in Temporal server that outbox dev and outbox bench build and run in a child
+# process when no Temporal CLI is installed), the end-to-end tests, the enqueue
 # benchmark against River (a module of its own so River stays out of the library's graph;
 # its one test checks the benchmark's variants, its benchmark runs with make bench-enqueue),
 # and the test of the Kubernetes manifests in deploy/kubernetes (a module of its own so the
@@ -13,7 +14,7 @@ WORKFLOWCHECK := go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0
 MODULES = ./... ./cmd/outbox/... ./e2e/... ./benchmarks/enqueue/... ./deploy/kubernetes/...
 # Every package with tests but e2e, which links the Temporal server and runs without -race.
 # (Packages without tests are left out: go test would still build them with -race, and
-# cmd/outbox links the whole server; lint's go vet checks them.)
+# cmd/outbox/internal/temporalserver links the whole server; lint's go vet checks them.)
 UNIT_PKGS = $(shell go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' $(MODULES) | grep -v /e2e$$)
 
 .PHONY: help

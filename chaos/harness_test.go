@@ -343,7 +343,8 @@ func newEnvSink(t *testing.T, sink, policy, extraConfig string, prepare ...func(
 	})
 
 	// Temporal, its state in base/temporal (it survives a restart of the process).
-	e.tempArgs = []string{"dev", "--only", "temporal", "--dir", filepath.Join(base, "temporal"),
+	// The built-in server, whatever is installed: the faults were measured against it.
+	e.tempArgs = []string{"dev", "--only", "temporal", "--temporal-server", "builtin", "--dir", filepath.Join(base, "temporal"),
 		"--port", strconv.Itoa(ports[1]), "--history-port", strconv.Itoa(ports[2]),
 		"--matching-port", strconv.Itoa(ports[3]), "--worker-port", strconv.Itoa(ports[4]),
 		"--ui-port", "0"}

@@ -86,7 +86,8 @@ func startDevCmd(t *testing.T, cmd *exec.Cmd) *devProcess {
 
 func (p *devProcess) waitReady(t *testing.T) {
 	t.Helper()
-	p.waitReadyWithin(t, 120*time.Second)
+	// The built-in Temporal server is built on the first outbox dev of a test run.
+	p.waitReadyWithin(t, 5*time.Minute)
 }
 
 func (p *devProcess) waitReadyWithin(t *testing.T, within time.Duration) {
@@ -157,7 +158,7 @@ func TestDev(t *testing.T) {
 
 	ports := testutil.FreePorts(t, 7)
 	args := []string{
-		"--dir", dir,
+		"--dir", dir, "--temporal-server", "builtin",
 		"--port", strconv.Itoa(ports[0]), "--history-port", strconv.Itoa(ports[1]),
 		"--matching-port", strconv.Itoa(ports[2]), "--worker-port", strconv.Itoa(ports[3]),
 		"--ui-port", strconv.Itoa(ports[4]),

@@ -12,8 +12,9 @@ import (
 
 // TestLibraryWithoutTemporalServer builds a team's worker module that imports the outbox
 // packages a worker needs (app, config, delivery and outboxtest included), as a consumer does (its own go.mod, no workspace), and checks
-// that its module graph holds neither the Temporal server nor the UI server; and that the
-// production build of the command (-tags nodev) links neither.
+// that its module graph holds neither the Temporal server nor the UI server; that the
+// command links neither (outbox dev runs a server in a child process); and that the
+// production build of the command (-tags nodev) leaves dev out.
 func TestLibraryWithoutTemporalServer(t *testing.T) {
 	t.Parallel()
 	root, err := filepath.Abs("..")
@@ -58,6 +59,15 @@ func main() {}
 	t.Run("DeliveryNeedsOnlyTheStandardLibrary", func(t *testing.T) {
 		deps := goCmd(t, root, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "./delivery")
 		require.Equal(t, "github.com/outbox-go/outbox/delivery", strings.TrimSpace(deps))
+	})
+
+	// go run ./cmd/outbox dev builds only the outbox: the Temporal server it may need is
+	// the Temporal CLI's, or the temporalserver binary it builds on first use.
+	t.Run("CommandWithoutServer", func(t *testing.T) {
+		deps := goCmd(t, filepath.Join(root, "cmd", "outbox"), "list", "-deps", ".")
+		require.NotContains(t, deps, "go.temporal.io/server")
+		require.NotContains(t, deps, "github.com/temporalio/ui-server")
+		require.Contains(t, goCmd(t, filepath.Join(root, "cmd", "outbox"), "list", "-deps", "./internal/temporalserver"), "go.temporal.io/server/temporal\n")
 	})
 
 	t.Run("ProductionBinary", func(t *testing.T) {

@@ -49,33 +49,11 @@ var quickStartPorts = []struct {
 func TestQuickStart(t *testing.T) {
 	t.Parallel()
 
-	t.Run("GoRun", func(t *testing.T) {
-		checkout := copyCheckout(t)
-		cmd := exec.Command("go", "run", "./cmd/outbox", "dev")
-		cmd.Dir = checkout
-		cmd.Args = append(cmd.Args, portFlags(t)...)
-		cmd.Env = devEnv()
-		// Ctrl-C in a terminal signals the whole foreground process group: go run and
-		// the program it runs.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		p := startDevCmd(t, cmd)
-		// The first go run in a new folder compiles the module's packages and links
-		// the binary.
-		p.waitReadyWithin(t, 10*time.Minute)
-		qs := checkQuickStart(t, p, checkout)
-
-		// The README's enqueue example runs against the running outbox dev, with the
-		// environment it wrote; its message is delivered too.
-		env := readDevEnv(t, filepath.Join(checkout, ".outbox-dev", "env"))
-		out, err := runIn(checkout, append(devEnv(), env...), "go", "run", "./examples/enqueue")
-		require.NoError(t, err, "%s", out)
-		m := regexp.MustCompile(`order \d+ placed; message ([0-9a-f-]{36}) enqueued`).FindStringSubmatch(out)
-		require.NotNil(t, m, "examples/enqueue printed:\n%s", out)
-		qs.waitSent(t, m[1])
-
-		p.interruptGroup(t, 60*time.Second)
-		qs.requireNothingLeft(t, p)
-	})
+	// Without the Temporal CLI, outbox dev builds its own Temporal server on first use.
+	t.Run("GoRun", func(t *testing.T) { goRunQuickStart(t, withoutTemporalCLI(devEnv())) })
+	// With the Temporal CLI on PATH, outbox dev runs its development server: only the
+	// light outbox binary is built.
+	t.Run("GoRunWithTemporalCLI", func(t *testing.T) { goRunQuickStart(t, withTemporalCLI(t, devEnv())) })
 
 	t.Run("OtherUser", func(t *testing.T) {
 		if os.Geteuid() != 0 {
@@ -98,9 +76,13 @@ func TestQuickStart(t *testing.T) {
 			require.NoError(t, os.Chown(d, int(u.Uid), int(u.Gid)))
 		}
 
+		// Outside a checkout outbox dev cannot build its own server: this user has the
+		// Temporal CLI, as a team on Temporal does, beside the outbox binary.
+		cliPath := withTemporalCLIPath(t)
+		require.NoError(t, copyFile(cliPath, filepath.Join(base, "temporal"), 0o755))
 		cmd := exec.Command(userBin, append([]string{"dev"}, portFlags(t)...)...)
 		cmd.Dir = checkout
-		cmd.Env = append(devEnv(), "HOME="+home, "USER="+u.name, "LOGNAME="+u.name)
+		cmd.Env = append(prependPath(base, devEnv()), "HOME="+home, "USER="+u.name, "LOGNAME="+u.name)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: u.Uid, Gid: u.Gid}}
 		p := startDevCmd(t, cmd)
 		p.waitReady(t)
@@ -108,6 +90,87 @@ func TestQuickStart(t *testing.T) {
 		p.interruptGroup(t, 60*time.Second)
 		qs.requireNothingLeft(t, p)
 	})
+}
+
+// goRunQuickStart runs `go run ./cmd/outbox dev` verbatim in a copy of the checkout with
+// env, checks the quick start and stops it; it logs how long outbox dev took to be ready,
+// the build included.
+func goRunQuickStart(t *testing.T, env []string) {
+	checkout := copyCheckout(t)
+	cmd := exec.Command("go", "run", "./cmd/outbox", "dev")
+	cmd.Dir = checkout
+	cmd.Args = append(cmd.Args, portFlags(t)...)
+	cmd.Env = env
+	// Ctrl-C in a terminal signals the whole foreground process group: go run and
+	// the program it runs.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	start := time.Now()
+	p := startDevCmd(t, cmd)
+	// The first go run in a new folder compiles the module's packages and links the
+	// binary (and, without the Temporal CLI, the built-in server).
+	p.waitReadyWithin(t, 10*time.Minute)
+	t.Logf("outbox dev was ready %s after go run started", time.Since(start).Round(100*time.Millisecond))
+	qs := checkQuickStart(t, p, checkout)
+
+	// The README's enqueue example runs against the running outbox dev, with the
+	// environment it wrote; its message is delivered too.
+	devVars := readDevEnv(t, filepath.Join(checkout, ".outbox-dev", "env"))
+	out, err := runIn(checkout, append(env, devVars...), "go", "run", "./examples/enqueue")
+	require.NoError(t, err, "%s", out)
+	m := regexp.MustCompile(`order \d+ placed; message ([0-9a-f-]{36}) enqueued`).FindStringSubmatch(out)
+	require.NotNil(t, m, "examples/enqueue printed:\n%s", out)
+	qs.waitSent(t, m[1])
+
+	p.interruptGroup(t, 60*time.Second)
+	qs.requireNothingLeft(t, p)
+}
+
+// withTemporalCLI returns env with the Temporal CLI that scripts/services.sh provides
+// first on PATH.
+func withTemporalCLI(t *testing.T, env []string) []string {
+	t.Helper()
+	return prependPath(filepath.Dir(withTemporalCLIPath(t)), env)
+}
+
+// withTemporalCLIPath is the Temporal CLI that scripts/services.sh provides
+// (OUTBOX_TEST_TEMPORAL_CLI).
+func withTemporalCLIPath(t *testing.T) string {
+	t.Helper()
+	cli := os.Getenv("OUTBOX_TEST_TEMPORAL_CLI")
+	if cli == "" {
+		t.Fatal("OUTBOX_TEST_TEMPORAL_CLI is not set: run the tests with make test, whose scripts/services.sh installs the Temporal CLI and sets it")
+	}
+	return cli
+}
+
+// withoutTemporalCLI returns env with the folders that hold a temporal command left out of
+// its PATH, as on a machine without the Temporal CLI.
+func withoutTemporalCLI(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if path, ok := strings.CutPrefix(kv, "PATH="); ok {
+			var keep []string
+			for _, dir := range filepath.SplitList(path) {
+				if _, err := os.Stat(filepath.Join(dir, "temporal")); err != nil {
+					keep = append(keep, dir)
+				}
+			}
+			kv = "PATH=" + strings.Join(keep, string(os.PathListSeparator))
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// prependPath returns env with dir first on its PATH.
+func prependPath(dir string, env []string) []string {
+	out := []string{"PATH=" + dir + string(os.PathListSeparator) + os.Getenv("PATH")}
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "PATH=") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // quickStart is what checkQuickStart learnt of a running outbox dev.

@@ -15,6 +15,8 @@
 # NATS (NATS_URL, default nats://127.0.0.1:4222) and RabbitMQ (RABBITMQ_URL, default
 # amqp://guest:guest@127.0.0.1:5672/): a local server that is down is started, one that
 # is not installed is installed with apt-get (Debian's nats-server and rabbitmq-server).
+# The Temporal CLI (OUTBOX_TEST_TEMPORAL_CLI): the one on PATH, else installed with go
+# install into Go's bin folder.
 # Progress goes to standard error; only the export lines go to standard output.
 set -euo pipefail
 
@@ -135,9 +137,31 @@ ensure_rabbitmq() {
 	wait_port RabbitMQ 5672
 }
 
+# temporal_cli_version is the Temporal CLI the tests run outbox dev with.
+temporal_cli_version=v1.5.1
+
+# ensure_temporal_cli provides the Temporal CLI, whose development server outbox dev runs
+# when it is on PATH (the quick-start test runs that path): a temporal on PATH, else the one
+# in Go's bin folder, else one installed there with go install (from the Go module proxy, a
+# few minutes the first time). Its path goes to OUTBOX_TEST_TEMPORAL_CLI; PATH is left
+# alone, so the other tests run outbox dev without it.
+ensure_temporal_cli() {
+	local bin
+	bin=$(command -v temporal || true)
+	if [ -z "$bin" ]; then
+		bin="$(go env GOPATH)/bin/temporal"
+		if [ ! -x "$bin" ]; then
+			log "the Temporal CLI is not installed; installing $temporal_cli_version into $(dirname "$bin") with go install"
+			GOFLAGS= GOBIN="$(dirname "$bin")" go install "github.com/temporalio/cli/cmd/temporal@$temporal_cli_version" >&2
+		fi
+	fi
+	echo "export OUTBOX_TEST_TEMPORAL_CLI='$bin'"
+}
+
 main() {
 	ensure_nats
 	ensure_rabbitmq
+	ensure_temporal_cli
 	if can_connect "$url"; then
 		echo "export TEST_DATABASE_URL='$url'"
 		return 0

@@ -10,5 +10,5 @@ import (
 	"github.com/outbox-go/outbox/internal/cli"
 )
 
-// devCommands are the commands that run a Temporal server in the process.
+// devCommands are the commands that run a Temporal server beside the outbox.
 var devCommands = []func(*cli.Env) *cobra.Command{dev.Command, bench.Command}

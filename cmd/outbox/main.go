@@ -11,9 +11,11 @@
 // Every subcommand reads --config FILE (YAML); DATABASE_URL, TEMPORAL_ADDRESS,
 // TEMPORAL_NAMESPACE and OUTBOX_TASK_QUEUE override it.
 //
-// dev and bench run a Temporal server in the process. Built with the nodev tag
-// (go build -tags nodev), the binary leaves them out and contains no Temporal server:
-// that is the production image's binary.
+// The binary does not link the Temporal server: dev and bench run the Temporal CLI's
+// development server when a temporal command is on PATH, else the outbox's own server
+// (cmd/outbox/internal/temporalserver), built with the go command on first use, in a
+// child process. Built with the nodev tag (go build -tags nodev), the binary leaves dev and
+// bench out: that is the production image's binary.
 package main
 
 import "github.com/outbox-go/outbox/internal/cli"

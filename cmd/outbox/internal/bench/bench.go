@@ -1,5 +1,6 @@
 // Package bench is `outbox bench`: the end-to-end benchmark. In one run, against one
-// Temporal server (in this process by default, or TEMPORAL_ADDRESS) and one PostgreSQL,
+// Temporal server (the built-in one in a child process by default, or TEMPORAL_ADDRESS) and
+// one PostgreSQL,
 // it measures
 //
 //   - naive: the shape a team would write first, a workflow of three regular activities
@@ -18,7 +19,8 @@
 // the processes' peak memory. It prints tables; the ratios are the result, the absolute
 // figures depend on the machine.
 //
-// This package links the Temporal server; library packages must not import it.
+// The Temporal server runs in a child process (dev.StartServer), so this package does not
+// link it.
 package bench
 
 import (
@@ -26,6 +28,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -64,8 +67,8 @@ type Options struct {
 	Runs int
 	// Only runs a subset of "naive,bare,outbox,run,dev,latency".
 	Only string
-	// CPUProfile, when set, writes a CPU profile of this process (the in-process Temporal
-	// server, and the naive and bare workers) to the file.
+	// CPUProfile, when set, writes a CPU profile of this process (the naive and bare
+	// workers) to the file.
 	CPUProfile string
 }
 
@@ -75,7 +78,8 @@ func Command(env *cli.Env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure delivery throughput, latency and memory against the naive shape, end to end",
-		Long: `Runs, against one Temporal server (in this process unless TEMPORAL_ADDRESS is set) and
+		Long: `Runs, against one Temporal server (the built-in one, in a child process, unless
+TEMPORAL_ADDRESS is set) and
 one PostgreSQL (DATABASE_URL, else TEST_DATABASE_URL, else the local server), each in a
 schema of its own:
 
@@ -191,12 +195,12 @@ func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) error {
 	}
 
 	if b.temporal = lookup(env, "TEMPORAL_ADDRESS"); b.temporal == "" {
-		ts, err := startTemporal()
+		ts, err := startTemporal(ctx)
 		if err != nil {
 			return err
 		}
 		defer ts.Stop()
-		b.temporal = ts.Address()
+		b.temporal = ts.Address
 	}
 	if b.client, err = client.Dial(client.Options{HostPort: b.temporal, Namespace: "default", Logger: quietLogger()}); err != nil {
 		return fmt.Errorf("temporal %s: %w", b.temporal, err)
@@ -430,17 +434,18 @@ func newReceiver() *receiver {
 
 func (r *receiver) close() { r.srv.Close() }
 
-// startTemporal starts a Temporal server in this process on free ports, its state
-// thrown away at the end (as outbox dev --ephemeral keeps it), without the UI.
-func startTemporal() (*dev.TemporalServer, error) {
+// startTemporal starts the built-in Temporal server (as outbox dev --temporal-server
+// builtin --ephemeral runs it: the same server whatever is installed, so figures compare
+// from machine to machine) on free ports, its state thrown away at the end, without the UI.
+func startTemporal(ctx context.Context) (*dev.Server, error) {
 	ports, err := freePorts(4)
 	if err != nil {
 		return nil, err
 	}
-	return dev.StartTemporal(dev.TemporalOptions{
+	return dev.StartServer(ctx, dev.ServerBuiltin, dev.TemporalOptions{
 		FrontendPort: ports[0], HistoryPort: ports[1], MatchingPort: ports[2], WorkerPort: ports[3],
 		LogFile: filepath.Join(os.TempDir(), "outbox-bench-temporal.log"),
-	})
+	}, slog.New(slog.NewTextHandler(os.Stderr, nil)))
 }
 
 func freePorts(n int) ([]int, error) {

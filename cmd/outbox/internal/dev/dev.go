@@ -1,9 +1,12 @@
 // Package dev is `outbox dev`: the whole system in one process for a developer's machine.
-// It starts a private PostgreSQL cluster (unless DATABASE_URL is set), the Temporal server
-// with its Web UI in-process (unless TEMPORAL_ADDRESS is set), the worker, the relay and
-// the demo services, and on Ctrl-C stops them all, PostgreSQL included.
+// It starts a private PostgreSQL cluster (unless DATABASE_URL is set), a Temporal server
+// with its Web UI (unless TEMPORAL_ADDRESS is set: the Temporal CLI's development server
+// when a temporal command is on PATH, else the outbox's own, built on first use; both in a
+// child process), the worker, the relay and the demo services, and on Ctrl-C stops them
+// all, PostgreSQL and Temporal included.
 //
-// This package links the Temporal server; library packages must not import it.
+// This package does not link the Temporal server (package devserver does, for the
+// temporalserver binary), so go run ./cmd/outbox builds only the outbox.
 package dev
 
 import (
@@ -21,6 +24,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
@@ -46,7 +50,8 @@ type Options struct {
 	PGBinDir string
 	PGPort   int
 
-	Temporal TemporalOptions
+	Temporal       TemporalOptions
+	TemporalServer string // auto, cli or builtin
 
 	NoDemo        bool
 	Broker        string
@@ -67,9 +72,12 @@ func Command(env *cli.Env) *cobra.Command {
   PostgreSQL    DATABASE_URL if set, else a private cluster in --dir made with the local
                 PostgreSQL server programs (--pg-bin-dir, OUTBOX_PG_BIN_DIR, PATH, or the
                 usual install folders)
-  Temporal      TEMPORAL_ADDRESS if set, else the Temporal server in this process, its state
-                in --dir (--ephemeral: thrown away at exit), frontend on 127.0.0.1:7233 and the Web UI
-                on http://127.0.0.1:8233
+  Temporal      TEMPORAL_ADDRESS if set, else a Temporal server in a child process, its
+                state in --dir (--ephemeral: thrown away at exit), frontend on 127.0.0.1:7233
+                and the Web UI on http://127.0.0.1:8233: the Temporal CLI's development server
+                (temporal server start-dev) when a temporal command is on PATH, else the
+                outbox's own, built from this module with the go command on first use (a few
+                minutes once; later runs start in seconds). --temporal-server chooses.
   worker, relay the outbox itself
   demo          an order service and an inventory service (see outbox demo --help)
 
@@ -77,7 +85,7 @@ Without --config the demo's topic order.created is routed to the demo inventory 
 Ctrl-C stops everything, PostgreSQL included. --only temporal runs just the Temporal server
 and UI.
 
---temporal-postgres URL keeps the in-process Temporal server's state in PostgreSQL instead
+--temporal-postgres URL keeps the built-in Temporal server's state in PostgreSQL instead
 of SQLite, as a production server does (the postgres12 SQL persistence, for default and
 visibility stores): postgres://user[:password]@host[:port]/NAME[?sslmode=...] uses databases
 NAME and NAME_visibility (NAME defaults to temporal), creates them when missing and sets up
@@ -108,16 +116,8 @@ Drop the two databases to start over.`,
 	f.StringVar(&o.Only, "only", "", `run only one part: "temporal" (the server and its UI)`)
 	f.StringVar(&o.PGBinDir, "pg-bin-dir", "", "folder with initdb and postgres (default: $OUTBOX_PG_BIN_DIR, PATH, /usr/lib/postgresql/*/bin, ...)")
 	f.IntVar(&o.PGPort, "pg-port", 0, "port of the private PostgreSQL (default: the last one if free, else any free port)")
-	f.StringVar(&o.Temporal.IP, "ip", "127.0.0.1", "IP the Temporal services bind to")
-	f.IntVar(&o.Temporal.FrontendPort, "port", 7233, "Temporal frontend (gRPC) port")
-	f.IntVar(&o.Temporal.HistoryPort, "history-port", 0, "Temporal history service port (default: --port + 1)")
-	f.IntVar(&o.Temporal.MatchingPort, "matching-port", 0, "Temporal matching service port (default: --port + 2)")
-	f.IntVar(&o.Temporal.WorkerPort, "worker-port", 0, "Temporal worker service port (default: --port + 3)")
-	f.IntVar(&o.Temporal.FrontendHTTPPort, "http-port", 0, "Temporal frontend HTTP API port (default: off)")
-	f.StringVar(&o.Temporal.UIIP, "ui-ip", "127.0.0.1", "IP the Web UI binds to")
-	f.IntVar(&o.Temporal.UIPort, "ui-port", 8233, "Web UI port (0: no UI)")
-	f.StringVar(&o.Temporal.Namespace, "namespace", "default", "Temporal namespace")
-	f.StringVar(&o.Temporal.PostgresURL, strings.TrimPrefix(PostgresFlag, "--"), "", "keep the Temporal server's state in PostgreSQL (databases NAME and NAME_visibility of postgres://user@host:port/NAME, created when missing) instead of SQLite in --dir")
+	o.Temporal.AddFlags(f)
+	f.StringVar(&o.TemporalServer, "temporal-server", ServerAuto, "the Temporal server to run when TEMPORAL_ADDRESS is not set: auto (the Temporal CLI's when a temporal command is on PATH, else the built-in one), cli (temporal server start-dev) or builtin (built from this module on first use)")
 	f.BoolVar(&o.NoDemo, "no-demo", false, "do not run the demo services")
 	f.StringVar(&o.Broker, "broker", "", `also publish each demo order to a broker: "nats" (JetStream at --nats-url, started from the local nats-server when none answers)`)
 	f.StringVar(&o.NATSURL, "nats-url", "", "NATS server of --broker nats (default: $NATS_URL, else nats://127.0.0.1:4222)")
@@ -139,13 +139,8 @@ func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) (err error
 		return errors.New("--broker adds the demo's broker topic; with --no-demo or --config, route topics to a broker in the config (sink: nats)")
 	}
 	o.NATSURL = cmp.Or(o.NATSURL, "nats://127.0.0.1:4222")
-	if o.Temporal.PostgresURL != "" {
-		if _, err := parsePostgresURL(o.Temporal.PostgresURL); err != nil {
-			return err
-		}
-		if o.Ephemeral {
-			return fmt.Errorf("%s and --ephemeral: the state in PostgreSQL is kept; drop its two databases to throw it away", PostgresFlag)
-		}
+	if o.Temporal.PostgresURL != "" && o.Ephemeral {
+		return fmt.Errorf("%s and --ephemeral: the state in PostgreSQL is kept; drop its two databases to throw it away", PostgresFlag)
 	}
 	logger, err := env.Logger()
 	if err != nil {
@@ -171,7 +166,7 @@ func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) (err error
 			return err
 		}
 	}
-	if err := s.startTemporal(); err != nil {
+	if err := s.startTemporal(ctx); err != nil {
 		return err
 	}
 	if o.Only == "temporal" {
@@ -205,6 +200,8 @@ func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) (err error
 		return err
 	case <-s.pgExited:
 		return errors.New("PostgreSQL exited; see its log in " + s.path("postgres.log"))
+	case <-s.temporalExited:
+		return errors.New("the Temporal server exited; see its log in " + s.path("temporal.log"))
 	}
 }
 
@@ -217,8 +214,10 @@ type session struct {
 	app        *app.App
 	teamTopics bool // the demo teams' topics are routed; their workers run
 	pgExited   <-chan struct{}
-	stops      []func()
-	lines      []string
+	// temporalExited is closed when the Temporal server outbox dev started has ended.
+	temporalExited <-chan struct{}
+	stops          []func()
+	lines          []string
 }
 
 // stop stops what the session started, last first.
@@ -273,41 +272,50 @@ func (s *session) startPostgres(ctx context.Context) error {
 	return nil
 }
 
-// startTemporal starts the Temporal server and its UI in this process, unless
-// TEMPORAL_ADDRESS names a server (--only temporal starts it regardless).
-func (s *session) startTemporal() error {
+// startTemporal starts the Temporal server and its UI (the Temporal CLI's or the built-in
+// one, see --temporal-server), unless TEMPORAL_ADDRESS names a server (--only temporal
+// starts one regardless).
+func (s *session) startTemporal(ctx context.Context) error {
 	if s.cfg.Temporal.Address != "" && s.o.Only != "temporal" {
 		if s.o.Temporal.PostgresURL != "" {
-			return fmt.Errorf("%s configures the Temporal server of outbox dev, but TEMPORAL_ADDRESS (%s) names another one; unset it, or use --only temporal", PostgresFlag, s.cfg.Temporal.Address)
+			return fmt.Errorf("%s configures the Temporal server of outbox dev, but the config names another one (%s: TEMPORAL_ADDRESS, temporal.address or a temporal.toml profile); unset it, or use --only temporal", PostgresFlag, s.cfg.Temporal.Address)
 		}
-		s.show("Temporal", "TEMPORAL_ADDRESS %s  namespace %s", s.cfg.Temporal.Address, cmp.Or(s.cfg.Temporal.Namespace, "default"))
+		s.show("Temporal", "%s  namespace %s  (TEMPORAL_ADDRESS, temporal.address or a temporal.toml profile)", s.cfg.Temporal.Address, cmp.Or(s.cfg.Temporal.Namespace, "default"))
 		return nil
+	}
+	mode, err := ResolveServer(s.o.TemporalServer, s.o.Temporal, exec.LookPath)
+	if err != nil {
+		return err
 	}
 	t := s.o.Temporal
 	t.LogFile = filepath.Join(s.o.Dir, "temporal.log")
 	if !s.o.Ephemeral && t.PostgresURL == "" {
-		t.DatabaseFile = filepath.Join(s.o.Dir, "temporal.db")
+		// The CLI's server and the built-in one keep different schemas: one file each.
+		t.DatabaseFile = filepath.Join(s.o.Dir, map[string]string{ServerCLI: "temporal-cli.db", ServerBuiltin: "temporal.db"}[mode])
 	}
 	if s.cfg.Temporal.Namespace != "" {
 		t.Namespace = s.cfg.Temporal.Namespace
 	}
-	ts, err := StartTemporal(t)
+	started := time.Now()
+	ts, err := StartServer(ctx, mode, t, s.logger)
 	if err != nil {
 		return err
 	}
 	s.stops = append(s.stops, ts.Stop)
-	s.cfg.Temporal.Address = ts.address
+	s.temporalExited = ts.Exited()
+	s.cfg.Temporal.Address = ts.Address
 	s.cfg.Temporal.Namespace = cmp.Or(t.Namespace, "default")
 	state := "thrown away at exit"
 	switch {
-	case ts.Postgres() != "":
-		state = "in " + ts.Postgres()
+	case t.PostgresURL != "":
+		state = "in " + describePostgres(t.PostgresURL)
 	case t.DatabaseFile != "":
-		state = "in " + s.path("temporal.db")
+		state = "in " + s.path(filepath.Base(t.DatabaseFile))
 	}
-	s.show("Temporal", "%s  namespace %s  (state %s, log %s)", ts.address, s.cfg.Temporal.Namespace, state, s.path("temporal.log"))
-	if ts.uiURL != "" {
-		s.show("Temporal UI", "%s/namespaces/%s/workflows", ts.uiURL, s.cfg.Temporal.Namespace)
+	s.show("Temporal", "%s  namespace %s  (%s, state %s, log %s, ready in %s)", ts.Address, s.cfg.Temporal.Namespace,
+		ts.Kind, state, s.path("temporal.log"), time.Since(started).Round(100*time.Millisecond))
+	if ts.UIURL != "" {
+		s.show("Temporal UI", "%s/namespaces/%s/workflows", ts.UIURL, s.cfg.Temporal.Namespace)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package dev
+package devserver
 
 import (
 	"context"
@@ -27,13 +27,11 @@ import (
 	sqltool "go.temporal.io/server/tools/sql"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/outbox-go/outbox/cmd/outbox/internal/dev"
 	"github.com/outbox-go/outbox/internal/redact"
 	"github.com/outbox-go/outbox/internal/temporalx"
 	"github.com/outbox-go/outbox/workflows"
 )
-
-// PostgresFlag is the flag of outbox dev that sets TemporalOptions.PostgresURL.
-const PostgresFlag = "--temporal-postgres"
 
 // visibilitySuffix names the visibility database after the default store's.
 const visibilitySuffix = "_visibility"
@@ -62,7 +60,7 @@ type postgresStores struct {
 // (sslmode and so on). Errors name the flag and the URL without its password.
 func parsePostgresURL(raw string) (*postgresStores, error) {
 	fail := func(format string, args ...any) error {
-		return fmt.Errorf("%s %s: %s", PostgresFlag, describePostgresURL(raw), fmt.Sprintf(format, args...))
+		return fmt.Errorf("%s %s: %s", dev.PostgresFlag, describePostgresURL(raw), fmt.Sprintf(format, args...))
 	}
 	// Not url.Parse's error: it quotes the whole URL, password included.
 	u, err := url.Parse(raw)
@@ -122,7 +120,7 @@ func parsePostgresURL(raw string) (*postgresStores, error) {
 
 // describePostgresURL describes a URL without its password.
 func describePostgresURL(raw string) string {
-	if d := RedactURL(raw); d != "unparsable" {
+	if d := dev.RedactURL(raw); d != "unparsable" {
 		return d
 	}
 	return redact.URL(raw)
@@ -161,7 +159,7 @@ func (s *postgresStores) prepare(logger log.Logger) error {
 		{s.visibility, "postgresql/v12/visibility", postgresv12.VisibilityVersion},
 	} {
 		if err := prepareStore(store.cfg, store.schema, store.want, logger); err != nil {
-			return s.scrub(fmt.Errorf("%s database %s on %s: %w", PostgresFlag, store.cfg.DatabaseName, store.cfg.ConnectAddr, err))
+			return s.scrub(fmt.Errorf("%s database %s on %s: %w", dev.PostgresFlag, store.cfg.DatabaseName, store.cfg.ConnectAddr, err))
 		}
 	}
 	return nil
@@ -229,7 +227,7 @@ func (s *postgresStores) persistence() config.Persistence {
 // store with a server that runs takes namespaces the way a production one does), adds
 // the outbox's search attributes to it through the operator service, and waits until the
 // frontend's namespace cache has them, so a workflow started right after may use them.
-func (t *TemporalServer) registerNamespace(o TemporalOptions) error {
+func (t *TemporalServer) registerNamespace(o options) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c, err := client.DialContext(ctx, client.Options{

@@ -1,4 +1,4 @@
-package dev
+package devserver
 
 import (
 	"errors"
@@ -25,39 +25,15 @@ import (
 	uiconfig "github.com/temporalio/ui-server/v2/server/config"
 	"github.com/temporalio/ui-server/v2/server/server_options"
 
+	"github.com/outbox-go/outbox/cmd/outbox/internal/dev"
 	"github.com/outbox-go/outbox/workflows"
 )
 
-// TemporalOptions configures the in-process Temporal server.
-type TemporalOptions struct {
-	// IP the services bind to. Defaults to 127.0.0.1.
-	IP string
-	// FrontendPort defaults to 7233; HistoryPort, MatchingPort and WorkerPort to the
-	// three ports after it. FrontendHTTPPort (the HTTP API) is off when 0.
-	FrontendPort, HistoryPort, MatchingPort, WorkerPort, FrontendHTTPPort int
-	// DatabaseFile keeps the server's state; empty means a throwaway file (on tmpfs when
-	// the machine has one) removed at Stop.
-	DatabaseFile string
-	// PostgresURL, when set, keeps the state in PostgreSQL instead of SQLite (DatabaseFile
-	// is then unused), as a production server does: postgres://user:password@host:port/name
-	// with the default store in database name (temporal when the URL names none) and
-	// visibility in name_visibility, both created when missing, their schemas set up or
-	// updated at start; query parameters (sslmode, ...) are connect attributes. The
-	// namespace is then registered through the frontend after start, and the outbox's
-	// search attributes added through the operator service.
-	PostgresURL string
-	// Namespace is created at every start. Defaults to "default".
-	Namespace string
-	// Retention of closed workflows in Namespace (when it is created). Defaults to 7 days.
-	Retention time.Duration
-	// UIIP and UIPort serve the Web UI; UIPort 0 turns it off.
-	UIIP   string
-	UIPort int
-	// LogFile receives the server's logs (warnings and errors).
-	LogFile string
-}
+// options are the server's options, with their defaults applied.
+type options dev.TemporalOptions
 
-// TemporalServer is a Temporal server and Web UI running in this process.
+// TemporalServer is a Temporal server and Web UI running in this process (the
+// temporalserver binary's).
 type TemporalServer struct {
 	server  temporal.Server
 	ui      *uiserver.Server
@@ -70,32 +46,11 @@ type TemporalServer struct {
 	postgres string
 }
 
-func (o *TemporalOptions) withDefaults() {
-	if o.IP == "" {
-		o.IP = "127.0.0.1"
-	}
-	if o.UIIP == "" {
-		o.UIIP = o.IP
-	}
-	if o.FrontendPort == 0 {
-		o.FrontendPort = 7233
-	}
-	for i, p := range []*int{&o.HistoryPort, &o.MatchingPort, &o.WorkerPort} {
-		if *p == 0 {
-			*p = o.FrontendPort + 1 + i
-		}
-	}
-	if o.Namespace == "" {
-		o.Namespace = "default"
-	}
-	if o.Retention == 0 {
-		o.Retention = 7 * 24 * time.Hour
-	}
-}
-
-// StartTemporal starts the server (and the UI when asked) and returns once both listen.
-func StartTemporal(o TemporalOptions) (*TemporalServer, error) {
-	o.withDefaults()
+// Start starts the server (and the UI when asked) in this process and returns once both
+// listen.
+func Start(in dev.TemporalOptions) (*TemporalServer, error) {
+	in.WithDefaults()
+	o := options(in)
 	if o.PostgresURL != "" {
 		return o.startOnPostgres()
 	}
@@ -141,8 +96,8 @@ func StartTemporal(o TemporalOptions) (*TemporalServer, error) {
 	return t, nil
 }
 
-// startOnPostgres is StartTemporal with the state in PostgreSQL (o.PostgresURL).
-func (o TemporalOptions) startOnPostgres() (*TemporalServer, error) {
+// startOnPostgres is Start with the state in PostgreSQL (o.PostgresURL).
+func (o options) startOnPostgres() (*TemporalServer, error) {
 	stores, err := parsePostgresURL(o.PostgresURL)
 	if err != nil {
 		return nil, err
@@ -177,7 +132,7 @@ func (o TemporalOptions) startOnPostgres() (*TemporalServer, error) {
 }
 
 // logger is the server's logger: warnings and errors, to o.LogFile or standard output.
-func (o TemporalOptions) logger() log.Logger {
+func (o options) logger() log.Logger {
 	return log.NewZapLogger(log.BuildZapLogger(log.Config{Level: "warn", Stdout: o.LogFile == "", OutputFile: o.LogFile}))
 }
 
@@ -185,7 +140,7 @@ func (o TemporalOptions) logger() log.Logger {
 const clusterName = "active"
 
 // checkPorts makes sure every port the server and the UI listen on is free.
-func (o TemporalOptions) checkPorts() error {
+func (o options) checkPorts() error {
 	ports := map[string]int{
 		"--port": o.FrontendPort, "--history-port": o.HistoryPort,
 		"--matching-port": o.MatchingPort, "--worker-port": o.WorkerPort,
@@ -208,7 +163,7 @@ func (o TemporalOptions) checkPorts() error {
 
 // placeState decides where the state lives: o.DatabaseFile, or (when it is empty) a
 // throwaway file in a scratch folder it returns, on tmpfs when there is one.
-func (o *TemporalOptions) placeState() (scratch string, err error) {
+func (o *options) placeState() (scratch string, err error) {
 	if o.DatabaseFile != "" {
 		return "", nil
 	}
@@ -226,7 +181,7 @@ func (o *TemporalOptions) placeState() (scratch string, err error) {
 // loss may lose the last transactions); a throwaway file needs no flush at all. (SQLite's
 // own memory mode keeps a rollback journal in memory whose allocations cost the server
 // half its CPU, hence a file even for throwaway state.)
-func (o TemporalOptions) prepareState(throwaway bool) (*config.SQL, error) {
+func (o options) prepareState(throwaway bool) (*config.SQL, error) {
 	synchronous := "normal"
 	if throwaway {
 		synchronous = "off"
@@ -252,7 +207,7 @@ func (o TemporalOptions) prepareState(throwaway bool) (*config.SQL, error) {
 
 // newServer builds the server: every service in this process on its own port, the state
 // in persistence, archival off.
-func (o TemporalOptions) newServer(persistence config.Persistence, logger log.Logger, frontend string) (temporal.Server, error) {
+func (o options) newServer(persistence config.Persistence, logger log.Logger, frontend string) (temporal.Server, error) {
 	service := func(port, httpPort int) config.Service {
 		return config.Service{RPC: config.RPC{GRPCPort: port, HTTPPort: httpPort, BindOnIP: o.IP}}
 	}
@@ -310,7 +265,7 @@ func (o TemporalOptions) newServer(persistence config.Persistence, logger log.Lo
 }
 
 // startUI serves the Temporal Web UI on o.UIIP:o.UIPort and waits until it listens.
-func (t *TemporalServer) startUI(o TemporalOptions) error {
+func (t *TemporalServer) startUI(o options) error {
 	t.ui = uiserver.NewServer(server_options.WithConfigProvider(&uiconfig.Config{
 		Host:                o.UIIP,
 		Port:                o.UIPort,
