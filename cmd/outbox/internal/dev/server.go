@@ -147,7 +147,7 @@ func StartServer(ctx context.Context, mode string, o TemporalOptions, logger *sl
 	if o.LogFile != "" {
 		f, err := os.OpenFile(o.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
-			return nil, fmt.Errorf("Temporal server log: %w", err)
+			return nil, fmt.Errorf("open the log of the Temporal server: %w", err)
 		}
 		defer f.Close() // the child has its own descriptor
 		logOut = f
