@@ -105,11 +105,14 @@ func newDLQListCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func state(d store.DeadLetterRecord) string {
+// state is a dead letter's state: open, redriven or discarded.
+func state(d store.DeadLetterRecord) string { return deadLetterState(d.RedrivenAt, d.DiscardedAt) }
+
+func deadLetterState(redrivenAt, discardedAt *time.Time) string {
 	switch {
-	case d.RedrivenAt != nil:
+	case redrivenAt != nil:
 		return "redriven"
-	case d.DiscardedAt != nil:
+	case discardedAt != nil:
 		return "discarded"
 	default:
 		return "open"
@@ -230,25 +233,12 @@ func newDLQShowCmd(g *globals) *cobra.Command {
 				if row.LastError != nil {
 					fmt.Fprintf(w, "Last error   %s\n", *row.LastError)
 				}
-				var pretty bytes.Buffer
-				if err := json.Indent(&pretty, row.Payload, "  ", "  "); err != nil {
-					pretty.Reset()
-					pretty.Write(row.Payload)
-				}
-				fmt.Fprintf(w, "Payload\n  %s\n", pretty.String())
+				writePayload(w, row.Payload)
 				if len(views) == 0 {
 					fmt.Fprintln(w, "\nNo dead letters.")
 				}
-				for i, d := range views {
-					fmt.Fprintf(w, "\nDead letter %d of %d (%s)\n  Dead-lettered  %s after %d attempts\n  Last error     %s\n  Workflow       %s\n",
-						i+1, len(views), state(dls[i]), d.DeadLetteredAt.Local().Format(time.DateTime), d.Attempts, d.LastError, d.URL)
-				}
-				if len(audit) > 0 {
-					fmt.Fprintln(w, "\nAudit")
-					for _, e := range audit {
-						fmt.Fprintf(w, "  %s  %-8s by %s\n", e.At.Local().Format(time.DateTime), e.Action, e.Actor)
-					}
-				}
+				writeDeadLetters(w, views, time.DateTime)
+				writeAudit(w, audit, time.DateTime)
 				return nil
 			})
 		},
@@ -387,3 +377,39 @@ func newDLQDiscardCmd(g *globals) *cobra.Command {
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
 	return cmd
 }
+
+// writePayload writes a message's payload, indented when it is JSON.
+func writePayload(w io.Writer, payload []byte) {
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, payload, "  ", "  "); err != nil {
+		pretty.Reset()
+		pretty.Write(payload)
+	}
+	fmt.Fprintf(w, "Payload\n  %s\n", pretty.String())
+}
+
+// writeDeadLetters writes a message's dead letters, times in layout.
+func writeDeadLetters(w io.Writer, views []deadLetterJSON, layout string) {
+	for i, d := range views {
+		fmt.Fprintf(w, "\nDead letter %d of %d (%s)\n  Dead-lettered  %s after %d attempts\n  Last error     %s\n  Workflow       %s\n",
+			i+1, len(views), d.state(), d.DeadLetteredAt.Local().Format(layout), d.Attempts, d.LastError, d.URL)
+	}
+}
+
+// writeAudit writes the operator actions on a message, times in layout.
+func writeAudit(w io.Writer, audit []store.AuditEntry, layout string) {
+	if len(audit) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nAudit")
+	for _, e := range audit {
+		line := fmt.Sprintf("  %s  %-9s by %s", e.At.Local().Format(layout), e.Action, e.Actor)
+		if e.Detail != nil {
+			line += ": " + *e.Detail
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
+// state is the dead letter's state: open, redriven or discarded.
+func (d deadLetterJSON) state() string { return deadLetterState(d.RedrivenAt, d.DiscardedAt) }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -342,12 +341,7 @@ func (v *messageView) write(w io.Writer) {
 		if v.LastError != nil {
 			fmt.Fprintf(w, "Last error   %s\n", *v.LastError)
 		}
-		var pretty bytes.Buffer
-		if err := json.Indent(&pretty, v.Payload, "  ", "  "); err != nil {
-			pretty.Reset()
-			pretty.Write(v.Payload)
-		}
-		fmt.Fprintf(w, "Payload\n  %s\n", pretty.String())
+		writePayload(w, v.Payload)
 	}
 	if v.HistoryError != "" {
 		fmt.Fprintf(w, "\nAttempts: the workflow history could not be read: %s\n", v.HistoryError)
@@ -368,29 +362,6 @@ func (v *messageView) write(w io.Writer) {
 			fmt.Fprintln(w, line)
 		}
 	}
-	for i, d := range v.DeadLetters {
-		fmt.Fprintf(w, "\nDead letter %d of %d (%s)\n  Dead-lettered  %s after %d attempts\n  Last error     %s\n  Workflow       %s\n",
-			i+1, len(v.DeadLetters), deadLetterState(d), d.DeadLetteredAt.Local().Format(layout), d.Attempts, d.LastError, d.URL)
-	}
-	if len(v.Audit) > 0 {
-		fmt.Fprintln(w, "\nAudit")
-		for _, e := range v.Audit {
-			line := fmt.Sprintf("  %s  %-9s by %s", e.At.Local().Format(layout), e.Action, e.Actor)
-			if e.Detail != nil {
-				line += ": " + *e.Detail
-			}
-			fmt.Fprintln(w, line)
-		}
-	}
-}
-
-func deadLetterState(d deadLetterJSON) string {
-	switch {
-	case d.RedrivenAt != nil:
-		return "redriven"
-	case d.DiscardedAt != nil:
-		return "discarded"
-	default:
-		return "open"
-	}
+	writeDeadLetters(w, v.DeadLetters, layout)
+	writeAudit(w, v.Audit, layout)
 }
