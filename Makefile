@@ -26,15 +26,15 @@ services: ## Start (or install) what the tests need and print its environment
 	@scripts/services.sh
 
 .PHONY: test
-test: ## Start what the tests need, then run every test (the quick-start check verbosely)
+test: ## Start what the tests need, then run every test (the quick-start and docs checks verbosely)
 	@eval "$$(scripts/services.sh)"; \
 	for p in $$(go list ./examples/...); do go build -o /dev/null "$$p"; done; \
 	go test -count=1 -race $(UNIT_PKGS); \
 	go test -c -o bin/e2e.test ./e2e/; \
 	cd e2e; \
-	../bin/e2e.test -test.count=1 -test.timeout=30m -test.skip='^TestQuickStart$$'; \
-	echo "quick start: go run ./cmd/outbox dev from a fresh checkout, as in the README"; \
-	../bin/e2e.test -test.count=1 -test.timeout=30m -test.v -test.run='^TestQuickStart$$'
+	../bin/e2e.test -test.count=1 -test.timeout=30m -test.skip='^(TestQuickStart|TestDocsCommands)$$'; \
+	echo "quick start and the docs' commands: go run ./cmd/outbox dev from a fresh checkout, as in the README, and every shell command of the docs that a test can run, as written"; \
+	../bin/e2e.test -test.count=1 -test.timeout=30m -test.v -test.run='^(TestQuickStart|TestDocsCommands)$$'
 
 .PHONY: lint
 lint: ## go vet, gofmt, staticcheck, workflowcheck and the docker-compose.yml check
