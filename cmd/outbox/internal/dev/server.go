@@ -138,7 +138,7 @@ func StartServer(ctx context.Context, mode string, o TemporalOptions, logger *sl
 	}
 	for _, port := range []int{o.FrontendPort, o.UIPort, o.FrontendHTTPPort} {
 		if port != 0 {
-			if err := checkPort(o.IP, port); err != nil {
+			if err := CheckPort(o.IP, port); err != nil {
 				return nil, err
 			}
 		}
@@ -316,11 +316,11 @@ func lockFile(path string) (unlock func(), err error) {
 	return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
 }
 
-// checkPort fails when ip:port cannot be bound.
-func checkPort(ip string, port int) error {
+// CheckPort fails when ip:port cannot be bound.
+func CheckPort(ip string, port int) error {
 	l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
 	if err != nil {
-		return fmt.Errorf("port %d on %s is taken (another outbox dev or Temporal server?): %w", port, ip, err)
+		return fmt.Errorf("cannot listen on %s:%d (is another outbox dev or Temporal server running?): %w", ip, port, err)
 	}
 	return l.Close()
 }

@@ -82,8 +82,8 @@ func (o *TemporalOptions) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.PostgresURL, strings.TrimPrefix(PostgresFlag, "--"), "", "keep the Temporal server's state in PostgreSQL (databases NAME and NAME_visibility of postgres://user@host:port/NAME, created when missing) instead of SQLite in --dir; built-in server only")
 }
 
-// serverArgs is the command line of the built-in server binary for o; stateFile and
-// logFile are its --db-file and --log-file.
+// serverArgs is the command line of the built-in server binary for o: DatabaseFile and
+// LogFile are its --db-file and --log-file.
 func (o TemporalOptions) serverArgs() []string {
 	args := []string{
 		"--ip", o.IP, "--port", strconv.Itoa(o.FrontendPort),

@@ -149,12 +149,12 @@ func (o options) checkPorts() error {
 		ports["--http-port"] = o.FrontendHTTPPort
 	}
 	for flag, p := range ports {
-		if err := checkPort(o.IP, p); err != nil {
+		if err := dev.CheckPort(o.IP, p); err != nil {
 			return fmt.Errorf("%s %d (a Temporal service port): %w", flag, p, err)
 		}
 	}
 	if o.UIPort != 0 {
-		if err := checkPort(o.UIIP, o.UIPort); err != nil {
+		if err := dev.CheckPort(o.UIIP, o.UIPort); err != nil {
 			return fmt.Errorf("--ui-port %d (the Temporal UI): %w", o.UIPort, err)
 		}
 	}
@@ -319,15 +319,6 @@ func searchAttributes() map[string]enumspb.IndexedValueType {
 		out[name] = enumspb.INDEXED_VALUE_TYPE_KEYWORD
 	}
 	return out
-}
-
-// checkPort fails when ip:port cannot be bound.
-func checkPort(ip string, port int) error {
-	l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
-	if err != nil {
-		return fmt.Errorf("cannot listen on %s:%d (is another outbox dev or Temporal server running?): %w", ip, port, err)
-	}
-	return l.Close()
 }
 
 func waitListening(addr string, within time.Duration) error {
