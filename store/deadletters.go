@@ -213,15 +213,27 @@ func (s *Store) operate(ctx context.Context, messageID uuid.UUID, actor, action,
 		if err := tx.QueryRow(ctx, deadSQL, messageID, actor).Scan(&deadLetterID); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO `+s.audit+` (message_id, dead_letter_id, action, actor) VALUES ($1, $2, $3, $4)`,
-			messageID, deadLetterID, action, actor); err != nil {
+		if err := s.writeAudit(ctx, tx, messageID, deadLetterID, action, actor, nil); err != nil {
 			return err
 		}
 		if action == "redrive" {
-			if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, s.Channel()); err != nil {
-				return err
-			}
+			return s.wake(ctx, tx)
 		}
 		return nil
 	})
+}
+
+// writeAudit adds an audit row in tx: an operator's action on a dead letter, or
+// reconciliation's repair with what it found (detail).
+func (s *Store) writeAudit(ctx context.Context, tx pgx.Tx, messageID uuid.UUID, deadLetterID *int64, action, actor string, detail *string) error {
+	_, err := tx.Exec(ctx, `INSERT INTO `+s.audit+` (message_id, dead_letter_id, action, actor, detail) VALUES ($1, $2, $3, $4, $5)`,
+		messageID, deadLetterID, action, actor, detail)
+	return err
+}
+
+// wake notifies the relays, when tx commits, that a row is pending again (a redrive, a
+// hand-over again), whether or not the insert trigger's NOTIFY is on.
+func (s *Store) wake(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, s.Channel())
+	return err
 }

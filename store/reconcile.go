@@ -68,36 +68,53 @@ const (
 
 // Repair applies a reconciliation outcome to a dispatched row in one transaction, only if
 // the row has not changed since it was read (same status and updated_at), and audits it
-// with detail. ok is false when the row moved on meanwhile.
+// with detail. ok is false when the row moved on meanwhile. ReconcileRecordedSent moves
+// the row to sent (markSent), ReconcileHandedOverAgain back to pending (handOverAgain).
 func (s *Store) Repair(ctx context.Context, d Dispatched, outcome ReconcileOutcome, detail string) (ok bool, err error) {
-	var set string
+	var move func(tx pgx.Tx) (bool, error)
 	switch outcome {
 	case ReconcileRecordedSent:
-		set = `status = 'sent', sent_at = now()`
+		move = func(tx pgx.Tx) (bool, error) {
+			sent, err := s.markSent(ctx, tx, d.MessageID, &d)
+			return sent != nil, err
+		}
 	case ReconcileHandedOverAgain:
-		// dispatched_at stays: the next run knows an earlier one may have sent it.
-		set = `status = 'pending', next_retry_at = NULL`
+		move = func(tx pgx.Tx) (bool, error) { return s.handOverAgain(ctx, tx, d) }
 	default:
 		return false, fmt.Errorf("repair outcome must be %s or %s, got %q", ReconcileRecordedSent, ReconcileHandedOverAgain, outcome)
 	}
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE `+s.messages+` SET `+set+`, updated_at = now()
-WHERE id = $1 AND status = 'dispatched' AND updated_at = $2`, d.ID, d.UpdatedAt)
-		if err != nil || tag.RowsAffected() == 0 {
+		moved, err := move(tx)
+		if err != nil || !moved {
 			return err
 		}
 		ok = true
-		if outcome == ReconcileHandedOverAgain {
-			if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, s.Channel()); err != nil {
-				return err
-			}
-		}
-		_, err = tx.Exec(ctx, `INSERT INTO `+s.audit+` (message_id, action, actor, detail) VALUES ($1, 'reconcile', 'relay', $2)`,
-			d.MessageID, StorableText(string(outcome)+": "+detail))
-		return err
+		note := StorableText(string(outcome) + ": " + detail)
+		return s.writeAudit(ctx, tx, d.MessageID, nil, "reconcile", "relay", &note)
 	})
 	if err != nil {
 		return false, fmt.Errorf("repair message %s: %w", d.MessageID, err)
 	}
 	return ok, nil
+}
+
+// stillDispatched is reconciliation's guard, with its parameters from $p: the row is the
+// one a Dispatched was read from ($p its id), still dispatched, and not updated since it
+// was read ($p+1 its updated_at).
+func stillDispatched(p int) string {
+	return fmt.Sprintf("id = $%d AND status = 'dispatched' AND updated_at = $%d", p, p+1)
+}
+
+// handOverAgain is the one writer of dispatched → pending: reconciliation hands a row
+// whose workflow is missing, or closed without delivering it, over again, in the caller's
+// transaction tx and only while the row is as d was read (stillDispatched). It wakes the
+// relays when tx commits. dispatched_at stays: the next run knows an earlier one may have
+// sent the message. ok is false when the row moved on.
+func (s *Store) handOverAgain(ctx context.Context, tx pgx.Tx, d Dispatched) (ok bool, err error) {
+	tag, err := tx.Exec(ctx, `UPDATE `+s.messages+` SET status = 'pending', next_retry_at = NULL, updated_at = now()
+WHERE `+stillDispatched(1), d.ID, d.UpdatedAt)
+	if err != nil || tag.RowsAffected() == 0 {
+		return false, err
+	}
+	return true, s.wake(ctx, tx)
 }

@@ -119,35 +119,18 @@ func columns(alias string, cols []string) string {
 // A removed message takes its dead letters with it (a sent message may have some from
 // before a redrive), and, when deleting, its audit entries.
 const (
-	// %[1]s messages, %[2]s dead letters, %[3]s and %[4]s the RETURNING lists, %[5]s and
-	// %[6]s the archive CTEs or nothing, %[7]s the audit CTE or nothing.
-	purgeSentSQL = `WITH victims AS MATERIALIZED (
+	// Sent or discarded messages: %[1]s messages, %[2]s dead letters, %[3]s and %[4]s the
+	// RETURNING lists, %[5]s and %[6]s the archive CTEs or nothing, %[7]s the audit CTE or
+	// nothing, %[8]s the status, %[9]s the column the age counts from.
+	purgeMessagesSQL = `WITH victims AS MATERIALIZED (
   SELECT id FROM %[1]s
-  WHERE status = 'sent' AND sent_at < now() - make_interval(secs => $1)
-  ORDER BY sent_at
+  WHERE status = '%[8]s' AND %[9]s < now() - make_interval(secs => $1)
+  ORDER BY %[9]s
   LIMIT $2
   FOR UPDATE SKIP LOCKED),
 msgs AS (
   DELETE FROM %[1]s m USING victims v
-  WHERE m.id = v.id AND m.status = 'sent'
-  RETURNING %[3]s),
-dls AS (
-  DELETE FROM %[2]s d USING msgs
-  WHERE d.message_id = msgs.message_id
-  RETURNING %[4]s)%[5]s%[6]s%[7]s
-SELECT (SELECT count(*) FROM msgs), (SELECT count(*) FROM dls)`
-
-	// %[1]s messages, %[2]s dead letters, %[3]s and %[4]s the RETURNING lists, %[5]s and
-	// %[6]s the archive CTEs or nothing, %[7]s the audit CTE or nothing.
-	purgeDiscardedSQL = `WITH victims AS MATERIALIZED (
-  SELECT id FROM %[1]s
-  WHERE status = 'discarded' AND updated_at < now() - make_interval(secs => $1)
-  ORDER BY updated_at
-  LIMIT $2
-  FOR UPDATE SKIP LOCKED),
-msgs AS (
-  DELETE FROM %[1]s m USING victims v
-  WHERE m.id = v.id AND m.status = 'discarded'
+  WHERE m.id = v.id AND m.status = '%[8]s'
   RETURNING %[3]s),
 dls AS (
   DELETE FROM %[2]s d USING msgs
@@ -188,8 +171,8 @@ func (s *Store) purgeSQL(archive bool) purgeSQL {
 		audit = ""
 	}
 	return purgeSQL{
-		sent:      fmt.Sprintf(purgeSentSQL, s.messages, s.dead, mret, dret, marchive, darchive, audit),
-		discarded: fmt.Sprintf(purgeDiscardedSQL, s.messages, s.dead, mret, dret, marchive, darchive, audit),
+		sent:      fmt.Sprintf(purgeMessagesSQL, s.messages, s.dead, mret, dret, marchive, darchive, audit, StatusSent, "sent_at"),
+		discarded: fmt.Sprintf(purgeMessagesSQL, s.messages, s.dead, mret, dret, marchive, darchive, audit, StatusDiscarded, "updated_at"),
 		orphans:   fmt.Sprintf(purgeOrphansSQL, s.messages, s.dead, dret, darchive),
 	}
 }

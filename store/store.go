@@ -4,12 +4,26 @@
 //
 // # Statuses
 //
-// A message row moves through these statuses, each change a guarded UPDATE that names the
-// statuses it may leave from:
+// A message row moves through these statuses. Each change has one writer, a guarded
+// UPDATE that names the statuses it may leave from, which every caller goes through:
 //
 //	pending ──claim──▶ claimed ──handed over──▶ dispatched ──▶ sent
-//	   ▲                  │ (lease expires: claimable again)  └──▶ dead ──▶ discarded
+//	   ▲                  │ (lease ends: claimable again)  └──▶ dead ──▶ discarded
 //	   └──────────────────┘
+//
+// plus dead → pending (a redrive) and dispatched → pending (reconciliation hands the row
+// over again). The writers, and the entry points that call them:
+//
+//	pending, claimed (lease ended) → claimed   ClaimBatch (Claim, ClaimOrdered)
+//	claimed → dispatched                       MarkDispatchedAll (MarkDispatched)
+//	pending, claimed, dispatched → sent        markSent (RecordSent, MarkSent, Repair)
+//	pending, claimed, dispatched → dead        DeadLetter
+//	dispatched → pending                       handOverAgain (Repair)
+//	dead → pending                             Redrive
+//	dead → discarded                           Discard
+//
+// A row reaches sent and dead from pending and claimed too: a workflow may finish before
+// the relay records its start.
 //
 // An UPDATE that matches no row means another actor got there first (a second relay, a
 // workflow that finished before the relay recorded its start). That is reported as

@@ -329,9 +329,9 @@ WHERE id = $1 AND status = 'claimed' AND claim_token = $2`, id, token, d.Seconds
 }
 
 // MarkSent records a delivered message: pending, claimed or dispatched → sent. ok is false
-// when the row is already terminal or does not exist.
+// when the row is already terminal or does not exist. It is RecordSent without the metrics.
 func (s *Store) MarkSent(ctx context.Context, messageID uuid.UUID) (ok bool, err error) {
-	sent, err := s.RecordSent(ctx, messageID)
+	sent, err := s.markSent(ctx, s.db, messageID, nil)
 	return sent != nil, err
 }
 
@@ -345,11 +345,25 @@ type Sent struct {
 // RecordSent is MarkSent returning what metrics need of the row it changed, in the same
 // round trip; nil when the row is already terminal or does not exist.
 func (s *Store) RecordSent(ctx context.Context, messageID uuid.UUID) (*Sent, error) {
+	return s.markSent(ctx, s.db, messageID, nil)
+}
+
+// markSent is the one writer of → sent: pending, claimed or dispatched → sent, run on db
+// (the store's database, or a caller's transaction). With unchanged, the row moves only
+// while it is still the dispatched row unchanged was read from, not updated since
+// (reconciliation's guard, stillDispatched). It returns what metrics need of the row; nil
+// when no row moved.
+func (s *Store) markSent(ctx context.Context, db DB, messageID uuid.UUID, unchanged *Dispatched) (*Sent, error) {
+	guard, args := "", []any{messageID}
+	if unchanged != nil {
+		guard = " AND " + stillDispatched(2)
+		args = append(args, unchanged.ID, unchanged.UpdatedAt)
+	}
 	var sent Sent
-	err := s.db.QueryRow(ctx, `UPDATE `+s.messages+`
+	err := db.QueryRow(ctx, `UPDATE `+s.messages+`
 SET status = 'sent', sent_at = now(), claim_token = NULL, lease_until = NULL, updated_at = now()
-WHERE message_id = $1 AND status IN ('pending', 'claimed', 'dispatched')
-RETURNING topic, sent_at - created_at`, messageID).Scan(&sent.Topic, &sent.Latency)
+WHERE message_id = $1 AND status IN ('pending', 'claimed', 'dispatched')`+guard+`
+RETURNING topic, sent_at - created_at`, args...).Scan(&sent.Topic, &sent.Latency)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, nil
