@@ -17,10 +17,13 @@ ENV GOTOOLCHAIN=local \
     CGO_ENABLED=0 \
     GOWORK=off
 WORKDIR /src
-# The library's requirements are all that a nodev build needs.
+# The library's requirements and the command's cobra (its command tree,
+# cmd/outbox/internal/cli) are all that a nodev build needs.
 COPY go.mod go.sum ./
+COPY cmd/outbox/go.mod cmd/outbox/go.sum ./cmd/outbox/
 RUN --mount=type=cache,target=/go/pkg/mod \
-    go mod download
+    go mod download && \
+    cd cmd/outbox && go mod download github.com/spf13/cobra github.com/spf13/pflag
 COPY . .
 WORKDIR /src/cmd/outbox
 RUN --mount=type=cache,target=/go/pkg/mod \

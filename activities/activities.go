@@ -13,7 +13,9 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/metrics"
+	"github.com/outbox-go/outbox/sinks/teamactivity"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/workflows"
 )
@@ -87,7 +89,7 @@ func (a *Activities) loadRow(ctx context.Context, messageID string) (store.Row, 
 }
 
 // load returns the message and its handler, or an error that ends the delivery.
-func (a *Activities) load(ctx context.Context, messageID string) (store.Row, Handler, error) {
+func (a *Activities) load(ctx context.Context, messageID string) (store.Row, delivery.Handler, error) {
 	row, err := a.loadRow(ctx, messageID)
 	if err != nil {
 		return row, nil, err
@@ -135,15 +137,16 @@ func isStoreUnavailable(err error) bool {
 	return errors.As(err, &appErr) && appErr.Type() == workflows.ErrTypeStoreUnavailable
 }
 
-func delivery(row store.Row, attempt, maxAttempts int) Delivery {
-	d := Delivery{
-		MessageID: row.MessageID, Topic: row.Topic, Payload: row.Payload, Headers: row.Headers,
+// message is the row as a handler receives it for attempt attempt of maxAttempts.
+func message(row store.Row, attempt, maxAttempts int) delivery.Message {
+	m := delivery.Message{
+		MessageID: row.MessageID.String(), Topic: row.Topic, Payload: row.Payload, Headers: row.Headers,
 		CreatedAt: row.CreatedAt, Attempt: attempt, MaxAttempts: maxAttempts,
 	}
 	if row.OrderingKey != nil {
-		d.OrderingKey = *row.OrderingKey
+		m.OrderingKey = *row.OrderingKey
 	}
-	return d
+	return m
 }
 
 // Send is one delivery attempt: it loads the message, hands it to its topic's handler and
@@ -178,14 +181,14 @@ func (a *Activities) Send(ctx context.Context, in workflows.SendInput) (workflow
 	}
 	ctx, span := a.startSendSpan(ctx, row, in)
 	defer span.End()
-	err = h.Send(ctx, delivery(row, in.Attempt, in.MaxAttempts))
+	err = h.Send(ctx, message(row, in.Attempt, in.MaxAttempts))
 	if err == nil {
 		return workflows.SendResult{Recorded: a.recordDelivered(ctx, in)}, nil
 	}
-	if errors.Is(err, ErrConnectionLost) {
+	if errors.Is(err, delivery.ErrConnectionLost) {
 		a.Metrics.ConnectionLost(in.Topic)
 	}
-	appErr := toApplicationError(err)
+	appErr := teamactivity.ApplicationError(err)
 	endSendSpan(span, appErr)
 	a.recordFailure(ctx, in, appErr)
 	return workflows.SendResult{}, appErr
@@ -248,29 +251,6 @@ func (a *Activities) noteFailure(ctx context.Context, id uuid.UUID, topic string
 	return nil
 }
 
-// toApplicationError turns a handler's error into the ApplicationError the workflow reads.
-// It is returned as is, never wrapped: wrapping would lose NonRetryable and NextRetryDelay.
-func toApplicationError(err error) error {
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) {
-		return appErr // a handler that speaks Temporal already
-	}
-	var herr *HandlerError
-	if !errors.As(err, &herr) {
-		return temporal.NewApplicationError(err.Error(), workflows.ErrTypeAmbiguous)
-	}
-	switch herr.kind {
-	case kindPermanent:
-		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypePermanent, nil)
-	case kindRetryable:
-		return temporal.NewApplicationErrorWithOptions(err.Error(), workflows.ErrTypeRetryable,
-			temporal.ApplicationErrorOptions{NextRetryDelay: herr.RetryAfter})
-	default:
-		return temporal.NewApplicationErrorWithOptions(err.Error(), workflows.ErrTypeAmbiguous,
-			temporal.ApplicationErrorOptions{NextRetryDelay: herr.RetryAfter})
-	}
-}
-
 // CheckProcessed asks the topic's handler whether the downstream already has the message.
 func (a *Activities) CheckProcessed(ctx context.Context, in workflows.CheckProcessedInput) (workflows.CheckProcessedResult, error) {
 	if err := a.checkDeployment(ctx, in.MessageID, in.Deployment); err != nil {
@@ -280,12 +260,12 @@ func (a *Activities) CheckProcessed(ctx context.Context, in workflows.CheckProce
 	if err != nil {
 		return workflows.CheckProcessedResult{}, err
 	}
-	c, ok := h.(Checker)
+	c, ok := h.(delivery.Checker)
 	if !ok {
 		return workflows.CheckProcessedResult{}, nil
 	}
-	processed, err := c.CheckProcessed(ctx, delivery(row, 0, 0))
-	if errors.Is(err, ErrCheckUnsupported) {
+	processed, err := c.CheckProcessed(ctx, message(row, 0, 0))
+	if errors.Is(err, delivery.ErrCheckUnsupported) {
 		return workflows.CheckProcessedResult{}, nil
 	}
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/outbox-go/outbox/activities"
 	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/internal/testdb"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/workflows"
@@ -113,7 +114,7 @@ func TestActivities(t *testing.T) {
 		_, st := setup(t, 200)
 		reg := activities.NewRegistry()
 		var next error
-		reg.HandleDefault(activities.HandlerFunc(func(context.Context, activities.Delivery) error { return next }))
+		reg.HandleDefault(delivery.HandlerFunc(func(context.Context, delivery.Message) error { return next }))
 		a := &activities.Activities{Store: st, Handlers: reg}
 		id := enqueue(t, st, "anything")
 		for _, tc := range []struct {
@@ -121,9 +122,9 @@ func TestActivities(t *testing.T) {
 			typ      string
 			nonRetry bool
 		}{
-			{activities.Permanent(errors.New("bad")), workflows.ErrTypePermanent, true},
-			{activities.Retryable(errors.New("busy"), 0), workflows.ErrTypeRetryable, false},
-			{activities.Ambiguous(errors.New("reset")), workflows.ErrTypeAmbiguous, false},
+			{delivery.Permanent(errors.New("bad")), workflows.ErrTypePermanent, true},
+			{delivery.Retryable(errors.New("busy"), 0), workflows.ErrTypeRetryable, false},
+			{delivery.Ambiguous(errors.New("reset")), workflows.ErrTypeAmbiguous, false},
 			{errors.New("unclassified"), workflows.ErrTypeAmbiguous, false},
 		} {
 			next = tc.err

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/outbox-go/outbox/internal/httpx"
 	"github.com/outbox-go/outbox/internal/redact"
 )
 
@@ -58,11 +59,11 @@ func (w *AlertWebhooks) Send(ctx context.Context, alert DeadLetterAlert) error {
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("POST %s: %w", redact.URL(url), unwrapURLError(err))
+		return fmt.Errorf("POST %s: %w", redact.URL(url), httpx.Unwrap(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("POST %s: HTTP %d%s", redact.URL(url), resp.StatusCode, readSnippet(resp.Body))
+		return fmt.Errorf("POST %s: HTTP %d%s", redact.URL(url), resp.StatusCode, httpx.Snippet(resp.Body))
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package activities_test
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -69,4 +70,14 @@ func TestDeadLetterAlert(t *testing.T) {
 	require.Equal(t, paid, alerts[1].MessageID)
 
 	require.Nil(t, (&config.Config{}).AlertWebhooks(), "no webhook configured")
+}
+
+func TestAlertErrorLeavesURLOut(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closed := "http://" + l.Addr().String() + "/hook/T000/B000/s3cr3t-token"
+	require.NoError(t, l.Close())
+	alertErr := (&activities.AlertWebhooks{Global: closed}).Send(context.Background(), activities.DeadLetterAlert{Topic: "t"})
+	require.Error(t, alertErr)
+	require.NotContains(t, alertErr.Error(), "s3cr3t")
 }

@@ -6,6 +6,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/workflows"
 )
@@ -16,7 +17,7 @@ import (
 // hosted as an activity, into the workflow history), so it is a permanent failure that
 // dead-letters the message with the size and the limit. A row already sent is returned
 // as is, so the send stays a no-op for it.
-func (a *Activities) loadWithinLimits(ctx context.Context, messageID string) (store.Row, Handler, error) {
+func (a *Activities) loadWithinLimits(ctx context.Context, messageID string) (store.Row, delivery.Handler, error) {
 	row, h, err := a.load(ctx, messageID)
 	if err != nil || row.Status == store.StatusSent {
 		return row, h, err

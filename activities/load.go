@@ -6,7 +6,6 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
-	dmsg "github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/workflows"
 )
@@ -31,13 +30,8 @@ func (a *Activities) LoadMessage(ctx context.Context, in workflows.LoadMessageIn
 	if err := checkPayloadSize(row, a.Store.MaxPayloadBytes()); err != nil {
 		return workflows.LoadMessageResult{}, err
 	}
-	res := workflows.LoadMessageResult{Message: dmsg.Message{
-		MessageID: row.MessageID.String(), Topic: row.Topic, Payload: row.Payload, Headers: row.Headers, CreatedAt: row.CreatedAt,
-	}}
-	if row.OrderingKey != nil {
-		res.OrderingKey = *row.OrderingKey
-	}
-	return res, nil
+	m := message(row, 0, 0)
+	return workflows.LoadMessageResult{Message: m, OrderingKey: m.OrderingKey}, nil
 }
 
 // RecordFailure records a failed attempt of a team's activity or workflow start on the

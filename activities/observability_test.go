@@ -20,6 +20,7 @@ import (
 
 	"github.com/outbox-go/outbox/activities"
 	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/internal/testdb"
 	"github.com/outbox-go/outbox/metrics"
 	"github.com/outbox-go/outbox/store"
@@ -207,7 +208,7 @@ func TestActivityMetrics(t *testing.T) {
 }
 
 // TestConnectionLostIsCounted: a send that failed with its broker connection (the sink
-// wraps activities.ErrConnectionLost) counts in outbox_send_connection_lost_total, besides
+// wraps delivery.ErrConnectionLost) counts in outbox_send_connection_lost_total, besides
 // the attempt's failure; a failure of the message's own does not.
 func TestConnectionLostIsCounted(t *testing.T) {
 	t.Parallel()
@@ -215,12 +216,12 @@ func TestConnectionLostIsCounted(t *testing.T) {
 	o := setupObserved(t, http.StatusOK)
 	o.a.Metrics.KnownTopics("order.queued")
 	calls := 0
-	o.a.Handlers.Handle("order.queued", activities.HandlerFunc(func(context.Context, activities.Delivery) error {
+	o.a.Handlers.Handle("order.queued", delivery.HandlerFunc(func(context.Context, delivery.Message) error {
 		calls++
 		if calls == 1 {
-			return activities.Ambiguous(fmt.Errorf("rabbitmq: publish to amqp://rabbit:5672: %w", activities.ErrConnectionLost))
+			return delivery.Ambiguous(fmt.Errorf("rabbitmq: publish to amqp://rabbit:5672: %w", delivery.ErrConnectionLost))
 		}
-		return activities.Permanent(errors.New("unroutable"))
+		return delivery.Permanent(errors.New("unroutable"))
 	}))
 	for range 2 {
 		id, err := o.st.Enqueue(ctx, o.st.DB(), store.Message{Topic: "order.queued", Payload: json.RawMessage(`{}`)})

@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-go/outbox/delivery"
 )
 
 // flakyOpener fails its first fails Opens with err, then succeeds.
 type flakyOpener struct {
-	HandlerFunc
+	delivery.HandlerFunc
 	mu    sync.Mutex
 	fails int
 	err   error
@@ -35,7 +37,7 @@ func TestRegistryOpen(t *testing.T) {
 	old := ReopenInterval
 	ReopenInterval = 20 * time.Millisecond
 	t.Cleanup(func() { ReopenInterval = old })
-	noop := HandlerFunc(func(context.Context, Delivery) error { return nil })
+	noop := delivery.HandlerFunc(func(context.Context, delivery.Message) error { return nil })
 
 	t.Run("AnUnreachableBrokerIsOpenedInTheBackground", func(t *testing.T) {
 		down := &flakyOpener{HandlerFunc: noop, fails: 3, err: errors.New("connect to nats nats://127.0.0.1:1: connection refused")}
@@ -62,7 +64,7 @@ func TestRegistryOpen(t *testing.T) {
 
 	t.Run("APermanentFailureStopsTheStart", func(t *testing.T) {
 		r := NewRegistry()
-		r.Handle("order.published", &flakyOpener{HandlerFunc: noop, fails: 1, err: Permanent(errors.New("no JetStream stream captures subject orders"))})
+		r.Handle("order.published", &flakyOpener{HandlerFunc: noop, fails: 1, err: delivery.Permanent(errors.New("no JetStream stream captures subject orders"))})
 		err := r.Open(context.Background())
 		require.ErrorContains(t, err, "topic order.published: no JetStream stream captures subject orders")
 		require.NoError(t, r.Close())
@@ -71,7 +73,7 @@ func TestRegistryOpen(t *testing.T) {
 	t.Run("ASlowBrokerDoesNotHideAnothersPermanentFailure", func(t *testing.T) {
 		r := NewRegistry()
 		r.Handle("order.a", &blockingOpener{HandlerFunc: noop})
-		r.Handle("order.b", &flakyOpener{HandlerFunc: noop, fails: 1, err: Permanent(errors.New("exchange orders not found"))})
+		r.Handle("order.b", &flakyOpener{HandlerFunc: noop, fails: 1, err: delivery.Permanent(errors.New("exchange orders not found"))})
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
 		err := r.Open(ctx)
@@ -106,7 +108,7 @@ func TestRegistryOpen(t *testing.T) {
 }
 
 // blockingOpener's Open waits for its context to end.
-type blockingOpener struct{ HandlerFunc }
+type blockingOpener struct{ delivery.HandlerFunc }
 
 func (o *blockingOpener) Open(ctx context.Context) error {
 	<-ctx.Done()

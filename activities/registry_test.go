@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/delivery"
 )
 
 // connSink counts its opens and closes; fail makes Open fail.
@@ -16,11 +17,11 @@ type connSink struct {
 	fail          bool
 }
 
-func (s *connSink) Send(context.Context, activities.Delivery) error { return nil }
+func (s *connSink) Send(context.Context, delivery.Message) error { return nil }
 func (s *connSink) Open(context.Context) error {
 	s.opens++
 	if s.fail {
-		return activities.Permanent(errors.New("stream not found"))
+		return delivery.Permanent(errors.New("stream not found"))
 	}
 	return nil
 }
@@ -33,7 +34,7 @@ func TestRegistryOpensAndClosesEachHandlerOnce(t *testing.T) {
 	r.Handle("a", shared)
 	r.Handle("b", shared) // one sink serving two topics
 	r.Handle("c", broken)
-	r.Handle("d", activities.HandlerFunc(func(context.Context, activities.Delivery) error { return nil }))
+	r.Handle("d", delivery.HandlerFunc(func(context.Context, delivery.Message) error { return nil }))
 	r.HandleDefault(fallback)
 
 	err := r.Open(context.Background())

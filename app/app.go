@@ -24,7 +24,9 @@ import (
 
 	"github.com/outbox-go/outbox/activities"
 	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/internal/temporalx"
+	"github.com/outbox-go/outbox/sinks"
 	"github.com/outbox-go/outbox/starter"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/worker"
@@ -212,8 +214,8 @@ func (a *App) Close() {
 // Handlers is what a process adds to the config's topics: sink kinds besides http (by
 // the name a topic's sink: names), and handlers written in Go for topics of their own.
 type Handlers struct {
-	Sinks  map[string]activities.SinkFactory
-	Topics map[string]activities.Handler
+	Sinks  map[string]sinks.Factory
+	Topics map[string]delivery.Handler
 }
 
 // PrepareWorker does what RunWorker does before the worker runs: it builds the topic

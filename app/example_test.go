@@ -8,9 +8,9 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/outbox-go/outbox/activities"
 	"github.com/outbox-go/outbox/app"
 	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/delivery"
 )
 
 // A team's outbox process: the relay and the worker in one process, from the same config
@@ -36,9 +36,9 @@ func ExampleApp_Run() {
 		log.Fatal(err) // PostgreSQL or Temporal does not answer (app.IsUnavailable): restart later
 	}
 
-	err = a.Run(ctx, app.Handlers{Topics: map[string]activities.Handler{
+	err = a.Run(ctx, app.Handlers{Topics: map[string]delivery.Handler{
 		// The config's topics go to their sinks; this one is handled here.
-		"loyalty.points": activities.HandlerFunc(func(ctx context.Context, d activities.Delivery) error {
+		"loyalty.points": delivery.HandlerFunc(func(ctx context.Context, d delivery.Message) error {
 			// Credit the points in d.Payload, keyed by d.MessageID so that a repeat is a no-op.
 			return nil
 		}),

@@ -46,8 +46,10 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/internal/redact"
 	"github.com/outbox-go/outbox/sinks"
+	"github.com/outbox-go/outbox/sinks/httpsink"
 	"github.com/outbox-go/outbox/sinks/kafkasink"
 	"github.com/outbox-go/outbox/sinks/natssink"
 	"github.com/outbox-go/outbox/sinks/rabbitsink"
@@ -264,7 +266,7 @@ type Topic struct {
 	Password string `yaml:"password"`
 	// TLS secures the connection to the http endpoint or the broker: ca_file,
 	// cert_file and key_file (PEM, for mutual TLS), server_name. Optional.
-	TLS activities.TLSFiles `yaml:"tls"`
+	TLS sinks.TLSFiles `yaml:"tls"`
 	// SigningSecrets sign the http sink's requests (Standard Webhooks: webhook-id,
 	// webhook-timestamp, webhook-signature). Each is a reference, env:NAME or file:PATH, to
 	// a secret "whsec_" + base64 of 24 to 64 random bytes; with several, each request
@@ -347,23 +349,29 @@ type Topic struct {
 	Signal string `yaml:"signal"`
 }
 
-// SinkConfig returns the topic's sink settings, with its password, signing secrets and
-// the header values that are secret references read from the environment or their files.
-// Only the worker, which sends, needs them; Validate checks the references' form alone.
-func (t Topic) SinkConfig() (activities.SinkConfig, error) {
-	return t.readSinkConfig(os.LookupEnv)
+// Secrets are a topic's secrets, read: its password, its signing secrets (raw keys) and
+// its headers with the values that are secret references replaced by the secrets.
+type Secrets struct {
+	Password       string
+	SigningSecrets [][]byte
+	Headers        map[string]string
 }
 
-// readSinkConfig is SinkConfig with env: references looked up by lookup.
-func (t Topic) readSinkConfig(lookup func(string) (string, bool)) (activities.SinkConfig, error) {
-	cfg := t.sinkConfig()
+// Secrets reads the topic's password, signing secrets and the header values that are
+// secret references, from the environment or their files. Only the worker, which sends,
+// needs them; Validate checks the references' form alone.
+func (t Topic) Secrets() (Secrets, error) { return t.readSecrets(os.LookupEnv) }
+
+// readSecrets is Secrets with env: references looked up by lookup.
+func (t Topic) readSecrets(lookup func(string) (string, bool)) (Secrets, error) {
+	sec := Secrets{Headers: maps.Clone(t.Headers)}
 	var errs []error
 	if t.Password != "" {
 		pw, err := readSecret(t.Password, lookup)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("password: %w", err))
 		}
-		cfg.Password = string(pw)
+		sec.Password = string(pw)
 	}
 	for i, ref := range t.SigningSecrets {
 		raw, err := readSecret(ref, lookup)
@@ -374,7 +382,7 @@ func (t Topic) readSinkConfig(lookup func(string) (string, bool)) (activities.Si
 			errs = append(errs, fmt.Errorf("signing_secrets[%d]: %w", i, err))
 			continue
 		}
-		cfg.SigningSecrets = append(cfg.SigningSecrets, raw)
+		sec.SigningSecrets = append(sec.SigningSecrets, raw)
 	}
 	for _, name := range slices.Sorted(maps.Keys(t.Headers)) {
 		if v := t.Headers[name]; IsSecretRef(v) {
@@ -383,45 +391,65 @@ func (t Topic) readSinkConfig(lookup func(string) (string, bool)) (activities.Si
 				errs = append(errs, fmt.Errorf("headers[%q]: %w", name, err))
 				continue
 			}
-			cfg.Headers[name] = string(secret)
+			sec.Headers[name] = string(secret)
 		}
 	}
-	return cfg, errors.Join(errs...)
+	return sec, errors.Join(errs...)
 }
 
-// sinkConfig returns the topic's sink settings without reading a secret: Password,
-// SigningSecrets and the header values that are references are left as they are (empty,
-// empty, the reference).
-func (t Topic) sinkConfig() activities.SinkConfig {
-	return activities.SinkConfig{
-		Sink: t.Sink, URL: t.URL, CheckURL: t.CheckURL, Headers: maps.Clone(t.Headers),
-		Subject: t.Subject, Exchange: t.Exchange, RoutingKey: t.RoutingKey, Brokers: t.Brokers, Topic: t.Topic,
-		Username: t.Username, TLS: t.TLS, Options: t.Options, RetrySpan: t.Policy().RetrySpan(),
-		AllowPlaintextAuth: t.AllowPlaintextAuth,
+// NewSink builds the handler of topic (empty for the default entry) from the topic's
+// sink settings and sec, its secrets: the built-in sink its sink: names (http, the
+// default, nats, rabbitmq or kafka), each from its own package's Config, or a kind of
+// extra. The file's keys map onto each sink's Config here and nowhere else.
+func (t Topic) NewSink(topic string, sec Secrets, extra map[string]sinks.Factory) (delivery.Handler, error) {
+	switch t.Sink {
+	case "", "http":
+		return httpsink.New(httpsink.Config{
+			URL: t.URL, CheckURL: t.CheckURL, Headers: sec.Headers, TLS: t.TLS, SigningSecrets: sec.SigningSecrets,
+		})
+	case "nats":
+		return natssink.New(topic, natssink.Config{
+			URL: t.URL, Subject: t.Subject, Headers: sec.Headers, Username: t.Username, Password: sec.Password,
+			TLS: t.TLS, RetrySpan: t.Policy().RetrySpan(),
+		})
+	case "rabbitmq":
+		return rabbitsink.New(topic, rabbitsink.Config{
+			URL: t.URL, Exchange: t.Exchange, RoutingKey: t.RoutingKey, Headers: sec.Headers,
+			Username: t.Username, Password: sec.Password, TLS: t.TLS,
+		})
+	case "kafka":
+		return kafkasink.New(topic, kafkasink.Config{
+			Brokers: t.Brokers, Topic: t.Topic, Headers: sec.Headers, Username: t.Username, Password: sec.Password,
+			TLS: t.TLS, AllowPlaintextAuth: t.AllowPlaintextAuth,
+		})
 	}
+	f, ok := extra[t.Sink]
+	if !ok {
+		return nil, fmt.Errorf("unknown sink %q", t.Sink)
+	}
+	return f(topic, sinks.Spec{
+		Kind: t.Sink, URL: t.URL, Headers: sec.Headers, Username: t.Username, Password: sec.Password,
+		TLS: t.TLS, Options: t.Options, RetrySpan: t.Policy().RetrySpan(),
+	})
 }
 
-// Sinks returns the sink kinds built in besides http: nats, rabbitmq and kafka.
-func Sinks() map[string]activities.SinkFactory {
-	return map[string]activities.SinkFactory{"nats": natssink.New, "rabbitmq": rabbitsink.New, "kafka": kafkasink.New}
-}
+// BuiltinSinks are the sink kinds built in: http (the default), nats, rabbitmq and kafka.
+var BuiltinSinks = []string{"http", "nats", "rabbitmq", "kafka"}
 
 // Registry builds the handlers of the configured topics and of the default entry, as
-// outbox worker does: the built-in sinks (http and Sinks) and the kinds sinks adds.
+// outbox worker does: the built-in sinks (BuiltinSinks) and the kinds extra adds.
 // Open the registry to connect its sinks, and close it when the worker stops.
-func (c *Config) Registry(sinks map[string]activities.SinkFactory) (*activities.Registry, error) {
-	all := Sinks()
-	maps.Copy(all, sinks)
+func (c *Config) Registry(extra map[string]sinks.Factory) (*activities.Registry, error) {
 	r := activities.NewRegistry()
 	lookup := c.lookupEnv
 	if lookup == nil {
 		lookup = os.LookupEnv
 	}
 	build := func(field, topic string, t Topic) error {
-		cfg, err := t.readSinkConfig(lookup)
+		sec, err := t.readSecrets(lookup)
 		if err == nil {
-			var h activities.Handler
-			if h, err = activities.NewSink(topic, cfg, all); err == nil {
+			var h delivery.Handler
+			if h, err = t.NewSink(topic, sec, extra); err == nil {
 				if topic == "" {
 					r.HandleDefault(h)
 				} else {
@@ -1006,7 +1034,7 @@ func (t Topic) validateSink(field, sink string) error {
 		}
 		for i, b := range t.Brokers {
 			if _, port, err := net.SplitHostPort(b); err != nil || port == "" {
-				bad(fmt.Sprintf("brokers[%d]", i), "must be host:port, got %q", b)
+				bad(fmt.Sprintf("brokers[%d]", i), "must be host:port, got %q", redact.Address(b))
 			}
 		}
 		template("topic", t.Topic)
@@ -1042,17 +1070,17 @@ func (t Topic) validateSink(field, sink string) error {
 	if len(errs) == 0 {
 		// The sink's own checks, on settings whose secrets stand in unread and whose TLS
 		// files are not opened (it connects to nothing): the worker builds the real one.
-		cfg := t.sinkConfig()
+		sec := Secrets{Headers: maps.Clone(t.Headers)}
 		if t.Password != "" {
-			cfg.Password = "unread"
+			sec.Password = "unread"
 		}
 		for range t.SigningSecrets {
-			cfg.SigningSecrets = append(cfg.SigningSecrets, make([]byte, 32))
+			sec.SigningSecrets = append(sec.SigningSecrets, make([]byte, 32))
 		}
 		if !t.TLS.IsZero() {
-			cfg.TLS = activities.TLSFiles{Enabled: true, ServerName: t.TLS.ServerName}
+			t.TLS = sinks.TLSFiles{Enabled: true, ServerName: t.TLS.ServerName}
 		}
-		h, err := activities.NewSink(field, cfg, Sinks())
+		h, err := t.NewSink(field, sec, nil)
 		if err != nil {
 			errs = append(errs, prefixLines(field+".", err))
 		} else if c, ok := h.(io.Closer); ok {

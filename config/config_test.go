@@ -264,19 +264,19 @@ topics:
 	require.NoError(t, err)
 	d := c.WithDefaults()
 	require.NoError(t, d.Validate())
-	a, err := d.Topics["a"].SinkConfig()
+	a, err := d.Topics["a"].Secrets()
 	require.NoError(t, err)
 	require.Len(t, a.SigningSecrets, 2)
 	key, err := webhook.ParseSecret(secret)
 	require.NoError(t, err)
 	require.Equal(t, key, a.SigningSecrets[1])
-	b, err := d.Topics["b"].SinkConfig()
+	b, err := d.Topics["b"].Secrets()
 	require.NoError(t, err)
 	require.Equal(t, "hunter2", b.Password)
 
 	t.Setenv("OUTBOX_TEST_SIGNING_SECRET", "whsec_c2hvcnQ=")
 	require.NoError(t, d.Validate(), "validation checks references, not secrets")
-	_, err = d.Topics["a"].SinkConfig()
+	_, err = d.Topics["a"].Secrets()
 	require.ErrorContains(t, err, `signing_secrets[0]: a signing secret must hold 24 to 64 bytes, this one holds 5`)
 	require.NotContains(t, err.Error(), "c2hvcnQ")
 }
@@ -306,7 +306,7 @@ topics:
 
 	// Set, the header's reference is replaced by the secret; a literal value stays.
 	t.Setenv("OUTBOX_TEST_TOKEN", "Bearer t0ken")
-	a, err := d.Topics["a"].SinkConfig()
+	a, err := d.Topics["a"].Secrets()
 	require.Error(t, err, "the signing secret's file is still missing")
 	require.Equal(t, "Bearer t0ken", a.Headers["Authorization"])
 	require.Equal(t, "v", a.Headers["X-Plain"])

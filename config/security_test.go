@@ -123,3 +123,15 @@ func TestSecurityConfig(t *testing.T) {
 		}
 	})
 }
+
+// TestBrokerPasswordNotShown: a seed broker written with credentials is refused without
+// showing them.
+func TestBrokerPasswordNotShown(t *testing.T) {
+	c, err := Parse(strings.NewReader("topics:\n  a: {sink: kafka, brokers: ['user:hunter2@kafka-1']}\n"))
+	require.NoError(t, err)
+	d := c.WithDefaults()
+	err = d.Validate()
+	require.ErrorContains(t, err, `topics["a"].brokers[0]: must be host:port`)
+	require.ErrorContains(t, err, `got "(user information hidden)@kafka-1"`)
+	require.NotContains(t, err.Error(), "hunter2")
+}

@@ -1,4 +1,4 @@
-package activities_test
+package delivery_test
 
 import (
 	"errors"
@@ -8,32 +8,32 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/delivery"
 )
 
 func TestFailureKinds(t *testing.T) {
 	t.Parallel()
 	base := errors.New("downstream said no")
-	permanent := fmt.Errorf("reserve stock: %w", activities.Permanent(base))
-	retryable := fmt.Errorf("reserve stock: %w", activities.Retryable(base, 3*time.Second))
-	ambiguous := activities.Ambiguous(base)
+	permanent := fmt.Errorf("reserve stock: %w", delivery.Permanent(base))
+	retryable := fmt.Errorf("reserve stock: %w", delivery.Retryable(base, 3*time.Second))
+	ambiguous := delivery.Ambiguous(base)
 
-	require.True(t, activities.IsPermanent(permanent), "through a wrapping error")
-	require.False(t, activities.IsPermanent(retryable))
-	require.False(t, activities.IsPermanent(base))
-	require.False(t, activities.IsPermanent(nil))
+	require.True(t, delivery.IsPermanent(permanent), "through a wrapping error")
+	require.False(t, delivery.IsPermanent(retryable))
+	require.False(t, delivery.IsPermanent(base))
+	require.False(t, delivery.IsPermanent(nil))
 
-	wait, ok := activities.IsRetryable(retryable)
+	wait, ok := delivery.IsRetryable(retryable)
 	require.True(t, ok)
 	require.Equal(t, 3*time.Second, wait)
-	_, ok = activities.IsRetryable(permanent)
+	_, ok = delivery.IsRetryable(permanent)
 	require.False(t, ok)
-	_, ok = activities.IsRetryable(nil)
+	_, ok = delivery.IsRetryable(nil)
 	require.False(t, ok)
 
-	require.True(t, activities.IsAmbiguous(ambiguous))
-	require.True(t, activities.IsAmbiguous(base), "an unmarked error counts as ambiguous")
-	require.False(t, activities.IsAmbiguous(permanent))
-	require.False(t, activities.IsAmbiguous(nil))
+	require.True(t, delivery.IsAmbiguous(ambiguous))
+	require.True(t, delivery.IsAmbiguous(base), "an unmarked error counts as ambiguous")
+	require.False(t, delivery.IsAmbiguous(permanent))
+	require.False(t, delivery.IsAmbiguous(nil))
 	require.ErrorIs(t, permanent, base, "the marks keep the cause")
 }

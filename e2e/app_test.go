@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 	sdkworker "go.temporal.io/sdk/worker"
 
-	"github.com/outbox-go/outbox/activities"
 	"github.com/outbox-go/outbox/app"
 	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/internal/testdb"
 	"github.com/outbox-go/outbox/internal/testutil"
 	"github.com/outbox-go/outbox/store"
@@ -38,8 +38,8 @@ func TestEmbeddedWorker(t *testing.T) {
 	t.Cleanup(a.Close)
 
 	var points atomic.Int32
-	deps, err := a.PrepareWorker(ctx, app.Handlers{Topics: map[string]activities.Handler{
-		"loyalty.points": activities.HandlerFunc(func(context.Context, activities.Delivery) error {
+	deps, err := a.PrepareWorker(ctx, app.Handlers{Topics: map[string]delivery.Handler{
+		"loyalty.points": delivery.HandlerFunc(func(context.Context, delivery.Message) error {
 			points.Add(1)
 			return nil
 		}),

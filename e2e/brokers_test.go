@@ -22,9 +22,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/outbox-go/outbox/activities"
 	"github.com/outbox-go/outbox/app"
 	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/delivery"
+	"github.com/outbox-go/outbox/internal/redact"
 	"github.com/outbox-go/outbox/internal/testdb"
 	"github.com/outbox-go/outbox/internal/testutil"
 	"github.com/outbox-go/outbox/sinks"
@@ -87,13 +88,13 @@ func requireOnceEach(t *testing.T, ids []uuid.UUID, got []string) {
 
 // publishThenFail publishes through the topic's sink, then reports the first attempt as
 // failed after the publish (an ack lost on the way back): the workflow sends again.
-type publishThenFail struct{ activities.Handler }
+type publishThenFail struct{ delivery.Handler }
 
-func (p publishThenFail) Send(ctx context.Context, d activities.Delivery) error {
+func (p publishThenFail) Send(ctx context.Context, d delivery.Message) error {
 	if err := p.Handler.Send(ctx, d); err != nil || d.Attempt > 1 {
 		return err
 	}
-	return activities.Ambiguous(errors.New("connection lost before the publish ack"))
+	return delivery.Ambiguous(errors.New("connection lost before the publish ack"))
 }
 
 // TestNATSSink: messages reach a JetStream stream once each, with the message ID as
@@ -116,12 +117,12 @@ func TestNATSSink(t *testing.T) {
 	topic := config.Topic{Sink: "nats", URL: natsURL(), Subject: prefix + ".{topic}"}
 	e.cfg.Topics["order.created"] = topic
 	e.cfg.Topics["order.resent"] = topic
-	cfg, err := topic.SinkConfig()
+	sec, err := topic.Secrets()
 	require.NoError(t, err)
-	resent, err := natssink.New("order.resent", cfg)
+	resent, err := topic.NewSink("order.resent", sec, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = resent.(*natssink.Sink).Close() })
-	e.handlers = map[string]activities.Handler{"order.resent": publishThenFail{resent}}
+	e.handlers = map[string]delivery.Handler{"order.resent": publishThenFail{resent}}
 	e.startWorker(t)
 	e.startRelay(t)
 
@@ -161,7 +162,7 @@ func TestNATSSink(t *testing.T) {
 func rabbitTopology(t *testing.T, key string) (exchange, queue string) {
 	t.Helper()
 	conn, err := amqp.Dial(rabbitURL())
-	require.NoError(t, err, "RabbitMQ must run at %s: run scripts/services.sh", sinks.Redact(rabbitURL()))
+	require.NoError(t, err, "RabbitMQ must run at %s: run scripts/services.sh", redact.URL(rabbitURL()))
 	defer conn.Close()
 	ch, err := conn.Channel()
 	require.NoError(t, err)
@@ -365,7 +366,7 @@ func TestWorkerStartsWhileABrokerIsDown(t *testing.T) {
 	e := newEnv(t, ts)
 	ctx := context.Background()
 	nc, err := nats.Connect(natsURL())
-	require.NoError(t, err, "NATS must run at %s: run scripts/services.sh", sinks.Redact(natsURL()))
+	require.NoError(t, err, "NATS must run at %s: run scripts/services.sh", redact.URL(natsURL()))
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)

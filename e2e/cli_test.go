@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/server/temporaltest"
 
-	"github.com/outbox-go/outbox/internal/cli"
 	"github.com/outbox-go/outbox/internal/testdb"
 	"github.com/outbox-go/outbox/store"
 )
@@ -39,7 +38,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// TestCommands runs migrate, worker, relay and enqueue as the outbox binary does, against
+// TestCommands runs migrate, worker, relay and enqueue with the outbox binary, against
 // a Temporal server whose namespace does not have the search attributes yet.
 func TestCommands(t *testing.T) {
 	t.Parallel()
@@ -61,41 +60,30 @@ topics:
     url: %s/events
 `, st.Schema(), ts.GetFrontendHostPort(), ts.GetDefaultNamespace(), st.Schema(), recv.URL)), 0o600))
 	env := map[string]string{"DATABASE_URL": testdb.URL()}
-	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 
 	start := func(args ...string) (*syncBuffer, func()) {
-		var out syncBuffer
-		root := cli.NewRoot(strings.NewReader(""), &out, &out, lookup)
-		root.SetArgs(append(args, "--config", cfgPath))
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- root.ExecuteContext(ctx) }()
+		p := startOutbox(t, "", env, append(args, "--config", cfgPath)...)
 		stop := func() {
-			cancel()
-			select {
-			case err := <-done:
-				require.NoError(t, err, out.String())
-			case <-time.After(30 * time.Second):
+			code, exited := p.interrupt(30 * time.Second)
+			if !exited {
 				t.Errorf("%s did not stop within 30s", args[0])
+				return
 			}
+			require.Equal(t, 0, code, p.out.String()) // 0: ok
 		}
-		return &out, stop
+		return p.out, stop
 	}
 
-	var out bytes.Buffer
-	root := cli.NewRoot(strings.NewReader(""), &out, &out, lookup)
-	root.SetArgs([]string{"migrate", "--config", cfgPath})
-	require.NoError(t, root.Execute(), out.String())
-	require.Contains(t, out.String(), "is up to date", "the test schema was migrated already")
+	out, code := runOutbox(t, time.Minute, "", env, "migrate", "--config", cfgPath)
+	require.Equal(t, 0, code, out) // 0: ok
+	require.Contains(t, out, "is up to date", "the test schema was migrated already")
 
 	workerOut, stopWorker := start("worker")
 	relayOut, stopRelay := start("relay")
 
-	out.Reset()
-	root = cli.NewRoot(strings.NewReader(`{"order_id": 42}`), &out, &out, lookup)
-	root.SetArgs([]string{"enqueue", "order.created", "--config", cfgPath})
-	require.NoError(t, root.Execute(), out.String())
-	id := uuid.MustParse(strings.TrimSpace(out.String()))
+	out, code = runOutbox(t, time.Minute, `{"order_id": 42}`, env, "enqueue", "order.created", "--config", cfgPath)
+	require.Equal(t, 0, code, out) // 0: ok
+	id := uuid.MustParse(strings.TrimSpace(out))
 
 	require.Eventually(t, func() bool {
 		row, err := st.Get(context.Background(), id)

@@ -27,7 +27,6 @@ import (
 
 	"github.com/outbox-go/outbox/codec"
 	"github.com/outbox-go/outbox/config"
-	"github.com/outbox-go/outbox/internal/cli"
 	"github.com/outbox-go/outbox/internal/temporalx"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/workflows"
@@ -104,13 +103,13 @@ func TestCodec(t *testing.T) {
 	// The codec server, as `outbox codec-server` runs it.
 	cfgPath := filepath.Join(t.TempDir(), "outbox.yaml")
 	require.NoError(t, os.WriteFile(cfgPath, []byte("codec:\n  keys:\n    - id: k1\n      key_file: "+keyFile+"\n  active: k1\n"), 0o600))
-	var out syncBuffer
-	root := cli.NewRoot(strings.NewReader(""), &out, &out, func(string) (string, bool) { return "", false })
-	root.SetArgs([]string{"codec-server", "--config", cfgPath, "--addr", "127.0.0.1:0"})
-	srvCtx, stopSrv := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- root.ExecuteContext(srvCtx) }()
-	t.Cleanup(func() { stopSrv(); require.NoError(t, <-done) })
+	srv := startOutbox(t, "", nil, "codec-server", "--config", cfgPath, "--addr", "127.0.0.1:0")
+	out := srv.out
+	t.Cleanup(func() {
+		code, exited := srv.interrupt(30 * time.Second)
+		require.True(t, exited, "outbox codec-server did not stop within 30s:\n%s", out)
+		require.Equal(t, 0, code, out.String()) // 0: ok
+	})
 	addrRE := regexp.MustCompile(`codec server on (http://\S+)`)
 	var codecURL string
 	require.Eventually(t, func() bool {

@@ -20,8 +20,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/server/temporaltest"
 
-	"github.com/outbox-go/outbox/activities"
 	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/internal/temporalx"
 	"github.com/outbox-go/outbox/internal/testdb"
 	"github.com/outbox-go/outbox/internal/testutil"
@@ -48,7 +48,7 @@ type env struct {
 	taskQueue string
 	cfg       *config.Config
 	recv      *testutil.Receiver
-	handlers  map[string]activities.Handler // besides the config's, for startWorker
+	handlers  map[string]delivery.Handler // besides the config's, for startWorker
 }
 
 var logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn + 4}))

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/server/temporaltest"
 
-	"github.com/outbox-go/outbox/internal/cli"
 	"github.com/outbox-go/outbox/internal/testdb"
 )
 
@@ -34,13 +33,13 @@ func TestBinaryExitCodes(t *testing.T) {
 		name string
 		env  []string
 		args []string
-		code int
+		code int // the exit codes of cmd/outbox/internal/cli/exit.go: 64 usage, 69 unavailable, 78 config
 		want string
 	}{
 		{"MissingNamespace", []string{"TEMPORAL_ADDRESS=" + ts.GetFrontendHostPort(), "TEMPORAL_NAMESPACE=no-such-namespace"},
-			[]string{"relay", "--config", cfgPath}, cli.ExitConfig, `namespace "no-such-namespace" not found`},
-		{"TemporalDown", []string{"TEMPORAL_ADDRESS=127.0.0.1:1"}, []string{"relay", "--config", cfgPath}, cli.ExitUnavailable, "connect to Temporal at 127.0.0.1:1"},
-		{"UnknownCommand", nil, []string{"wokrer"}, cli.ExitUsage, `did you mean worker?`},
+			[]string{"relay", "--config", cfgPath}, 78 /* config */, `namespace "no-such-namespace" not found`},
+		{"TemporalDown", []string{"TEMPORAL_ADDRESS=127.0.0.1:1"}, []string{"relay", "--config", cfgPath}, 69 /* unavailable */, "connect to Temporal at 127.0.0.1:1"},
+		{"UnknownCommand", nil, []string{"wokrer"}, 64 /* usage */, `did you mean worker?`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/outbox-go/outbox/activities"
 	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/worker"
 	"github.com/outbox-go/outbox/workflows"
@@ -44,7 +45,7 @@ func TestFirstAttemptLostWithItsWorker(t *testing.T) {
 		processed bool
 	}{
 		{name: "DeliveredAndRecorded", answer: nil},
-		{name: "OutcomeUnknownCheckedFirst", checkURL: true, answer: activities.Ambiguous(errors.New("connection reset after the request was written")), processed: true},
+		{name: "OutcomeUnknownCheckedFirst", checkURL: true, answer: delivery.Ambiguous(errors.New("connection reset after the request was written")), processed: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -165,7 +166,7 @@ func loseFirstTask(t *testing.T, ts *temporaltest.TestServer, e *env, topic stri
 	require.True(t, ok)
 	regA := activities.NewRegistry()
 	sent := make(chan struct{})
-	regA.Handle(topic, activities.HandlerFunc(func(ctx context.Context, d activities.Delivery) error {
+	regA.Handle(topic, delivery.HandlerFunc(func(ctx context.Context, d delivery.Message) error {
 		require.Equal(t, 1, d.Attempt)
 		require.NoError(t, sink.Send(ctx, d), "the downstream takes the first attempt")
 		proxy.down()

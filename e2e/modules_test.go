@@ -83,6 +83,67 @@ func main() {}
 	})
 }
 
+// TestLibraryWithoutCommand checks that the layers read top to bottom: the command's
+// packages (its cobra tree, outbox dev and bench, the demo services) live under
+// cmd/outbox/internal/, the leaf helpers they share with the library under internal/, and
+// no package of the root module depends on a command package. The root module's packages
+// are listed outside the workspace, as a consumer builds them: the library, its internal
+// helpers, the chaos suite and the examples. The examples are programs, not packages a
+// team imports, but they are what a team copies: they must build from the library alone,
+// so they are checked too. Test files are left out: their imports are not the library's.
+func TestLibraryWithoutCommand(t *testing.T) {
+	t.Parallel()
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+
+	for path, want := range map[string]bool{
+		"github.com/outbox-go/outbox/cmd/outbox": true, "github.com/outbox-go/outbox/cmd/outbox/internal/cli": true,
+		"github.com/outbox-go/outbox/internal/cli": true, "github.com/outbox-go/outbox/internal/demo": true,
+		"github.com/outbox-go/outbox/internal/redact": false, "github.com/outbox-go/outbox/internal/client": false,
+		"github.com/spf13/cobra": false,
+	} {
+		require.Equal(t, want, isCommandPackage(path), path)
+	}
+
+	pkgs := strings.Fields(goCmd(t, root, "list", "./..."))
+	require.Contains(t, pkgs, "github.com/outbox-go/outbox/store")
+	require.Contains(t, pkgs, "github.com/outbox-go/outbox/internal/pgcluster")
+	for _, p := range pkgs {
+		require.False(t, strings.HasPrefix(p, "github.com/outbox-go/outbox/cmd/"), "%s: the root module holds a package of the command's module", p)
+	}
+	// -e lists a dependency that does not resolve (a command package outside the root
+	// module) instead of stopping at it, so the failure names it.
+	deps := strings.Fields(goCmd(t, root, "list", "-e", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "./..."))
+	require.Contains(t, deps, "github.com/outbox-go/outbox/workflows")
+	var command []string
+	for _, d := range deps {
+		if isCommandPackage(d) {
+			command = append(command, d)
+		}
+	}
+	require.Empty(t, command, "packages of the root module depend on command packages; run go list -deps ./... in %s", root)
+}
+
+// isCommandPackage reports whether the package at path belongs to the outbox command: it
+// lives under cmd/, or it is a cli or demo package wherever it is (the cobra tree and the
+// demo services of outbox dev lived in internal/ before they moved to cmd/outbox/internal/).
+func isCommandPackage(path string) bool {
+	const module = "github.com/outbox-go/outbox/"
+	rest, ok := strings.CutPrefix(path, module)
+	if !ok {
+		return false
+	}
+	if strings.HasPrefix(rest, "cmd/") {
+		return true
+	}
+	for _, name := range []string{"cli", "demo"} {
+		if strings.HasSuffix(rest, "internal/"+name) || strings.Contains(rest, "internal/"+name+"/") {
+			return true
+		}
+	}
+	return false
+}
+
 // goCmd runs the go command in dir outside any workspace, as a module on its own, and
 // returns its output. It never changes a go.mod or go.sum of the repository: only go mod
 // tidy writes them, and only in the consumer's folder.

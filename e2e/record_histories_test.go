@@ -25,7 +25,6 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/outbox-go/outbox/activities"
 	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/internal/testdb"
@@ -236,7 +235,7 @@ func TestRecordHistories(t *testing.T) {
 				topic := fast(e)
 				topic.CheckURL = e.recv.URL + "/events/{message_id}"
 				e.cfg.Topics["order.lost"] = topic
-				id := loseFirstTask(t, ts, e, "order.lost", activities.Ambiguous(errors.New("connection reset after the request was written")))
+				id := loseFirstTask(t, ts, e, "order.lost", delivery.Ambiguous(errors.New("connection reset after the request was written")))
 				e.waitStatus(t, id, store.StatusSent)
 				return id
 			},

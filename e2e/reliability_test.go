@@ -18,8 +18,8 @@ import (
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/outbox-go/outbox/activities"
 	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/starter"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/worker"
@@ -59,8 +59,8 @@ func TestNULInErrors(t *testing.T) {
 
 	reg, err := e.cfg.Registry(nil)
 	require.NoError(t, err)
-	reg.Handle("order.nul", activities.HandlerFunc(func(context.Context, activities.Delivery) error {
-		return activities.Permanent(errors.New("rejected: field \x00 is not allowed"))
+	reg.Handle("order.nul", delivery.HandlerFunc(func(context.Context, delivery.Message) error {
+		return delivery.Permanent(errors.New("rejected: field \x00 is not allowed"))
 	}))
 	e.run(t, func(ctx context.Context) error {
 		return worker.Run(ctx, worker.Config{Client: e.client, TaskQueue: e.taskQueue, Deps: worker.Deps{Store: e.store, Handlers: reg, Logger: logger}})

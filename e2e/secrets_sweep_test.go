@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,7 +17,6 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/outbox-go/outbox/internal/cli"
 	"github.com/outbox-go/outbox/internal/testdb"
 	"github.com/outbox-go/outbox/internal/testutil"
 	"github.com/outbox-go/outbox/workflows"
@@ -95,22 +93,17 @@ topics:
 		"OUTBOX_SWEEP_RABBIT":  "SweepRabbitPassLeak",
 		"OUTBOX_SWEEP_KAFKA":   "SweepKafkaPassLeak",
 	}
-	var mu sync.Mutex
 	var outputs []string
-	// run runs one command for at most d and returns what it printed and its error.
+	// run runs one command for at most d (then interrupts it) and returns what it printed,
+	// followed by "error: exit status N" when it failed (the command prints its error as
+	// "outbox: ..." before it exits).
 	run := func(d time.Duration, env map[string]string, args ...string) string {
-		var out syncBuffer
-		root := cli.NewRoot(strings.NewReader(`{"order_id": 42}`), &out, &out, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-		root.SetArgs(append(args, "--config", cfgPath, "--log-level", "debug"))
-		ctx, cancel := context.WithTimeout(context.Background(), d)
-		defer cancel()
-		if err := root.ExecuteContext(ctx); err != nil {
-			out.Write([]byte("\nerror: " + err.Error()))
+		out, code := runOutbox(t, d, `{"order_id": 42}`, env, append(args, "--config", cfgPath, "--log-level", "debug")...)
+		if code != 0 { // 0: ok
+			out += fmt.Sprintf("\nerror: exit status %d", code)
 		}
-		mu.Lock()
-		outputs = append(outputs, strings.Join(args, " ")+":\n"+out.String())
-		mu.Unlock()
-		return out.String()
+		outputs = append(outputs, strings.Join(args, " ")+":\n"+out)
+		return out
 	}
 	uuidIn := regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 
@@ -146,24 +139,22 @@ topics:
 	for k, v := range secretsSet {
 		env[k] = v
 	}
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
+	running := map[string]*outboxProcess{}
 	for _, cmd := range []string{"worker", "relay"} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var out syncBuffer
-			root := cli.NewRoot(strings.NewReader(""), &out, &out, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-			root.SetArgs([]string{cmd, "--config", cfgPath, "--log-level", "debug"})
-			ctx, cancel := context.WithCancel(context.Background())
-			go func() { <-stop; cancel() }()
-			if err := root.ExecuteContext(ctx); err != nil {
-				out.Write([]byte("\nerror: " + err.Error()))
+		running[cmd] = startOutbox(t, "", env, cmd, "--config", cfgPath, "--log-level", "debug")
+	}
+	// stop interrupts the worker and the relay and keeps what they printed.
+	stop := func() {
+		for cmd, p := range running {
+			code, exited := p.interrupt(30 * time.Second)
+			out := p.out.String()
+			if !exited {
+				out += "\nerror: did not stop within 30s"
+			} else if code != 0 { // 0: ok
+				out += fmt.Sprintf("\nerror: exit status %d", code)
 			}
-			mu.Lock()
-			outputs = append(outputs, cmd+" (secrets set):\n"+out.String())
-			mu.Unlock()
-		}()
+			outputs = append(outputs, cmd+" (secrets set):\n"+out)
+		}
 	}
 	ctx := context.Background()
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
@@ -179,20 +170,16 @@ topics:
 				_ = pool.QueryRow(ctx, `SELECT status, coalesce(last_error, '') FROM `+st.Schema()+`.outbox_messages WHERE message_id = $1`, id).Scan(&status, &lastErr)
 				fmt.Fprintf(&b, "\n%s %s %s", id, status, lastErr)
 			}
-			close(stop)
-			wg.Wait()
-			mu.Lock()
+			stop()
 			for _, o := range outputs {
 				if strings.Contains(o, "(secrets set)") {
 					b.WriteString("\n" + o[:min(len(o), 3000)])
 				}
 			}
-			mu.Unlock()
 			t.Fatalf("not every message dead-lettered:%s", b.String())
 		}
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 	require.NotContains(t, run(30*time.Second, env, "dlq", "list"), "error:")
 	for _, id := range ids {
 		require.NotContains(t, run(30*time.Second, env, "dlq", "show", id.String()), "error:")

@@ -1,10 +1,10 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,7 +15,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-go/outbox/internal/cli"
 	"github.com/outbox-go/outbox/internal/testdb"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/workflows"
@@ -61,22 +60,15 @@ func TestShow(t *testing.T) {
 	cfgPath := filepath.Join(t.TempDir(), "outbox.yaml")
 	require.NoError(t, os.WriteFile(cfgPath, []byte(fmt.Sprintf("schema: %s\ntemporal:\n  address: %s\n  namespace: %s\n  task_queue: %s\n",
 		e.store.Schema(), ts.GetFrontendHostPort(), e.namespace, e.taskQueue)), 0o600))
-	show := func(env map[string]string, args ...string) (string, error) {
-		var out bytes.Buffer
-		root := cli.NewRoot(strings.NewReader(""), &out, &out, func(k string) (string, bool) {
-			if k == "DATABASE_URL" {
-				return testdb.URL(), true
-			}
-			v, ok := env[k]
-			return v, ok
-		})
-		root.SetArgs(append([]string{"show", "--config", cfgPath}, args...))
-		err := root.ExecuteContext(ctx)
-		return out.String(), err
+	// show runs outbox show and returns what it printed and its exit code.
+	show := func(env map[string]string, args ...string) (string, int) {
+		all := map[string]string{"DATABASE_URL": testdb.URL()}
+		maps.Copy(all, env)
+		return runOutbox(t, 2*time.Minute, "", all, append([]string{"show", "--config", cfgPath}, args...)...)
 	}
 	showJSON := func(id uuid.UUID) shown {
-		out, err := show(nil, id.String(), "--json")
-		require.NoError(t, err, out)
+		out, code := show(nil, id.String(), "--json")
+		require.Equal(t, 0, code, out) // 0: ok
 		var v shown
 		require.NoError(t, json.Unmarshal([]byte(out), &v), out)
 		return v
@@ -103,8 +95,8 @@ func TestShow(t *testing.T) {
 		require.True(t, a.Local, "the first attempt is the first workflow task's local activity")
 		require.Equal(t, "ok", a.Outcome)
 
-		out, err := show(nil, id.String())
-		require.NoError(t, err, out)
+		out, code := show(nil, id.String())
+		require.Equal(t, 0, code, out) // 0: ok
 		for _, want := range []string{"Message      " + id.String(), "Status       sent", "Sent         ", "Run 1 of 1  Completed", "OutboxSend", "local", "ok", `"order_id": 7`} {
 			require.Contains(t, out, want)
 		}
@@ -130,8 +122,8 @@ func TestShow(t *testing.T) {
 		require.True(t, strings.HasSuffix(sends[0], ": HTTP 503"), "the error as the sink wrote it: %s", sends[0])
 		require.Equal(t, "#2 local=false ok ", sends[1])
 
-		out, err := show(nil, id.String())
-		require.NoError(t, err, out)
+		out, code := show(nil, id.String())
+		require.Equal(t, 0, code, out) // 0: ok
 		require.Contains(t, out, "Retries      1\n")
 		t.Logf("outbox show %s:\n%s", id, out)
 	})
@@ -150,8 +142,8 @@ func TestShow(t *testing.T) {
 		require.Equal(t, "failed", v.Runs[0].Attempts[0].Outcome)
 		require.Contains(t, v.Runs[0].Attempts[0].Error, "HTTP 422")
 
-		out, err := show(nil, id.String())
-		require.NoError(t, err, out)
+		out, code := show(nil, id.String())
+		require.Equal(t, 0, code, out) // 0: ok
 		require.Contains(t, out, "Dead letter 1 of 1 (open)")
 	})
 
@@ -161,25 +153,25 @@ func TestShow(t *testing.T) {
 		require.Equal(t, store.StatusPending, v.Status)
 		require.Empty(t, v.Runs)
 		require.Empty(t, v.HistoryError)
-		out, err := show(nil, id.String())
-		require.NoError(t, err, out)
+		out, code := show(nil, id.String())
+		require.Equal(t, 0, code, out) // 0: ok
 		require.Contains(t, out, "Next attempt ")
 		require.Contains(t, out, "No workflow run yet")
 	})
 
 	t.Run("TemporalDown", func(t *testing.T) {
 		id := enqueue(store.Message{Topic: "order.created", DeliverAfter: time.Now().Add(time.Hour)})
-		out, err := show(map[string]string{"TEMPORAL_ADDRESS": "127.0.0.1:1"}, id.String())
-		require.NoError(t, err, "the row is shown without Temporal")
+		out, code := show(map[string]string{"TEMPORAL_ADDRESS": "127.0.0.1:1"}, id.String())
+		require.Equal(t, 0, code, "the row is shown without Temporal (0: ok):\n%s", out)
 		require.Contains(t, out, "Message      "+id.String())
 		require.Contains(t, out, "the workflow history could not be read: connect to Temporal at 127.0.0.1:1")
 	})
 
 	t.Run("Unknown", func(t *testing.T) {
 		id := uuid.Must(uuid.NewV7())
-		out, err := show(nil, id.String())
-		require.Error(t, err, out)
-		require.Contains(t, err.Error(), "message "+id.String()+" not found")
-		require.Equal(t, cli.ExitFailure, cli.ExitCode(err))
+		out, code := show(nil, id.String())
+		require.NotEqual(t, 0, code, out)
+		require.Contains(t, out, "outbox: message "+id.String()+" not found", "the error, as the command prints it")
+		require.Equal(t, 1, code, out) // 1: failure
 	})
 }

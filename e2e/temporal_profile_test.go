@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -13,8 +12,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-go/outbox/app"
-	"github.com/outbox-go/outbox/internal/cli"
 	"github.com/outbox-go/outbox/internal/testdb"
 	"github.com/outbox-go/outbox/workflows"
 )
@@ -51,55 +48,43 @@ address = %q
 namespace = %q
 `, ts.GetFrontendHostPort(), ts.GetDefaultNamespace())), 0o600))
 	env := map[string]string{"DATABASE_URL": testdb.URL(), "TEMPORAL_CONFIG_FILE": tomlPath, "TEMPORAL_PROFILE": "outbox-test"}
-	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-
-	var relayOut syncBuffer
-	root := cli.NewRoot(strings.NewReader(""), &relayOut, &relayOut, lookup)
-	root.SetArgs([]string{"relay", "--config", cfgPath})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- root.ExecuteContext(ctx) }()
+	relay := startOutbox(t, "", env, "relay", "--config", cfgPath)
+	relayOut := relay.out
 	stopped := false
 	stop := func() {
 		if stopped {
 			return
 		}
 		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err, relayOut.String())
-		case <-time.After(30 * time.Second):
+		code, exited := relay.interrupt(30 * time.Second)
+		if !exited {
 			t.Errorf("relay did not stop within 30s")
+			return
 		}
+		require.Equal(t, 0, code, relayOut.String()) // 0: ok
 	}
 	t.Cleanup(stop)
 	require.Eventually(t, func() bool { return strings.Contains(relayOut.String(), "Relay started") },
-		30*time.Second, 50*time.Millisecond, "relay:\n%s", &relayOut)
+		30*time.Second, 50*time.Millisecond, "relay:\n%s", relayOut)
 
-	var out bytes.Buffer
-	enqueue := cli.NewRoot(strings.NewReader(`{"order_id": 7}`), &out, &out, lookup)
-	enqueue.SetArgs([]string{"enqueue", "order.created", "--config", cfgPath})
-	require.NoError(t, enqueue.Execute(), out.String())
-	id := uuid.MustParse(strings.TrimSpace(out.String()))
+	out, code := runOutbox(t, time.Minute, `{"order_id": 7}`, env, "enqueue", "order.created", "--config", cfgPath)
+	require.Equal(t, 0, code, out) // 0: ok
+	id := uuid.MustParse(strings.TrimSpace(out))
 
 	require.Eventually(t, func() bool {
 		qctx, qcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer qcancel()
 		desc, err := ts.GetDefaultClient().DescribeWorkflowExecution(qctx, workflows.WorkflowIDPrefix+id.String(), "")
 		return err == nil && desc.GetWorkflowExecutionInfo().GetTaskQueue() == "profile-"+st.Schema()
-	}, 30*time.Second, 100*time.Millisecond, "the workflow of %s was not started in namespace %s; relay:\n%s", id, ts.GetDefaultNamespace(), &relayOut)
+	}, 30*time.Second, 100*time.Millisecond, "the workflow of %s was not started in namespace %s; relay:\n%s", id, ts.GetDefaultNamespace(), relayOut)
 	stop()
 	require.Contains(t, relayOut.String(), "Relay stopped")
 
 	// A profile named that the file does not have stops the command before it connects,
 	// as a config error.
 	env["TEMPORAL_PROFILE"] = "outbox-missing"
-	out.Reset()
-	missing := cli.NewRoot(strings.NewReader(""), &out, &out, lookup)
-	missing.SetArgs([]string{"relay", "--config", cfgPath})
-	err := missing.Execute()
-	require.Error(t, err)
-	require.True(t, app.IsConfigError(err), "%v", err)
-	require.ErrorContains(t, err, `temporal profile "outbox-missing" (TEMPORAL_PROFILE) of `+tomlPath)
+	out, code = runOutbox(t, time.Minute, "", env, "relay", "--config", cfgPath)
+	require.NotEqual(t, 0, code, out)
+	require.Equal(t, 78, code, out) // 78: config
+	require.Contains(t, out, `temporal profile "outbox-missing" (TEMPORAL_PROFILE) of `+tomlPath)
 }

@@ -1,13 +1,19 @@
-// Package sinks holds what the broker sinks share: the templates of subjects, routing
-// keys and topics, and the metadata every published message carries. The sinks themselves
-// are in natssink, rabbitsink and kafkasink; config.Registry builds them from a topic's
-// sink: nats, rabbitmq or kafka.
+// Package sinks holds what the sinks share. Each sink is a package of its own under
+// sinks/ that implements delivery.Handler and depends on package delivery and this one,
+// nothing above them: httpsink (sink: http, the default), natssink, rabbitsink and
+// kafkasink. A topic delivered by a team's own activity or workflow has no handler in the
+// outbox's worker: the delivery workflow calls it (packages teamactivity and
+// teamworkflow; the topic keys activity: and workflow:). To add a sink, copy natssink: a
+// Config of its own with its defaults, New, Send, and where it can, CheckProcessed, Open
+// and Close; then run sinktest.Run against its real server.
 //
-// A broker sink publishes the message's payload as the body (JSON, content type
-// application/json) and its metadata as headers: the row's headers (none that the broker
-// acts on: see [Reserved]), Outbox-Message-Id,
-// Outbox-Topic, Outbox-Created-At (RFC 3339), Outbox-Attempt, Outbox-Ordering-Key when the
-// message has one, and the trace context (traceparent, tracestate) of the send span.
+// What the sinks share: the templates of subjects, routing keys and topics; the headers
+// every message carries (OutboxHeaders: Outbox-Message-Id, Outbox-Topic,
+// Outbox-Created-At (RFC 3339), Outbox-Attempt, Outbox-Ordering-Key when the message has
+// one); the headers a broker acts on, which no row may set ([Reserved]); and TLS files. A
+// broker sink publishes the message's payload as the body (JSON, content type
+// application/json), with the row's headers, the outbox's and the trace context
+// (traceparent, tracestate) of the send span as headers.
 package sinks
 
 import (
@@ -23,8 +29,7 @@ import (
 
 	"go.opentelemetry.io/otel/propagation"
 
-	"github.com/outbox-go/outbox/activities"
-	"github.com/outbox-go/outbox/internal/redact"
+	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/internal/tracing"
 )
 
@@ -89,14 +94,14 @@ func (t Template) Static() bool { return !t.placeholder }
 
 // Expand fills the placeholders from d. A template that uses {ordering_key} cannot expand
 // for a message without one: the error is permanent.
-func (t Template) Expand(d activities.Delivery) (string, error) {
+func (t Template) Expand(d delivery.Message) (string, error) {
 	if t.usesOrdKey && d.OrderingKey == "" {
-		return "", activities.Permanent(fmt.Errorf("%q uses {ordering_key}, but message %s has no ordering key", t.text, d.MessageID))
+		return "", delivery.Permanent(fmt.Errorf("%q uses {ordering_key}, but message %s has no ordering key", t.text, d.MessageID))
 	}
 	if !t.placeholder {
 		return t.text, nil
 	}
-	return strings.NewReplacer("{topic}", d.Topic, "{message_id}", d.MessageID.String(), "{ordering_key}", d.OrderingKey).Replace(t.text), nil
+	return strings.NewReplacer("{topic}", d.Topic, "{message_id}", d.MessageID, "{ordering_key}", d.OrderingKey).Replace(t.text), nil
 }
 
 // Reserved names the headers a broker acts on, besides carrying them: NATS's Nats-*
@@ -171,29 +176,61 @@ func (r Reserved) list() string {
 // replace a message's traceparent and tracestate). A message header that r reserves fails
 // the send permanently (the message is dead-lettered with the header's name): a row cannot
 // steer the broker.
-func Headers(ctx context.Context, d activities.Delivery, extra map[string]string, r Reserved) (map[string]string, error) {
+func Headers(ctx context.Context, d delivery.Message, extra map[string]string, r Reserved) (map[string]string, error) {
 	h := make(map[string]string, len(d.Headers)+len(extra)+7)
 	for k, v := range extra {
 		h[k] = v
 	}
 	for _, k := range slices.Sorted(maps.Keys(d.Headers)) {
 		if err := r.Check(k); err != nil {
-			return nil, activities.Permanent(fmt.Errorf("message %s: %w; rename it in the row's headers", d.MessageID, err))
+			return nil, delivery.Permanent(fmt.Errorf("message %s: %w; rename it in the row's headers", d.MessageID, err))
 		}
 		h[k] = d.Headers[k]
 	}
-	h[HeaderMessageID] = d.MessageID.String()
-	h[HeaderTopic] = d.Topic
-	h[HeaderCreatedAt] = d.CreatedAt.UTC().Format(time.RFC3339Nano)
-	h[HeaderAttempt] = strconv.Itoa(d.Attempt)
-	if d.OrderingKey != "" {
-		h[HeaderOrderingKey] = d.OrderingKey
-	}
+	maps.Copy(h, OutboxHeaders(d))
 	tracing.Propagator(nil).Inject(ctx, propagation.MapCarrier(h))
 	return h, nil
 }
 
-// Redact returns the form of a broker URL that errors and logs may show: scheme, host and
-// port, without credentials, path or query (see package internal/redact, which every
-// error of the outbox that names a URL goes through).
-func Redact(raw string) string { return redact.URL(raw) }
+// OutboxHeaders returns the headers the outbox sets on every message a sink sends, the
+// http sink's requests included: Outbox-Message-Id, Outbox-Topic, Outbox-Created-At (RFC
+// 3339), Outbox-Attempt, and Outbox-Ordering-Key when m has one.
+func OutboxHeaders(m delivery.Message) map[string]string {
+	h := map[string]string{
+		HeaderMessageID: m.MessageID,
+		HeaderTopic:     m.Topic,
+		HeaderCreatedAt: m.CreatedAt.UTC().Format(time.RFC3339Nano),
+		HeaderAttempt:   strconv.Itoa(m.Attempt),
+	}
+	if m.OrderingKey != "" {
+		h[HeaderOrderingKey] = m.OrderingKey
+	}
+	return h
+}
+
+// Spec is a topic's sink settings as a sink kind that a worker registers receives them
+// (a topic whose sink: names that kind): the keys every sink may use, secrets read, and
+// the topic's options: for the kind's own settings.
+type Spec struct {
+	// Kind is the topic's sink:.
+	Kind string
+	// URL is the topic's url:.
+	URL string
+	// Headers are the topic's headers:, secret references read.
+	Headers map[string]string
+	// Username and Password are the topic's username: and password: (read).
+	Username string
+	Password string
+	// TLS is the topic's tls:.
+	TLS TLSFiles
+	// Options are the topic's options:, the kind's own settings.
+	Options map[string]string
+	// RetrySpan is the longest a resend of a message can come after its first send under
+	// the topic's policy (see workflows.Policy.RetrySpan).
+	RetrySpan time.Duration
+}
+
+// Factory builds the handler of a topic whose sink: names a kind a worker registers
+// (app.Handlers.Sinks, config.Config.Registry). A handler that holds a connection may
+// implement delivery.Opener and io.Closer.
+type Factory func(topic string, s Spec) (delivery.Handler, error)

@@ -6,7 +6,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/delivery"
+	"github.com/outbox-go/outbox/internal/redact"
 	"github.com/outbox-go/outbox/sinks"
 )
 
@@ -21,14 +22,14 @@ func TestRedact(t *testing.T) {
 		"not a url":                                     "(unparsable URL)",
 		"amqp://rabbit:5672/vhost?auth_mechanism=plain": "amqp://rabbit:5672",
 	} {
-		require.Equal(t, want, sinks.Redact(raw), raw)
+		require.Equal(t, want, redact.URL(raw), raw)
 	}
 }
 
 func TestTemplate(t *testing.T) {
 	t.Parallel()
 	id := uuid.MustParse("01937f4e-1c2d-7a3b-9f10-2b6c8d4e5f60")
-	d := activities.Delivery{MessageID: id, Topic: "order.created", OrderingKey: "customer-7"}
+	d := delivery.Message{MessageID: id.String(), Topic: "order.created", OrderingKey: "customer-7"}
 
 	tmpl, err := sinks.ParseTemplate("orders.{topic}.{ordering_key}.{message_id}")
 	require.NoError(t, err)
@@ -39,7 +40,7 @@ func TestTemplate(t *testing.T) {
 
 	d.OrderingKey = ""
 	_, err = tmpl.Expand(d)
-	require.True(t, activities.IsPermanent(err), "%v", err)
+	require.True(t, delivery.IsPermanent(err), "%v", err)
 	require.ErrorContains(t, err, "has no ordering key")
 
 	static, err := sinks.ParseTemplate("orders")

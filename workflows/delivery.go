@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	dmsg "github.com/outbox-go/outbox/delivery"
+	"github.com/outbox-go/outbox/sinks/teamworkflow"
 )
 
 // Search attribute keys.
@@ -353,7 +354,7 @@ func (d *delivery) startWorkflow(w *WorkflowHandler, attempt int) error {
 	}
 	// Decoding the recorded payload is deterministic (workflowcheck sees reflection and
 	// allocation in encoding/json, and flags them).
-	id, err := RenderWorkflowID(w.WorkflowID, msg, orderingKey) //workflowcheck:ignore
+	id, err := teamworkflow.RenderWorkflowID(w.WorkflowID, msg, orderingKey) //workflowcheck:ignore
 	if err != nil {
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypePermanent, nil)
 	}

@@ -3,42 +3,18 @@ package workflows
 import (
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"time"
+
+	"github.com/outbox-go/outbox/internal/textduration"
 )
 
 // The inputs of the workflows write their durations as text ("1s", "1m30s"), so that the
 // Temporal UI shows a history's input as a person reads it. Histories recorded before that
 // hold nanosecond integers; both forms are read, so those histories still replay.
 
-// textDuration is a time.Duration in JSON: written as text, read from text or from an
-// integer number of nanoseconds.
-type textDuration time.Duration
-
-func (d textDuration) MarshalJSON() ([]byte, error) {
-	return json.Marshal(time.Duration(d).String())
-}
-
-func (d *textDuration) UnmarshalJSON(b []byte) error {
-	if len(b) > 0 && b[0] == '"' {
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		v, err := time.ParseDuration(s)
-		if err != nil {
-			return fmt.Errorf("duration must be text such as \"1s\" or \"1m30s\", got %q", s)
-		}
-		*d = textDuration(v)
-		return nil
-	}
-	n, err := strconv.ParseInt(string(b), 10, 64)
-	if err != nil {
-		return fmt.Errorf("duration must be text such as \"1s\" or integer nanoseconds, got %s", b)
-	}
-	*d = textDuration(n)
-	return nil
-}
+// textDuration is a time.Duration in JSON, written as text (see package
+// internal/textduration).
+type textDuration = textduration.Duration
 
 // policyJSON is Policy as JSON.
 type policyJSON struct {
@@ -90,36 +66,6 @@ func (p *Policy) UnmarshalJSON(b []byte) error {
 	}
 	if j.MarkSentTimeout != nil {
 		p.MarkSentTimeout = time.Duration(*j.MarkSentTimeout)
-	}
-	return nil
-}
-
-// activityHandlerJSON is ActivityHandler as JSON, its durations as text.
-type activityHandlerJSON struct {
-	Activity        string       `json:"activity"`
-	TaskQueue       string       `json:"task_queue"`
-	StartToClose    textDuration `json:"start_to_close,omitempty"`
-	ScheduleToStart textDuration `json:"schedule_to_start,omitempty"`
-	CheckActivity   string       `json:"check_activity,omitempty"`
-}
-
-// MarshalJSON writes a with its durations as text.
-func (a ActivityHandler) MarshalJSON() ([]byte, error) {
-	return json.Marshal(activityHandlerJSON{
-		Activity: a.Activity, TaskQueue: a.TaskQueue, CheckActivity: a.CheckActivity,
-		StartToClose: textDuration(a.StartToClose), ScheduleToStart: textDuration(a.ScheduleToStart),
-	})
-}
-
-// UnmarshalJSON reads a with its durations as text or as integer nanoseconds.
-func (a *ActivityHandler) UnmarshalJSON(b []byte) error {
-	var j activityHandlerJSON
-	if err := json.Unmarshal(b, &j); err != nil {
-		return fmt.Errorf("activity handler: %w", err)
-	}
-	*a = ActivityHandler{
-		Activity: j.Activity, TaskQueue: j.TaskQueue, CheckActivity: j.CheckActivity,
-		StartToClose: time.Duration(j.StartToClose), ScheduleToStart: time.Duration(j.ScheduleToStart),
 	}
 	return nil
 }

@@ -16,9 +16,9 @@ import (
 	"fmt"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
-
 	dmsg "github.com/outbox-go/outbox/delivery"
+	"github.com/outbox-go/outbox/sinks/teamactivity"
+	"github.com/outbox-go/outbox/sinks/teamworkflow"
 )
 
 // Names other tools and documents rely on.
@@ -44,17 +44,17 @@ const (
 	ErrTypeDeadLettered = "OutboxDeadLettered"
 	// ErrTypePermanent marks a send failure that no retry can fix (a 4xx, an unknown
 	// topic, a payload the handler rejects).
-	ErrTypePermanent = "OutboxPermanent"
+	ErrTypePermanent = teamactivity.ErrTypePermanent
 	// ErrTypeUnknownTopic marks a send whose worker has no handler for the topic. It is
 	// retried through the attempts (another worker, or this one after a deploy, may have
 	// it), then dead-lettered.
 	ErrTypeUnknownTopic = "OutboxUnknownTopic"
 	// ErrTypeRetryable marks a send failure the downstream reported (5xx, 429): it did not
 	// process the message, so the next attempt needs no check first.
-	ErrTypeRetryable = "OutboxRetryable"
+	ErrTypeRetryable = teamactivity.ErrTypeRetryable
 	// ErrTypeAmbiguous marks a send failure after which the downstream may or may not have
 	// the message (timeout, connection reset after the request was written).
-	ErrTypeAmbiguous = "OutboxAmbiguous"
+	ErrTypeAmbiguous = teamactivity.ErrTypeAmbiguous
 	// ErrTypeStoreUnavailable marks a send that could not load the message because the
 	// outbox's own database was unavailable: nothing was sent, and no attempt is used up.
 	ErrTypeStoreUnavailable = "OutboxStoreUnavailable"
@@ -124,30 +124,8 @@ type Policy struct {
 	Workflow *WorkflowHandler `json:"workflow,omitempty"`
 }
 
-// WorkflowHandler names the team's workflow a topic starts, one per message (or per
-// workflow ID: two messages whose template gives the same ID start one workflow). It is
-// started as a child of the delivery with an abandon parent-close policy, so the delivery's
-// history links to it and it outlives the delivery. Its input is a delivery.Message.
-type WorkflowHandler struct {
-	// Workflow is the workflow type name, such as "FulfilOrder".
-	Workflow string `json:"workflow"`
-	// TaskQueue is the task queue of the team's worker.
-	TaskQueue string `json:"task_queue"`
-	// WorkflowID is the template of the started workflow's ID (see RenderWorkflowID), the
-	// de-duplication key. Defaults to DefaultWorkflowIDTemplate.
-	WorkflowID string `json:"workflow_id,omitempty"`
-	// IDReuse says whether a workflow may start again with the ID of a closed one:
-	// "reject_duplicate" (the default without Signal: a second start counts as
-	// delivered), "allow_duplicate" (the default with Signal: a new run receives the
-	// signal) or "allow_duplicate_failed_only". With Signal, reject_duplicate is refused,
-	// and a closed workflow that may not start again fails the message permanently.
-	IDReuse string `json:"id_reuse,omitempty"`
-	// Signal, when set, signals the workflow with this signal name (the delivery.Message as
-	// its argument), starting it first when it is not running (signal-with-start), from the
-	// signal activity. A signal is delivered at least once: the workflow de-duplicates by
-	// MessageID.
-	Signal string `json:"signal,omitempty"`
-}
+// WorkflowHandler is a topic's team workflow (see package sinks/teamworkflow).
+type WorkflowHandler = teamworkflow.Config
 
 // ActivitySignalWithStart signals (and if need be starts) a team's workflow for a topic
 // whose WorkflowHandler has a Signal.
@@ -178,37 +156,17 @@ type SignalWithStartInput struct {
 
 // DefaultWorkflowIDTemplate is the workflow ID of a started workflow when the topic sets
 // none.
-const DefaultWorkflowIDTemplate = "{topic}-{message_id}"
+const DefaultWorkflowIDTemplate = teamworkflow.DefaultWorkflowIDTemplate
 
 // IDReusePolicies maps the workflow_id_reuse values to Temporal's policies.
-var IDReusePolicies = map[string]enumspb.WorkflowIdReusePolicy{
-	"reject_duplicate":            enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-	"allow_duplicate":             enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-	"allow_duplicate_failed_only": enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
-}
+var IDReusePolicies = teamworkflow.IDReusePolicies
 
-// ActivityHandler names a topic's handler activity, registered by a team's worker on its
-// own task queue. Its input is a delivery.Message (package github.com/outbox-go/outbox/delivery).
-type ActivityHandler struct {
-	// Activity is the activity type name, such as "ReserveStock".
-	Activity string `json:"activity"`
-	// TaskQueue is the task queue the team's worker polls.
-	TaskQueue string `json:"task_queue"`
-	// StartToClose bounds one attempt once a worker has started it; running out is an
-	// ambiguous failure (the check activity is asked before the next attempt). Defaults to
-	// the policy's SendTimeout.
-	StartToClose time.Duration `json:"start_to_close,omitempty"`
-	// ScheduleToStart bounds the wait for a worker to pick an attempt up; running out is
-	// a retryable failure (nothing ran). Defaults to DefaultScheduleToStart.
-	ScheduleToStart time.Duration `json:"schedule_to_start,omitempty"`
-	// CheckActivity, when set, is an activity on the same task queue that answers whether
-	// the team already processed the message: (processed bool, err error).
-	CheckActivity string `json:"check_activity,omitempty"`
-}
+// ActivityHandler is a topic's team activity (see package sinks/teamactivity).
+type ActivityHandler = teamactivity.Config
 
 // DefaultScheduleToStart is how long an attempt of a team's activity may wait for a
 // worker when ActivityHandler.ScheduleToStart is zero.
-const DefaultScheduleToStart = 5 * time.Minute
+const DefaultScheduleToStart = teamactivity.DefaultScheduleToStart
 
 // Policy defaults.
 const (
@@ -273,17 +231,11 @@ func (p Policy) WithDefaults() Policy {
 	p.MarkSentTimeout = cmp.Or(p.MarkSentTimeout, DefaultMarkSentTimeout)
 	p.FirstAttempt = cmp.Or(p.FirstAttempt, DefaultFirstAttempt)
 	if p.Workflow != nil {
-		w := *p.Workflow
-		w.WorkflowID = cmp.Or(w.WorkflowID, DefaultWorkflowIDTemplate)
-		// A signal goes to a workflow that lives across messages: once it closed, only a
-		// new run can receive the next message.
-		w.IDReuse = cmp.Or(w.IDReuse, map[bool]string{true: "allow_duplicate", false: "reject_duplicate"}[w.Signal != ""])
+		w := p.Workflow.WithDefaults()
 		p.Workflow = &w
 	}
 	if p.Activity != nil {
-		a := *p.Activity
-		a.StartToClose = cmp.Or(a.StartToClose, p.SendTimeout)
-		a.ScheduleToStart = cmp.Or(a.ScheduleToStart, DefaultScheduleToStart)
+		a := p.Activity.WithDefaults(p.SendTimeout)
 		p.Activity = &a
 	}
 	return p
@@ -305,34 +257,17 @@ func (p Policy) Validate() error {
 	case p.FirstAttempt != FirstAttemptLocal && p.FirstAttempt != FirstAttemptActivity:
 		return fmt.Errorf("first_attempt must be %s or %s, got %q", FirstAttemptLocal, FirstAttemptActivity, p.FirstAttempt)
 	}
+	if p.Workflow != nil && p.Activity != nil {
+		return fmt.Errorf("activity and workflow cannot both deliver a topic")
+	}
 	if w := p.Workflow; w != nil {
-		if _, ok := IDReusePolicies[w.IDReuse]; !ok {
-			return fmt.Errorf("workflow_id_reuse must be reject_duplicate, allow_duplicate or allow_duplicate_failed_only, got %q", w.IDReuse)
-		}
-		switch {
-		case w.Signal != "" && w.IDReuse == "reject_duplicate":
-			return fmt.Errorf("workflow_id_reuse reject_duplicate cannot go with signal %s: once workflow %s closed, every later message of its ID would be delivered to no one; use allow_duplicate (the default for signals: a new run receives the signal) or allow_duplicate_failed_only", w.Signal, w.Workflow)
-		case p.Activity != nil:
-			return fmt.Errorf("activity and workflow cannot both deliver a topic")
-		case w.Workflow == "":
-			return fmt.Errorf("workflow must name the workflow type, got an empty name")
-		case w.TaskQueue == "":
-			return fmt.Errorf("task_queue must name the task queue of workflow %s, got an empty name", w.Workflow)
-		}
-		if err := CheckWorkflowIDTemplate(w.WorkflowID); err != nil {
+		if err := w.Validate(); err != nil {
 			return err
 		}
 	}
 	if a := p.Activity; a != nil {
-		switch {
-		case a.Activity == "":
-			return fmt.Errorf("activity must name the activity type, got an empty name")
-		case a.TaskQueue == "":
-			return fmt.Errorf("task_queue must name the task queue of activity %s, got an empty name", a.Activity)
-		case a.StartToClose <= 0:
-			return fmt.Errorf("start_to_close must be positive, got %s", a.StartToClose)
-		case a.ScheduleToStart <= 0:
-			return fmt.Errorf("schedule_to_start must be positive, got %s", a.ScheduleToStart)
+		if err := a.Validate(); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -6,8 +6,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outbox-go/outbox/cmd/outbox/internal/bench"
+	"github.com/outbox-go/outbox/cmd/outbox/internal/cli"
 	"github.com/outbox-go/outbox/cmd/outbox/internal/dev"
-	"github.com/outbox-go/outbox/internal/cli"
 )
 
 // devCommands are the commands that run a Temporal server beside the outbox.

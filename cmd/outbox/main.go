@@ -18,6 +18,6 @@
 // bench out: that is the production image's binary.
 package main
 
-import "github.com/outbox-go/outbox/internal/cli"
+import "github.com/outbox-go/outbox/cmd/outbox/internal/cli"
 
 func main() { cli.Main(devCommands...) }

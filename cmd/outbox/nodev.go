@@ -5,7 +5,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/outbox-go/outbox/internal/cli"
+	"github.com/outbox-go/outbox/cmd/outbox/internal/cli"
 )
 
 // devCommands is empty: a nodev build contains no Temporal server.

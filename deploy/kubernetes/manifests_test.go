@@ -2,22 +2,25 @@ package kubernetes
 
 import (
 	"bytes"
+	"cmp"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"net"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -28,7 +31,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/outbox-go/outbox/config"
-	"github.com/outbox-go/outbox/internal/cli"
 )
 
 // kinds maps the apiVersion and kind of each object these manifests may hold to its API
@@ -81,6 +83,7 @@ func TestManifests(t *testing.T) {
 		t.FailNow()
 	}
 	img := readImage(t, filepath.Join("..", "..", "Dockerfile"))
+	bin := buildOutbox(t)
 	configMaps := map[string]located[*corev1.ConfigMap]{}
 	for _, cm := range m.configMaps {
 		if _, dup := configMaps[cm.obj.Name]; dup {
@@ -108,7 +111,7 @@ func TestManifests(t *testing.T) {
 	t.Run("Deployment", func(t *testing.T) {
 		d := dep.obj
 		checkSelector(t, dep.where, d.Spec.Selector, d.Spec.Template.Labels)
-		run = checkPod(t, dep.where, d.Spec.Template.Spec, "run", img, configMaps)
+		run = checkPod(t, dep.where, d.Spec.Template.Spec, "run", img, bin, configMaps)
 		if run == nil {
 			return
 		}
@@ -151,7 +154,7 @@ func TestManifests(t *testing.T) {
 		if j.Spec.BackoffLimit == nil {
 			t.Errorf("%s: backoffLimit is not set: want the number of retries of a failed migrate", job.where)
 		}
-		migrate := checkPod(t, job.where, j.Spec.Template.Spec, "migrate", img, configMaps)
+		migrate := checkPod(t, job.where, j.Spec.Template.Spec, "migrate", img, bin, configMaps)
 		if migrate == nil || run == nil {
 			return
 		}
@@ -344,7 +347,7 @@ func (p *pod) secretRef(name string) string {
 // subcommand sub with flags the command accepts, its --config file mounted from a
 // ConfigMap and valid with the pod's environment applied, DATABASE_URL from a Secret, and
 // a non-root user the kubelet can verify. It returns nil when the rest cannot be checked.
-func checkPod(t *testing.T, where string, spec corev1.PodSpec, sub string, img image, configMaps map[string]located[*corev1.ConfigMap]) *pod {
+func checkPod(t *testing.T, where string, spec corev1.PodSpec, sub string, img image, bin string, configMaps map[string]located[*corev1.ConfigMap]) *pod {
 	t.Helper()
 	if n := len(spec.Containers); n != 1 {
 		t.Errorf("%s: %d containers: want one, running outbox %s", where, n, sub)
@@ -367,20 +370,20 @@ func checkPod(t *testing.T, where string, spec corev1.PodSpec, sub string, img i
 		t.Errorf("%s: container %s: no command, and the image's ENTRYPOINT is %q, not [\"outbox\"]: args %q would not go to outbox", where, c.Name, img.entrypoint, c.Args)
 		return nil
 	}
-	cmd, err := parseCommand(args)
+	cmd, err := parseCommand(bin, args)
 	if err != nil {
 		t.Errorf("%s: container %s: outbox %s: %v", where, c.Name, strings.Join(args, " "), err)
 		return nil
 	}
-	if cmd.Name() != sub {
-		t.Errorf("%s: container %s: runs outbox %s, want outbox %s", where, c.Name, cmd.Name(), sub)
+	if cmd.name != sub {
+		t.Errorf("%s: container %s: runs outbox %s, want outbox %s", where, c.Name, cmd.name, sub)
 		return nil
 	}
 	// The command checks these two when it starts; run them by the same rules here.
-	if f, _ := cmd.Flags().GetString("log-format"); !slices.Contains([]string{"text", "json"}, strings.ToLower(f)) {
+	if f := cmd.flags["log-format"]; !slices.Contains([]string{"text", "json"}, strings.ToLower(f)) {
 		t.Errorf("%s: container %s: --log-format %q: the command accepts text or json", where, c.Name, f)
 	}
-	if l, _ := cmd.Flags().GetString("log-level"); new(slog.Level).UnmarshalText([]byte(l)) != nil {
+	if l := cmd.flags["log-level"]; new(slog.Level).UnmarshalText([]byte(l)) != nil {
 		t.Errorf("%s: container %s: --log-level %q: the command accepts debug, info, warn or error", where, c.Name, l)
 	}
 
@@ -403,7 +406,7 @@ func checkPod(t *testing.T, where string, spec corev1.PodSpec, sub string, img i
 		t.Errorf("%s: container %s: DATABASE_URL comes from key %q of Secret %q: want key %s, as the kubectl create secret command in the README creates", where, c.Name, v.ValueFrom.SecretKeyRef.Key, v.ValueFrom.SecretKeyRef.Name, databaseURLKey)
 	}
 
-	configPath, _ := cmd.Flags().GetString("config")
+	configPath := cmd.flags["config"]
 	if configPath == "" {
 		t.Errorf("%s: container %s: outbox %s has no --config: want the file mounted from the ConfigMap", where, c.Name, sub)
 		return nil
@@ -437,38 +440,161 @@ func checkPod(t *testing.T, where string, spec corev1.PodSpec, sub string, img i
 	return p
 }
 
-// parseCommand finds the outbox subcommand of args and parses its flags as the command
-// would, without running it.
-func parseCommand(args []string) (*cobra.Command, error) {
-	root := cli.NewRoot(strings.NewReader(""), io.Discard, io.Discard, func(string) (string, bool) { return "", false })
-	cmd, rest, err := root.Find(args)
+// buildOutbox builds the outbox binary the image holds, as the Dockerfile builds it: the
+// command's module alone (no workspace), with the nodev tag. The test runs it to check the
+// containers' command lines: this module may not import the command's packages (they are
+// internal to github.com/outbox-go/outbox/cmd/outbox).
+func buildOutbox(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "outbox")
+	build := exec.Command("go", "build", "-tags", "nodev", "-o", bin, ".")
+	build.Dir = filepath.Join("..", "..", "cmd", "outbox")
+	build.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0", "GOFLAGS=")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the image's outbox binary (cd cmd/outbox && GOWORK=off go build -tags nodev): %v\n%s", err, out)
+	}
+	return bin
+}
+
+// command is an outbox command line as the outbox binary reads it.
+type command struct {
+	name  string            // the subcommand's name: run, migrate
+	flags map[string]string // the value of each flag --help lists, its default unless args set it
+}
+
+// runOutbox runs the outbox binary with args, no environment and no input, and returns
+// what it printed and its exit code. The exit codes are those of
+// cmd/outbox/internal/cli/exit.go: 0 ok, 1 failure, 64 usage, 69 unavailable, 78 config.
+func runOutbox(bin string, args ...string) (string, int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = []string{} // not nil: nil would be the test's environment
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		return string(out), -1, fmt.Errorf("outbox %s did not end within a minute", strings.Join(args, " "))
+	case err != nil && !errors.As(err, &exit):
+		return string(out), -1, err
+	}
+	return string(out), cmd.ProcessState.ExitCode(), nil
+}
+
+// parseCommand finds the outbox subcommand of args and checks the command line with the
+// outbox binary bin, without running the command:
+//
+//   - outbox ARGS --help finds the subcommand and parses its flags (an unknown flag or a
+//     value of the wrong type fails) and prints its usage: the command's path (its words
+//     are lower case, its arguments' placeholders upper case or in brackets) and its flags
+//     with their defaults;
+//   - outbox ARGS --config MISSING runs the command's own checks of its arguments and
+//     flags (positional arguments, --log-level, --log-format, flags that go together) up
+//     to reading the config file, which does not exist: it stops there with a config error
+//     (exit code 78) before it connects to anything.
+func parseCommand(bin string, args []string) (*command, error) {
+	// Flags go before a "--", after which everything is an argument.
+	withFlags := func(flags ...string) []string {
+		i := slices.Index(args, "--")
+		if i < 0 {
+			i = len(args)
+		}
+		return slices.Concat(args[:i], flags, args[i:])
+	}
+	help, code, err := runOutbox(bin, withFlags("--help")...)
 	if err != nil {
 		return nil, err
 	}
-	if cmd == root {
-		return nil, fmt.Errorf("names no subcommand; want one of %s", strings.Join(subcommands(root), ", "))
+	if code != 0 { // 0: ok
+		return nil, fmt.Errorf("exit code %d:\n%s", code, help)
 	}
-	if err := cmd.ParseFlags(rest); err != nil {
-		return nil, err
+	var path []string
+	if _, usage, ok := strings.Cut(help, "Usage:\n"); ok {
+		line, _, _ := strings.Cut(usage, "\n")
+		words := strings.Fields(line)
+		if len(words) == 0 || words[0] != "outbox" {
+			return nil, fmt.Errorf("outbox --help: the usage line %q does not start with outbox", line)
+		}
+		for _, w := range words[1:] {
+			if w == "" || strings.ToLower(w) != w || strings.ContainsAny(w, "[]<>") {
+				break
+			}
+			path = append(path, w)
+		}
+	} else {
+		return nil, fmt.Errorf("outbox --help printed no usage:\n%s", help)
 	}
-	if err := cmd.ValidateArgs(cmd.Flags().Args()); err != nil {
-		return nil, err
+	if len(path) == 0 {
+		return nil, fmt.Errorf("names no subcommand; want one of %s", strings.Join(subcommands(help), ", "))
 	}
-	if err := cmd.ValidateRequiredFlags(); err != nil {
-		return nil, err
+	// The flags' values as the command reads them: the last of each wins, a value joined
+	// by = or in the next argument.
+	defaults, takesValue := flagDefaults(help)
+	cmd := &command{name: path[len(path)-1], flags: defaults}
+	for i := 0; i < len(args) && args[i] != "--"; i++ {
+		flag, ok := strings.CutPrefix(args[i], "--")
+		if !ok {
+			continue
+		}
+		name, value, joined := strings.Cut(flag, "=")
+		switch {
+		case !takesValue[name]:
+			value = cmp.Or(value, "true")
+		case !joined && i+1 < len(args):
+			i++
+			value = args[i]
+		}
+		cmd.flags[name] = value
 	}
-	if err := cmd.ValidateFlagGroups(); err != nil {
+
+	missing := filepath.Join(filepath.Dir(bin), "no-such-folder", "outbox.yaml") // beside the binary: never there
+	out, code, err := runOutbox(bin, withFlags("--config", missing)...)
+	switch {
+	case err != nil:
 		return nil, err
+	case code == 78 && strings.Contains(out, missing): // 78: config, the file read
+	case code == 0: // 0: ok, a command that reads no config
+	default:
+		return nil, fmt.Errorf("exit code %d before reading its config:\n%s", code, out)
 	}
 	return cmd, nil
 }
 
-func subcommands(root *cobra.Command) []string {
+// subcommands returns the commands the root's --help lists.
+func subcommands(help string) []string {
 	var names []string
-	for _, c := range root.Commands() {
-		names = append(names, c.Name())
+	if _, list, ok := strings.Cut(help, "Available Commands:\n"); ok {
+		for line := range strings.Lines(list) {
+			if strings.TrimSpace(line) == "" {
+				break
+			}
+			names = append(names, strings.Fields(line)[0])
+		}
 	}
 	return names
+}
+
+// flagDefaults returns the long flags a command's --help lists, each with the default it
+// shows ("" when it shows none), and which of them take a value (those --help shows with a
+// value name: --config file, --log-level string; a boolean flag has none).
+func flagDefaults(help string) (defaults map[string]string, takesValue map[string]bool) {
+	defaults, takesValue = map[string]string{}, map[string]bool{}
+	// "  -x, --name value   usage (default "d")": the flag and its value name come before
+	// the first run of two spaces or more.
+	line := regexp.MustCompile(`^\s*(?:-\w, )?--([\w-]+)( \S+)?(?:\s{2,}|$)`)
+	def := regexp.MustCompile(`\(default "?(.*?)"?\)\s*$`)
+	for l := range strings.Lines(help) {
+		m := line.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		defaults[m[1]] = ""
+		takesValue[m[1]] = m[2] != ""
+		if d := def.FindStringSubmatch(l); d != nil {
+			defaults[m[1]] = d[1]
+		}
+	}
+	return defaults, takesValue
 }
 
 // loadConfig reads a config file's contents as the commands do: parse (unknown keys are

@@ -16,21 +16,21 @@ import (
 
 	sdkworker "go.temporal.io/sdk/worker"
 
-	"github.com/outbox-go/outbox/activities"
 	"github.com/outbox-go/outbox/app"
 	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/worker"
 )
 
 // loyaltyPoints adds points for an order. It returns Permanent for a payload it can never
 // handle, so the message is dead-lettered at once instead of retried.
-func loyaltyPoints(ctx context.Context, d activities.Delivery) error {
+func loyaltyPoints(ctx context.Context, d delivery.Message) error {
 	var p struct {
 		CustomerID string `json:"customer_id"`
 		Points     int    `json:"points"`
 	}
 	if err := json.Unmarshal(d.Payload, &p); err != nil || p.CustomerID == "" {
-		return activities.Permanent(err)
+		return delivery.Permanent(err)
 	}
 	// Credit p.Points to p.CustomerID, keyed by d.MessageID so a repeat is a no-op.
 	slog.InfoContext(ctx, "Points added", "customer_id", p.CustomerID, "points", p.Points, "message_id", d.MessageID)
@@ -51,8 +51,8 @@ func main() {
 		log.Fatal(err)
 	}
 	defer a.Close()
-	deps, err := a.PrepareWorker(ctx, app.Handlers{Topics: map[string]activities.Handler{
-		"loyalty.points": activities.HandlerFunc(loyaltyPoints),
+	deps, err := a.PrepareWorker(ctx, app.Handlers{Topics: map[string]delivery.Handler{
+		"loyalty.points": delivery.HandlerFunc(loyaltyPoints),
 	}})
 	if err != nil {
 		log.Fatal(err)

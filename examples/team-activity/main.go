@@ -9,24 +9,28 @@
 //
 //	TEMPORAL_ADDRESS=127.0.0.1:7233 go run ./examples/team-activity
 //
-// It imports only the outbox's delivery package (the activity's input), which depends on
-// the standard library alone.
+// The activity is a delivery.Handler, the same contract as a handler compiled into the
+// outbox's worker: teamactivity.Activity registers it, and its errors (delivery.Permanent,
+// Retryable, Ambiguous) reach the outbox as they would from there. It imports only the
+// outbox's delivery package (standard library only) and sinks/teamactivity (the Temporal
+// SDK besides).
 package main
 
 import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log"
 	"os"
 	"sync"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/outbox-go/outbox/delivery"
+	"github.com/outbox-go/outbox/sinks/teamactivity"
 )
 
 // inventory keeps one reservation per message ID; a real team keeps them in its database.
@@ -35,15 +39,15 @@ type inventory struct {
 	reserved map[string]bool
 }
 
-// ReserveStock reserves the stock of an order, once per message ID. A payload it can
-// never handle is a non-retryable error: the outbox dead-letters the message at once.
-func (inv *inventory) ReserveStock(ctx context.Context, m delivery.Message) error {
+// Send reserves the stock of an order, once per message ID. A payload it can never
+// handle is a permanent failure: the outbox dead-letters the message at once.
+func (inv *inventory) Send(ctx context.Context, m delivery.Message) error {
 	var order struct {
 		SKU string `json:"sku"`
 		Qty int    `json:"qty"`
 	}
 	if err := json.Unmarshal(m.Payload, &order); err != nil || order.SKU == "" || order.Qty < 1 {
-		return temporal.NewNonRetryableApplicationError("the payload is not an order with a sku and a qty", "BadOrder", err)
+		return delivery.Permanent(fmt.Errorf("the payload is not an order with a sku and a qty: %s", m.Payload))
 	}
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
@@ -54,9 +58,9 @@ func (inv *inventory) ReserveStock(ctx context.Context, m delivery.Message) erro
 	return nil
 }
 
-// HasReservation tells the outbox whether ReserveStock already ran for the message, so
-// that after a timeout it does not reserve twice.
-func (inv *inventory) HasReservation(_ context.Context, m delivery.Message) (bool, error) {
+// CheckProcessed tells the outbox whether the stock of the message is reserved already,
+// so that after a timeout it does not reserve twice.
+func (inv *inventory) CheckProcessed(_ context.Context, m delivery.Message) (bool, error) {
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
 	return inv.reserved[m.MessageID], nil
@@ -70,8 +74,8 @@ func main() {
 	defer c.Close()
 	inv := &inventory{reserved: map[string]bool{}}
 	w := worker.New(c, "inventory", worker.Options{})
-	w.RegisterActivityWithOptions(inv.ReserveStock, activity.RegisterOptions{Name: "ReserveStock"})
-	w.RegisterActivityWithOptions(inv.HasReservation, activity.RegisterOptions{Name: "HasReservation"})
+	w.RegisterActivityWithOptions(teamactivity.Activity(inv), activity.RegisterOptions{Name: "ReserveStock"})
+	w.RegisterActivityWithOptions(teamactivity.CheckActivity(inv), activity.RegisterOptions{Name: "HasReservation"})
 	if err := w.Run(worker.InterruptCh()); err != nil {
 		log.Fatal(err)
 	}

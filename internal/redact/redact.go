@@ -59,3 +59,37 @@ func URL(raw string) string {
 	}
 	return scheme + "://" + host
 }
+
+// URLs is URL for a comma-separated list of URLs (a NATS cluster's servers).
+func URLs(list string) string {
+	parts := strings.Split(list, ",")
+	for i, p := range parts {
+		parts[i] = URL(strings.TrimSpace(p))
+	}
+	return strings.Join(parts, ",")
+}
+
+// Error returns err's text with each URL of the comma-separated list replaced by its
+// redacted form, for a client library that quotes the URL it was given.
+func Error(err error, list string) string {
+	text := err.Error()
+	for _, p := range strings.Split(list, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			text = strings.ReplaceAll(text, p, URL(p))
+		}
+	}
+	return text
+}
+
+// Address is a host:port (a Kafka seed broker, say) as errors may show it: a URL goes
+// through URL, and the user information of user:password@host:port, which may hold a
+// password, is hidden.
+func Address(s string) string {
+	if strings.Contains(s, "://") {
+		return URL(s)
+	}
+	if i := strings.LastIndex(s, "@"); i >= 0 {
+		return "(user information hidden)@" + s[i+1:]
+	}
+	return s
+}

@@ -35,3 +35,15 @@ func TestURLShowsOnlySchemeAndHost(t *testing.T) {
 		}
 	}
 }
+
+func TestAddress(t *testing.T) {
+	for in, want := range map[string]string{
+		"kafka-1:9092":                    "kafka-1:9092",
+		"user:hunter2@kafka-1:9092":       "(user information hidden)@kafka-1:9092",
+		"kafka://user:hunter2@kafka:9092": "kafka://kafka:9092",
+	} {
+		if got := Address(in); got != want {
+			t.Errorf("Address(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,4 +1,6 @@
-package activities
+// Package httpsink is the http sink: it delivers a topic's messages by POSTing them to a
+// webhook (sink: http, the default).
+package httpsink
 
 import (
 	"bytes"
@@ -7,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -17,20 +18,27 @@ import (
 
 	"go.opentelemetry.io/otel/propagation"
 
+	"github.com/outbox-go/outbox/delivery"
+	"github.com/outbox-go/outbox/internal/httpx"
 	"github.com/outbox-go/outbox/internal/redact"
 	"github.com/outbox-go/outbox/internal/tracing"
+	"github.com/outbox-go/outbox/sinks"
 	"github.com/outbox-go/outbox/webhook"
 )
 
-// HTTPSink delivers messages by POSTing them as JSON:
+// Sink delivers messages by POSTing them as JSON:
 //
 //	{"message_id": "...", "topic": "...", "payload": {...}, "created_at": "..."}
 //
-// with the headers Content-Type: application/json, Idempotency-Key: <message_id> and
-// X-Outbox-Attempt: <n>. A 2xx answer means delivered; 408, 429, 5xx are retried (honouring
+// with the headers Content-Type: application/json, Idempotency-Key: <message_id>, the
+// outbox's headers every sink sets (Outbox-Message-Id, Outbox-Topic, Outbox-Created-At,
+// Outbox-Attempt, Outbox-Ordering-Key when the message has one: see package sinks) and,
+// for one release, X-Outbox-Attempt and X-Outbox-Topic as before them. A 2xx answer means delivered; 408, 429, 5xx are retried (honouring
 // Retry-After); a connection error or timeout is retried, after a check when the request
-// may have reached the receiver; any other answer is a permanent failure. Redirects are not followed. The request carries the trace context
-// of the send span (traceparent, tracestate), so the receiver's span joins the trace.
+// may have reached the receiver; any other answer is a permanent failure. Redirects are
+// not followed. The request carries the trace context of the send span (traceparent,
+// tracestate), so the receiver's span joins the trace. The message's own headers (the
+// row's) are not sent: a row must not set a request's Authorization.
 //
 // With SigningKeys, every POST is signed by the Standard Webhooks convention (see package
 // webhook): webhook-id is the message ID, the same on every attempt, so a receiver can
@@ -39,7 +47,7 @@ import (
 // that rotates its secret verifies with either the old or the new one. The signature
 // headers replace any of the same name in Headers. The GETs of CheckProcessed carry no
 // body and are not signed; authenticate them with Headers.
-type HTTPSink struct {
+type Sink struct {
 	URL      string
 	CheckURL string // with {message_id}; empty when the downstream cannot be asked
 	Headers  map[string]string
@@ -48,11 +56,29 @@ type HTTPSink struct {
 	Client      *http.Client
 }
 
-// NewHTTPSink returns the http sink of a topic's sink settings. Its client does not follow
+// Config is an http topic's sink settings: the keys of a topic with sink: http (or none).
+type Config struct {
+	// URL receives the POSTs: an absolute http or https URL. Required.
+	URL string
+	// CheckURL, with {message_id} in it, answers 200 when the downstream already has a
+	// message and 404 when it does not. Optional: without it a message whose send was
+	// ambiguous is sent again.
+	CheckURL string
+	// Headers are added to every request (an Authorization, for example). Optional.
+	Headers map[string]string
+	// TLS secures the connection: the CAs to trust instead of the system's roots, a
+	// client certificate for mutual TLS. Optional; needs an https URL.
+	TLS sinks.TLSFiles
+	// SigningSecrets sign every POST by the Standard Webhooks convention, one v1
+	// signature per secret (raw key bytes, see webhook.ParseSecret). Optional.
+	SigningSecrets [][]byte
+}
+
+// New returns the http sink of a topic's sink settings. Its client does not follow
 // redirects; with TLS settings it trusts their CAs (instead of the system's roots), presents
 // their client certificate for mutual TLS and expects their server name. Errors name the
 // setting at fault (url, tls.ca_file, signing_secrets[i], ...).
-func NewHTTPSink(t SinkConfig) (*HTTPSink, error) {
+func New(t Config) (*Sink, error) {
 	if t.URL == "" {
 		return nil, errors.New("url: the http sink needs a url")
 	}
@@ -101,7 +127,7 @@ func NewHTTPSink(t SinkConfig) (*HTTPSink, error) {
 		transport.TLSClientConfig = tlsConfig
 		client.Transport = transport
 	}
-	return &HTTPSink{
+	return &Sink{
 		URL:         t.URL,
 		CheckURL:    t.CheckURL,
 		Headers:     t.Headers,
@@ -118,27 +144,31 @@ type httpBody struct {
 }
 
 // Send POSTs the message.
-func (s *HTTPSink) Send(ctx context.Context, d Delivery) error {
-	body, err := json.Marshal(httpBody{MessageID: d.MessageID.String(), Topic: d.Topic, Payload: d.Payload, CreatedAt: d.CreatedAt.UTC()})
+func (s *Sink) Send(ctx context.Context, d delivery.Message) error {
+	body, err := json.Marshal(httpBody{MessageID: d.MessageID, Topic: d.Topic, Payload: d.Payload, CreatedAt: d.CreatedAt.UTC()})
 	if err != nil {
-		return Permanent(fmt.Errorf("encode request body: %w", err))
+		return delivery.Permanent(fmt.Errorf("encode request body: %w", err))
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL, bytes.NewReader(body))
 	if err != nil {
-		return Permanent(fmt.Errorf("build request to %s: %w", redact.URL(s.URL), err))
+		return delivery.Permanent(fmt.Errorf("build request to %s: %w", redact.URL(s.URL), err))
 	}
 	for k, v := range s.Headers {
 		req.Header.Set(k, v)
 	}
+	for k, v := range sinks.OutboxHeaders(d) {
+		req.Header.Set(k, v)
+	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", d.MessageID.String())
+	req.Header.Set("Idempotency-Key", d.MessageID)
+	// The names before the Outbox-* headers, kept for one release.
 	req.Header.Set("X-Outbox-Attempt", strconv.Itoa(d.Attempt))
 	req.Header.Set("X-Outbox-Topic", d.Topic)
 	// The receiver's span continues the send span, and so the enqueuing trace.
 	tracing.Propagator(nil).Inject(ctx, propagation.HeaderCarrier(req.Header))
 	if len(s.SigningKeys) > 0 {
 		// body is what the request sends, byte for byte.
-		webhook.SetHeaders(req.Header, d.MessageID.String(), time.Now(), body, s.SigningKeys...)
+		webhook.SetHeaders(req.Header, d.MessageID, time.Now(), body, s.SigningKeys...)
 	}
 
 	resp, err := s.Client.Do(req)
@@ -146,30 +176,30 @@ func (s *HTTPSink) Send(ctx context.Context, d Delivery) error {
 		return transportError("POST", redact.URL(s.URL), err)
 	}
 	defer resp.Body.Close()
-	snippet := readSnippet(resp.Body)
+	snippet := httpx.Snippet(resp.Body)
 	failure := fmt.Errorf("POST %s: HTTP %d%s", redact.URL(s.URL), resp.StatusCode, snippet)
-	wait := retryAfter(resp.Header.Get("Retry-After"), time.Now())
+	wait := delivery.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
 		return nil
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
 		// The receiver turned the request away before processing it.
-		return Retryable(failure, wait)
+		return delivery.Retryable(failure, wait)
 	case code >= 500:
 		// A 500 may come after the receiver committed; a 502 or 504 from a gateway says
 		// nothing about the receiver behind it.
-		return &HandlerError{Err: failure, RetryAfter: wait, kind: kindAmbiguous}
+		return delivery.RetryAfter(delivery.Ambiguous(failure), wait)
 	default:
-		return Permanent(failure)
+		return delivery.Permanent(failure)
 	}
 }
 
 // CheckProcessed asks CheckURL: 200 means processed, 404 means not. The GET is not signed.
-func (s *HTTPSink) CheckProcessed(ctx context.Context, d Delivery) (bool, error) {
+func (s *Sink) CheckProcessed(ctx context.Context, d delivery.Message) (bool, error) {
 	if s.CheckURL == "" {
-		return false, ErrCheckUnsupported
+		return false, delivery.ErrCheckUnsupported
 	}
-	u := strings.ReplaceAll(s.CheckURL, "{message_id}", url.PathEscape(d.MessageID.String()))
+	u := strings.ReplaceAll(s.CheckURL, "{message_id}", url.PathEscape(d.MessageID))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return false, fmt.Errorf("build request to %s: %w", redact.URL(u), err)
@@ -177,14 +207,14 @@ func (s *HTTPSink) CheckProcessed(ctx context.Context, d Delivery) (bool, error)
 	for k, v := range s.Headers {
 		req.Header.Set(k, v)
 	}
-	req.Header.Set("Idempotency-Key", d.MessageID.String())
+	req.Header.Set("Idempotency-Key", d.MessageID)
 	tracing.Propagator(nil).Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := s.Client.Do(req)
 	if err != nil {
-		return false, fmt.Errorf("GET %s: %w", redact.URL(u), unwrapURLError(err))
+		return false, fmt.Errorf("GET %s: %w", redact.URL(u), httpx.Unwrap(err))
 	}
 	defer resp.Body.Close()
-	snippet := readSnippet(resp.Body)
+	snippet := httpx.Snippet(resp.Body)
 	switch resp.StatusCode {
 	case http.StatusOK:
 		return true, nil
@@ -199,57 +229,18 @@ func (s *HTTPSink) CheckProcessed(ctx context.Context, d Delivery) (bool, error)
 // have delivered anything (nor can one whose server certificate the sink rejected, which
 // happens before the request is written); anything later (a reset, a timeout) may have.
 func transportError(method, u string, err error) error {
-	wrapped := fmt.Errorf("%s %s: %w", method, u, unwrapURLError(err))
+	wrapped := fmt.Errorf("%s %s: %w", method, u, httpx.Unwrap(err))
 	var opErr *net.OpError
 	if errors.As(err, &opErr) && opErr.Op == "dial" {
-		return Retryable(wrapped, 0)
+		return delivery.Retryable(wrapped, 0)
 	}
 	var dnsErr *net.DNSError
 	if errors.As(err, &dnsErr) {
-		return Retryable(wrapped, 0)
+		return delivery.Retryable(wrapped, 0)
 	}
 	var certErr *tls.CertificateVerificationError
 	if errors.As(err, &certErr) {
-		return Retryable(wrapped, 0)
+		return delivery.Retryable(wrapped, 0)
 	}
-	return Ambiguous(wrapped)
-}
-
-// readSnippet returns the start of a response body for an error message, and drains the
-// rest so the connection can be reused.
-func readSnippet(r io.Reader) string {
-	buf, _ := io.ReadAll(io.LimitReader(r, 256))
-	_, _ = io.Copy(io.Discard, io.LimitReader(r, 1<<20))
-	s := strings.TrimSpace(strings.ToValidUTF8(string(buf), "?"))
-	if s == "" {
-		return ""
-	}
-	return ": " + s
-}
-
-// retryAfter reads a Retry-After header: delay seconds or an HTTP date.
-func retryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if secs, err := strconv.Atoi(v); err == nil {
-		if secs < 0 {
-			return 0
-		}
-		return time.Duration(min(secs, 365*24*3600)) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
-	}
-	return 0
-}
-
-// unwrapURLError drops the *url.Error wrapper, whose text repeats the full URL.
-func unwrapURLError(err error) error {
-	var uerr *url.Error
-	if errors.As(err, &uerr) {
-		return uerr.Err
-	}
-	return err
+	return delivery.Ambiguous(wrapped)
 }

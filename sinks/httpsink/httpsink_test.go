@@ -1,4 +1,4 @@
-package activities
+package httpsink
 
 import (
 	"context"
@@ -18,29 +18,30 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/webhook"
 )
 
-func testDelivery() Delivery {
-	return Delivery{
-		MessageID: uuid.MustParse("0195c2a0-0000-7000-8000-0000000000aa"), Topic: "order.created",
+func testDelivery() delivery.Message {
+	return delivery.Message{
+		MessageID: "0195c2a0-0000-7000-8000-0000000000aa", Topic: "order.created",
 		Payload: json.RawMessage(`{"order_id":7}`), CreatedAt: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC),
 		Attempt: 2, MaxAttempts: 4,
 	}
 }
 
-func sinkFor(t *testing.T, h http.HandlerFunc) *HTTPSink {
+func sinkFor(t *testing.T, h http.HandlerFunc) *Sink {
 	t.Helper()
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	s, err := NewHTTPSink(SinkConfig{URL: srv.URL + "/events", CheckURL: srv.URL + "/events/{message_id}", Headers: map[string]string{"Authorization": "Bearer t"}})
+	s, err := New(Config{URL: srv.URL + "/events", CheckURL: srv.URL + "/events/{message_id}", Headers: map[string]string{"Authorization": "Bearer t"}})
 	require.NoError(t, err)
 	return s
 }
 
-func kindOf(t *testing.T, err error) *HandlerError {
+func kindOf(t *testing.T, err error) *delivery.Error {
 	t.Helper()
-	var herr *HandlerError
+	var herr *delivery.Error
 	require.ErrorAs(t, err, &herr)
 	return herr
 }
@@ -76,11 +77,11 @@ func TestHTTPSink(t *testing.T) {
 		t.Parallel()
 		for _, tc := range []struct {
 			code int
-			kind int
+			kind delivery.Kind
 		}{
-			{500, kindAmbiguous}, {502, kindAmbiguous}, {504, kindAmbiguous},
-			{503, kindRetryable}, {408, kindRetryable}, {429, kindRetryable},
-			{400, kindPermanent}, {404, kindPermanent}, {422, kindPermanent}, {301, kindPermanent},
+			{500, delivery.KindAmbiguous}, {502, delivery.KindAmbiguous}, {504, delivery.KindAmbiguous},
+			{503, delivery.KindRetryable}, {408, delivery.KindRetryable}, {429, delivery.KindRetryable},
+			{400, delivery.KindPermanent}, {404, delivery.KindPermanent}, {422, delivery.KindPermanent}, {301, delivery.KindPermanent},
 		} {
 			s := sinkFor(t, func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Location", "/elsewhere")
@@ -88,7 +89,7 @@ func TestHTTPSink(t *testing.T) {
 				_, _ = w.Write([]byte("no such order"))
 			})
 			err := s.Send(ctx, testDelivery())
-			require.Equal(t, tc.kind, kindOf(t, err).kind, "HTTP %d", tc.code)
+			require.Equal(t, tc.kind, kindOf(t, err).Kind, "HTTP %d", tc.code)
 			require.Contains(t, err.Error(), "no such order")
 		}
 	})
@@ -98,7 +99,7 @@ func TestHTTPSink(t *testing.T) {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }))
 		defer srv.Close()
 		u := strings.Replace(srv.URL, "http://", "http://user:hunter2@", 1) + "/events?api_key=s3cr3t"
-		s, err := NewHTTPSink(SinkConfig{URL: u})
+		s, err := New(Config{URL: u})
 		require.NoError(t, err)
 		err = s.Send(ctx, testDelivery())
 		require.Error(t, err)
@@ -106,14 +107,6 @@ func TestHTTPSink(t *testing.T) {
 		require.NotContains(t, err.Error(), "s3cr3t")
 		require.Contains(t, err.Error(), strings.TrimPrefix(srv.URL, "http://")+": HTTP 500")
 		require.NotContains(t, err.Error(), "/events", "a webhook's path is often its token")
-
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		closed := "http://" + l.Addr().String() + "/hook/T000/B000/s3cr3t-token"
-		require.NoError(t, l.Close())
-		alertErr := (&AlertWebhooks{Global: closed}).Send(ctx, DeadLetterAlert{Topic: "t"})
-		require.Error(t, alertErr)
-		require.NotContains(t, alertErr.Error(), "s3cr3t")
 	})
 
 	t.Run("RetryAfter", func(t *testing.T) {
@@ -126,9 +119,9 @@ func TestHTTPSink(t *testing.T) {
 		require.Equal(t, 7*time.Second, herr.RetryAfter)
 
 		now := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
-		require.Equal(t, 90*time.Second, retryAfter(now.Add(90*time.Second).Format(http.TimeFormat), now))
-		require.Zero(t, retryAfter("soon", now))
-		require.Zero(t, retryAfter("-3", now))
+		require.Equal(t, 90*time.Second, delivery.ParseRetryAfter(now.Add(90*time.Second).Format(http.TimeFormat), now))
+		require.Zero(t, delivery.ParseRetryAfter("soon", now))
+		require.Zero(t, delivery.ParseRetryAfter("-3", now))
 	})
 
 	t.Run("ConnectionRefusedIsNotAmbiguous", func(t *testing.T) {
@@ -137,9 +130,9 @@ func TestHTTPSink(t *testing.T) {
 		require.NoError(t, err)
 		addr := l.Addr().String()
 		require.NoError(t, l.Close())
-		s, err := NewHTTPSink(SinkConfig{URL: "http://" + addr + "/events"})
+		s, err := New(Config{URL: "http://" + addr + "/events"})
 		require.NoError(t, err)
-		require.Equal(t, kindRetryable, kindOf(t, s.Send(ctx, testDelivery())).kind)
+		require.Equal(t, delivery.KindRetryable, kindOf(t, s.Send(ctx, testDelivery())).Kind)
 	})
 
 	t.Run("TimeoutIsAmbiguous", func(t *testing.T) {
@@ -154,7 +147,7 @@ func TestHTTPSink(t *testing.T) {
 		defer close(release)
 		tctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		defer cancel()
-		require.Equal(t, kindAmbiguous, kindOf(t, s.Send(tctx, testDelivery())).kind)
+		require.Equal(t, delivery.KindAmbiguous, kindOf(t, s.Send(tctx, testDelivery())).Kind)
 	})
 
 	t.Run("CheckProcessed", func(t *testing.T) {
@@ -172,14 +165,14 @@ func TestHTTPSink(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, processed)
 		other := testDelivery()
-		other.MessageID = uuid.New()
+		other.MessageID = uuid.NewString()
 		processed, err = s.CheckProcessed(ctx, other)
 		require.NoError(t, err)
 		require.False(t, processed)
 
 		s.CheckURL = ""
 		_, err = s.CheckProcessed(ctx, other)
-		require.True(t, errors.Is(err, ErrCheckUnsupported))
+		require.True(t, errors.Is(err, delivery.ErrCheckUnsupported))
 	})
 }
 
@@ -191,7 +184,7 @@ type received struct {
 
 // signedSink returns a sink signing with secrets (in their text form) that POSTs to a
 // receiver recording every request, and the receiver's requests so far.
-func signedSink(t *testing.T, secrets ...string) (*HTTPSink, func() []received) {
+func signedSink(t *testing.T, secrets ...string) (*Sink, func() []received) {
 	t.Helper()
 	var mu sync.Mutex
 	var got []received
@@ -211,7 +204,7 @@ func signedSink(t *testing.T, secrets ...string) (*HTTPSink, func() []received) 
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(srv.Close)
-	cfg := SinkConfig{
+	cfg := Config{
 		URL: srv.URL + "/events", CheckURL: srv.URL + "/events/{message_id}",
 		// A header of the same name as a signature header does not replace it.
 		Headers: map[string]string{"Authorization": "Bearer t", webhook.HeaderID: "spoofed"},
@@ -221,7 +214,7 @@ func signedSink(t *testing.T, secrets ...string) (*HTTPSink, func() []received) 
 		require.NoError(t, err)
 		cfg.SigningSecrets = append(cfg.SigningSecrets, key)
 	}
-	s, err := NewHTTPSink(cfg)
+	s, err := New(cfg)
 	require.NoError(t, err)
 	return s, func() []received {
 		mu.Lock()
@@ -278,7 +271,7 @@ func TestHTTPSinkSigning(t *testing.T) {
 		v := verifier(t, secret)
 		for i, r := range got {
 			require.NoError(t, v.Verify(r.header, r.body), "attempt %d", i+1)
-			require.Equal(t, d.MessageID.String(), r.header.Get(webhook.HeaderID), "attempt %d", i+1)
+			require.Equal(t, d.MessageID, r.header.Get(webhook.HeaderID), "attempt %d", i+1)
 			require.Equal(t, strconv.Itoa(i+1), r.header.Get("X-Outbox-Attempt"))
 		}
 	})
@@ -318,7 +311,7 @@ func TestHTTPSinkSigning(t *testing.T) {
 
 	t.Run("EmptyKeyRejected", func(t *testing.T) {
 		t.Parallel()
-		_, err := NewHTTPSink(SinkConfig{URL: "http://receiver/events", SigningSecrets: [][]byte{[]byte("k"), nil}})
+		_, err := New(Config{URL: "http://receiver/events", SigningSecrets: [][]byte{[]byte("k"), nil}})
 		require.ErrorContains(t, err, "signing_secrets[1]")
 	})
 }

@@ -1,4 +1,4 @@
-package activities
+package httpsink
 
 import (
 	"context"
@@ -16,7 +16,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/internal/testutil"
+	"github.com/outbox-go/outbox/sinks"
 )
 
 // receiverName is the only name of the server's certificate: the sink reaches the server
@@ -58,15 +60,15 @@ func TestHTTPSinkTLS(t *testing.T) {
 	ctx := context.Background()
 	p := testutil.NewPKI(t, receiverName)
 	srv, served := mtlsServer(t, p)
-	full := TLSFiles{CAFile: p.CAFile, CertFile: p.CertFile, KeyFile: p.KeyFile, ServerName: receiverName}
-	sink := func(t *testing.T, files TLSFiles) *HTTPSink {
+	full := sinks.TLSFiles{CAFile: p.CAFile, CertFile: p.CertFile, KeyFile: p.KeyFile, ServerName: receiverName}
+	sink := func(t *testing.T, files sinks.TLSFiles) *Sink {
 		t.Helper()
-		s, err := NewHTTPSink(SinkConfig{URL: srv.URL + "/events", CheckURL: srv.URL + "/events/{message_id}", TLS: files})
+		s, err := New(Config{URL: srv.URL + "/events", CheckURL: srv.URL + "/events/{message_id}", TLS: files})
 		require.NoError(t, err)
 		return s
 	}
 	// sendFails sends through a sink of files, which the server must not serve.
-	sendFails := func(t *testing.T, files TLSFiles) error {
+	sendFails := func(t *testing.T, files sinks.TLSFiles) error {
 		t.Helper()
 		before := served.Load()
 		err := sink(t, files).Send(ctx, testDelivery())
@@ -96,18 +98,18 @@ func TestHTTPSinkTLS(t *testing.T) {
 	t.Run("WithoutClientCertificate", func(t *testing.T) {
 		// Under TLS 1.3 the server refuses the handshake after the client sent its request,
 		// so the failure is ambiguous rather than retryable; either is retried.
-		err := sendFails(t, TLSFiles{CAFile: p.CAFile, ServerName: receiverName})
-		require.False(t, IsPermanent(err), "a refused handshake is worth retrying: %v", err)
+		err := sendFails(t, sinks.TLSFiles{CAFile: p.CAFile, ServerName: receiverName})
+		require.False(t, delivery.IsPermanent(err), "a refused handshake is worth retrying: %v", err)
 	})
 
 	t.Run("SystemRoots", func(t *testing.T) {
 		// Without ca_file the sink trusts the system's roots, which do not hold the test CA.
-		err := sendFails(t, TLSFiles{CertFile: p.CertFile, KeyFile: p.KeyFile, ServerName: receiverName})
+		err := sendFails(t, sinks.TLSFiles{CertFile: p.CertFile, KeyFile: p.KeyFile, ServerName: receiverName})
 		var verr *tls.CertificateVerificationError
 		require.ErrorAs(t, err, &verr)
 		var uerr x509.UnknownAuthorityError
 		require.ErrorAs(t, err, &uerr)
-		_, retryable := IsRetryable(err)
+		_, retryable := delivery.IsRetryable(err)
 		require.True(t, retryable, "no request was sent: %v", err)
 	})
 
@@ -122,7 +124,7 @@ func TestHTTPSinkTLS(t *testing.T) {
 
 	t.Run("NoTLSSettings", func(t *testing.T) {
 		// No TLS settings: the default transport, which does not trust the test CA.
-		s := sink(t, TLSFiles{})
+		s := sink(t, sinks.TLSFiles{})
 		require.Nil(t, s.Client.Transport)
 		err := s.Send(ctx, testDelivery())
 		var verr *tls.CertificateVerificationError
@@ -130,15 +132,15 @@ func TestHTTPSinkTLS(t *testing.T) {
 	})
 
 	t.Run("LoadErrors", func(t *testing.T) {
-		_, err := NewHTTPSink(SinkConfig{URL: srv.URL, TLS: TLSFiles{CAFile: filepath.Join(t.TempDir(), "missing.pem")}})
+		_, err := New(Config{URL: srv.URL, TLS: sinks.TLSFiles{CAFile: filepath.Join(t.TempDir(), "missing.pem")}})
 		require.ErrorContains(t, err, "tls.ca_file")
 		require.ErrorContains(t, err, "missing.pem")
 		require.True(t, errors.Is(err, os.ErrNotExist), "%v", err)
 
-		_, err = NewHTTPSink(SinkConfig{URL: srv.URL, TLS: TLSFiles{CAFile: p.KeyFile}})
+		_, err = New(Config{URL: srv.URL, TLS: sinks.TLSFiles{CAFile: p.KeyFile}})
 		require.ErrorContains(t, err, "tls.ca_file: no PEM certificate")
 
-		_, err = NewHTTPSink(SinkConfig{URL: srv.URL, TLS: TLSFiles{CAFile: p.CAFile, CertFile: p.CertFile}})
+		_, err = New(Config{URL: srv.URL, TLS: sinks.TLSFiles{CAFile: p.CAFile, CertFile: p.CertFile}})
 		require.ErrorContains(t, err, "tls.key_file")
 	})
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/delivery"
 )
 
 func TestClassify(t *testing.T) {
@@ -54,9 +54,9 @@ func TestClassify(t *testing.T) {
 		t.Run(tc.err.Error(), func(t *testing.T) {
 			err := classify("orders", tc.err)
 			got := ambiguous
-			if activities.IsPermanent(err) {
+			if delivery.IsPermanent(err) {
 				got = permanent
-			} else if _, ok := activities.IsRetryable(err); ok {
+			} else if _, ok := delivery.IsRetryable(err); ok {
 				got = retryable
 			}
 			assert.Equal(t, tc.want, got, "%v", err)

@@ -42,7 +42,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 
-	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/delivery"
+	"github.com/outbox-go/outbox/internal/redact"
 	"github.com/outbox-go/outbox/sinks"
 )
 
@@ -54,8 +55,8 @@ const DefaultTopic = "{topic}"
 // fails the message instead of holding it until the attempt times out.
 const UnknownTopicRetries = 3
 
-// Sink produces a topic's messages to Kafka. It implements activities.Handler,
-// activities.Opener and io.Closer; its methods are safe for concurrent use.
+// Sink produces a topic's messages to Kafka. It implements delivery.Handler,
+// delivery.Opener and io.Closer; its methods are safe for concurrent use.
 type Sink struct {
 	brokers []string
 	topic   sinks.Template
@@ -67,6 +68,25 @@ type Sink struct {
 	closed bool
 }
 
+// Config is a kafka topic's sink settings: the keys of a topic with sink: kafka.
+type Config struct {
+	// Brokers are the seed brokers, host:port. Required.
+	Brokers []string
+	// Topic is the Kafka topic, a template over {topic}, {message_id} and
+	// {ordering_key}. Defaults to "{topic}".
+	Topic string
+	// Headers are added to every record.
+	Headers map[string]string
+	// Username and Password authenticate with SASL/PLAIN. Optional.
+	Username string
+	Password string
+	// TLS secures the connections; TLS.Enabled turns it on with the system's roots.
+	// Optional.
+	TLS sinks.TLSFiles
+	// AllowPlaintextAuth lets a password go without TLS. Defaults to false.
+	AllowPlaintextAuth bool
+}
+
 // New returns the sink of a topic's settings: Brokers (required), Topic (default
 // "{topic}"), Headers, Username and Password (SASL/PLAIN), TLS. It checks the settings and
 // reads the TLS files, but does not connect; Open does. The outbox topic is not needed:
@@ -74,7 +94,7 @@ type Sink struct {
 //
 // SASL/PLAIN sends the password as it is: without TLS, anyone on the path can read it, so
 // New refuses a username without TLS unless AllowPlaintextAuth is set.
-func New(_ string, cfg activities.SinkConfig) (activities.Handler, error) {
+func New(_ string, cfg Config) (delivery.Handler, error) {
 	if err := checkBrokers(cfg.Brokers); err != nil {
 		return nil, err
 	}
@@ -130,8 +150,8 @@ func checkBrokers(brokers []string) error {
 	}
 	for i, b := range brokers {
 		host, port, err := net.SplitHostPort(b)
-		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
-			return fmt.Errorf("brokers[%d]: must be host:port, such as kafka-1:9092, got %q", i, b)
+		if n, perr := strconv.Atoi(port); err != nil || host == "" || strings.ContainsAny(host, "@/") || perr != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("brokers[%d]: must be host:port, such as kafka-1:9092, got %q", i, redact.Address(b))
 		}
 	}
 	return nil
@@ -182,7 +202,7 @@ func (s *Sink) Open(ctx context.Context) error {
 	if err := cl.Ping(ctx); err != nil {
 		failure := fmt.Errorf("connect to kafka brokers %s: %w", strings.Join(s.brokers, ","), err)
 		if errors.Is(err, kerr.SaslAuthenticationFailed) || errors.Is(err, kerr.UnsupportedSaslMechanism) || errors.Is(err, kerr.IllegalSaslState) {
-			return activities.Permanent(failure) // refused credentials: no retry of Open fixes them
+			return delivery.Permanent(failure) // refused credentials: no retry of Open fixes them
 		}
 		return failure
 	}
@@ -191,7 +211,7 @@ func (s *Sink) Open(ctx context.Context) error {
 	}
 	err = checkTopic(ctx, cl, s.topic.String())
 	if errors.Is(err, errTopicMissing) {
-		return activities.Permanent(err)
+		return delivery.Permanent(err)
 	}
 	return err
 }
@@ -248,13 +268,13 @@ func (s *Sink) Close() error {
 // giveUpBefore), so that its failure is reported within the attempt. A record it gave up
 // after sending it may have been written: such failures are ambiguous, as is a record
 // still in flight when the context ends.
-func (s *Sink) Send(ctx context.Context, d activities.Delivery) error {
+func (s *Sink) Send(ctx context.Context, d delivery.Message) error {
 	topic, err := s.topic.Expand(d)
 	if err != nil {
 		return err
 	}
 	if err := checkTopicName(topic); err != nil {
-		return activities.Permanent(fmt.Errorf("topic of message %s: %w", d.MessageID, err))
+		return delivery.Permanent(fmt.Errorf("topic of message %s: %w", d.MessageID, err))
 	}
 	rec, err := s.record(ctx, topic, d)
 	if err != nil {
@@ -276,7 +296,7 @@ func (s *Sink) Send(ctx context.Context, d activities.Delivery) error {
 			return s.outcome(ctx, topic, err)
 		default:
 		}
-		return activities.Ambiguous(fmt.Errorf("kafka produce to topic %q: no acknowledgement before the attempt ended (%w); the record may still be written",
+		return delivery.Ambiguous(fmt.Errorf("kafka produce to topic %q: no acknowledgement before the attempt ended (%w); the record may still be written",
 			topic, context.Cause(ctx)))
 	}
 }
@@ -292,7 +312,7 @@ func (s *Sink) outcome(ctx context.Context, topic string, err error) error {
 		lookup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if cl == nil || !errors.Is(checkTopic(lookup, cl, topic), errTopicMissing) {
-			return activities.Ambiguous(fmt.Errorf("kafka produce to topic %q: %w", topic, err))
+			return delivery.Ambiguous(fmt.Errorf("kafka produce to topic %q: %w", topic, err))
 		}
 	}
 	return classify(topic, err)
@@ -303,22 +323,22 @@ func (s *Sink) outcome(ctx context.Context, topic string, err error) error {
 // buffer, maybe on the wire.
 func (s *Sink) produce(ctx context.Context, rec *kgo.Record, promise func(*kgo.Record, error)) error {
 	if _, err := s.connect(); err != nil {
-		return activities.Retryable(err, 0)
+		return delivery.Retryable(err, 0)
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return activities.Retryable(errClosed, 0)
+		return delivery.Retryable(errClosed, 0)
 	}
 	s.client.Produce(ctx, rec, promise)
 	return nil
 }
 
 // record builds the Kafka record of d.
-func (s *Sink) record(ctx context.Context, topic string, d activities.Delivery) (*kgo.Record, error) {
+func (s *Sink) record(ctx context.Context, topic string, d delivery.Message) (*kgo.Record, error) {
 	key := d.OrderingKey
 	if key == "" {
-		key = d.MessageID.String()
+		key = d.MessageID
 	}
 	h, err := sinks.Headers(ctx, d, s.headers, sinks.KafkaReserved)
 	if err != nil {
@@ -371,19 +391,19 @@ func classify(topic string, err error) error {
 	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
 		// The client looked the topic up UnknownTopicRetries times first; the caller
 		// confirms the topic is missing before this is final (see Send).
-		return activities.Permanent(fmt.Errorf("kafka topic %q does not exist: create it, or change the sink's topic (%w)", topic, err))
+		return delivery.Permanent(fmt.Errorf("kafka topic %q does not exist: create it, or change the sink's topic (%w)", topic, err))
 	case slices.ContainsFunc(permanentErrs, func(p error) bool { return errors.Is(err, p) }):
-		return activities.Permanent(failure)
+		return delivery.Permanent(failure)
 	case errors.Is(err, kerr.RequestTimedOut), errors.Is(err, kerr.NotEnoughReplicasAfterAppend):
 		// The leader may have appended the record before it gave up on the replicas.
-		return activities.Ambiguous(failure)
+		return delivery.Ambiguous(failure)
 	case errors.Is(err, kgo.ErrMaxBuffered), errors.Is(err, kgo.ErrAborting):
 		// Refused before the record was buffered.
-		return activities.Retryable(failure, 0)
+		return delivery.Retryable(failure, 0)
 	default:
 		// The client gave the record up (a timeout, its retries ran out, a broker error
 		// after a request whose answer was lost, the client closed under it): the client
 		// cannot always tell whether an earlier request wrote it, so it may have.
-		return activities.Ambiguous(failure)
+		return delivery.Ambiguous(failure)
 	}
 }

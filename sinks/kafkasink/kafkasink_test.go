@@ -18,7 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/internal/testutil"
 	"github.com/outbox-go/outbox/sinks"
 	"github.com/outbox-go/outbox/sinks/kafkasink"
@@ -34,7 +34,7 @@ func newCluster(t *testing.T, opts ...kfake.Opt) *kfake.Cluster {
 }
 
 // newSink builds a sink, closed when the test ends.
-func newSink(t *testing.T, cfg activities.SinkConfig) *kafkasink.Sink {
+func newSink(t *testing.T, cfg kafkasink.Config) *kafkasink.Sink {
 	t.Helper()
 	h, err := kafkasink.New("orders", cfg)
 	require.NoError(t, err)
@@ -45,7 +45,7 @@ func newSink(t *testing.T, cfg activities.SinkConfig) *kafkasink.Sink {
 }
 
 // openSink builds a sink on c's brokers and opens it.
-func openSink(t *testing.T, c *kfake.Cluster, cfg activities.SinkConfig) *kafkasink.Sink {
+func openSink(t *testing.T, c *kfake.Cluster, cfg kafkasink.Config) *kafkasink.Sink {
 	t.Helper()
 	cfg.Brokers = c.ListenAddrs()
 	s := newSink(t, cfg)
@@ -56,9 +56,9 @@ func openSink(t *testing.T, c *kfake.Cluster, cfg activities.SinkConfig) *kafkas
 }
 
 // delivery is message seq of an ordering key (none when key is empty).
-func delivery(topic, key string, seq int) activities.Delivery {
-	return activities.Delivery{
-		MessageID:   uuid.New(),
+func testMessage(topic, key string, seq int) delivery.Message {
+	return delivery.Message{
+		MessageID:   uuid.NewString(),
 		Topic:       topic,
 		Payload:     json.RawMessage(fmt.Sprintf(`{"key":%q,"seq":%d}`, key, seq)),
 		Headers:     map[string]string{"Tenant": "acme"},
@@ -149,7 +149,7 @@ func TestSendDeliversEachMessageOnceInKeyOrder(t *testing.T) {
 		perKey     = 10
 	)
 	c := newCluster(t, kfake.NumBrokers(3), kfake.SeedTopics(partitions, "orders"))
-	s := openSink(t, c, activities.SinkConfig{Headers: map[string]string{"Source": "outbox-test", "Tenant": "overridden"}})
+	s := openSink(t, c, kafkasink.Config{Headers: map[string]string{"Source": "outbox-test", "Tenant": "overridden"}})
 
 	// Keys 0..8 are ordering keys; the messages of "key" 9 have none, so each is keyed by
 	// its message ID. Keys run concurrently; each key's messages are sent one after the
@@ -160,13 +160,13 @@ func TestSendDeliversEachMessageOnceInKeyOrder(t *testing.T) {
 		}
 		return fmt.Sprintf("customer-%d", k)
 	}
-	sent := make(map[uuid.UUID]activities.Delivery)
+	sent := make(map[string]delivery.Message)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for k := range keys {
 		wg.Go(func() {
 			for seq := range perKey {
-				d := delivery("orders", keyOf(k), seq)
+				d := testMessage("orders", keyOf(k), seq)
 				if err := s.Send(sendCtx(t, 10*time.Second), d); err != nil {
 					t.Errorf("send %s #%d: %v", keyOf(k), seq, err)
 					return
@@ -189,11 +189,11 @@ func TestSendDeliversEachMessageOnceInKeyOrder(t *testing.T) {
 		offset    int64
 	}
 	byKey := map[string][]position{}
-	got := map[uuid.UUID]bool{}
+	got := map[string]bool{}
 	for _, r := range records {
 		idText, ok := header(r, sinks.HeaderMessageID)
 		require.True(t, ok, "record without %s", sinks.HeaderMessageID)
-		id := uuid.MustParse(idText)
+		id := uuid.MustParse(idText).String()
 		require.False(t, got[id], "message %s consumed twice", id)
 		got[id] = true
 		d, ok := sent[id]
@@ -201,7 +201,7 @@ func TestSendDeliversEachMessageOnceInKeyOrder(t *testing.T) {
 
 		wantKey := d.OrderingKey
 		if wantKey == "" {
-			wantKey = d.MessageID.String()
+			wantKey = d.MessageID
 		}
 		assert.Equal(t, wantKey, string(r.Key))
 		assert.JSONEq(t, string(d.Payload), string(r.Value))
@@ -246,27 +246,27 @@ func TestSendDeliversEachMessageOnceInKeyOrder(t *testing.T) {
 func TestSendTopicTemplate(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, kfake.SeedTopics(1, "orders.v1"))
-	s := openSink(t, c, activities.SinkConfig{Topic: "{topic}.v1"})
+	s := openSink(t, c, kafkasink.Config{Topic: "{topic}.v1"})
 
-	d := delivery("orders", "", 0)
+	d := testMessage("orders", "", 0)
 	require.NoError(t, s.Send(sendCtx(t, 10*time.Second), d))
 	r := consume(t, c, "orders.v1", 1)[0]
 	id, _ := header(r, sinks.HeaderMessageID)
-	assert.Equal(t, d.MessageID.String(), id)
+	assert.Equal(t, d.MessageID, id)
 	topic, _ := header(r, sinks.HeaderTopic)
 	assert.Equal(t, "orders", topic, "the header names the outbox topic")
 
 	t.Run("OrderingKeyMissing", func(t *testing.T) {
-		s := newSink(t, activities.SinkConfig{Brokers: c.ListenAddrs(), Topic: "orders.{ordering_key}"})
-		err := s.Send(sendCtx(t, 5*time.Second), delivery("orders", "", 0))
+		s := newSink(t, kafkasink.Config{Brokers: c.ListenAddrs(), Topic: "orders.{ordering_key}"})
+		err := s.Send(sendCtx(t, 5*time.Second), testMessage("orders", "", 0))
 		require.Error(t, err)
-		assert.True(t, activities.IsPermanent(err), "%v", err)
+		assert.True(t, delivery.IsPermanent(err), "%v", err)
 	})
 	t.Run("InvalidExpansion", func(t *testing.T) {
-		s := newSink(t, activities.SinkConfig{Brokers: c.ListenAddrs(), Topic: "orders.{ordering_key}"})
-		err := s.Send(sendCtx(t, 5*time.Second), delivery("orders", "a b/c", 0))
+		s := newSink(t, kafkasink.Config{Brokers: c.ListenAddrs(), Topic: "orders.{ordering_key}"})
+		err := s.Send(sendCtx(t, 5*time.Second), testMessage("orders", "a b/c", 0))
 		require.Error(t, err)
-		assert.True(t, activities.IsPermanent(err), "%v", err)
+		assert.True(t, delivery.IsPermanent(err), "%v", err)
 		assert.Contains(t, err.Error(), `"orders.a b/c" is not a valid Kafka topic name`)
 	})
 }
@@ -277,34 +277,34 @@ func TestMissingTopic(t *testing.T) {
 
 	t.Run("Open", func(t *testing.T) {
 		t.Parallel()
-		s := newSink(t, activities.SinkConfig{Brokers: c.ListenAddrs(), Topic: "payments"})
+		s := newSink(t, kafkasink.Config{Brokers: c.ListenAddrs(), Topic: "payments"})
 		err := s.Open(sendCtx(t, 5*time.Second))
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), `kafka topic "payments" does not exist`)
 	})
 	t.Run("OpenSkipsTemplates", func(t *testing.T) {
 		t.Parallel()
-		s := newSink(t, activities.SinkConfig{Brokers: c.ListenAddrs(), Topic: "{topic}.v2"})
+		s := newSink(t, kafkasink.Config{Brokers: c.ListenAddrs(), Topic: "{topic}.v2"})
 		require.NoError(t, s.Open(sendCtx(t, 5*time.Second)))
 	})
 	t.Run("Send", func(t *testing.T) {
 		t.Parallel()
-		s := newSink(t, activities.SinkConfig{Brokers: c.ListenAddrs()})
+		s := newSink(t, kafkasink.Config{Brokers: c.ListenAddrs()})
 		start := time.Now()
-		err := s.Send(sendCtx(t, 15*time.Second), delivery("payments", "k", 0))
+		err := s.Send(sendCtx(t, 15*time.Second), testMessage("payments", "k", 0))
 		require.Error(t, err)
-		assert.True(t, activities.IsPermanent(err), "%v", err)
+		assert.True(t, delivery.IsPermanent(err), "%v", err)
 		assert.Contains(t, err.Error(), `kafka topic "payments" does not exist`)
 		t.Logf("missing topic reported after %s", time.Since(start))
 
 		// The sink still delivers to topics that exist.
-		require.NoError(t, s.Send(sendCtx(t, 10*time.Second), delivery("orders", "k", 1)))
+		require.NoError(t, s.Send(sendCtx(t, 10*time.Second), testMessage("orders", "k", 1)))
 	})
 }
 
 func TestOpenUnreachableCluster(t *testing.T) {
 	t.Parallel()
-	s := newSink(t, activities.SinkConfig{Brokers: []string{"127.0.0.1:1"}})
+	s := newSink(t, kafkasink.Config{Brokers: []string{"127.0.0.1:1"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := s.Open(ctx)
@@ -317,33 +317,33 @@ func TestSendToUnreachableBrokersFailsWithinTheAttempt(t *testing.T) {
 	t.Parallel()
 	// No broker answers: the client gives the record up before the attempt ends, and
 	// Send reports a failure the workflow retries.
-	s := newSink(t, activities.SinkConfig{Brokers: []string{"127.0.0.1:1"}})
+	s := newSink(t, kafkasink.Config{Brokers: []string{"127.0.0.1:1"}})
 	ctx := sendCtx(t, time.Second)
-	err := s.Send(ctx, delivery("orders", "k", 0))
+	err := s.Send(ctx, testMessage("orders", "k", 0))
 	require.Error(t, err)
-	assert.False(t, activities.IsPermanent(err), "%v", err)
+	assert.False(t, delivery.IsPermanent(err), "%v", err)
 	assert.NoError(t, ctx.Err(), "Send returned before the attempt ended")
 }
 
 func TestSendUnansweredIsAmbiguous(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, kfake.SeedTopics(1, "orders"))
-	s := openSink(t, c, activities.SinkConfig{})
+	s := openSink(t, c, kafkasink.Config{})
 	// The broker reads the produce request but never answers: the record may be written.
 	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		return nil, nil, true
 	})
-	err := s.Send(sendCtx(t, time.Second), delivery("orders", "k", 0))
+	err := s.Send(sendCtx(t, time.Second), testMessage("orders", "k", 0))
 	require.Error(t, err)
-	assert.True(t, activities.IsAmbiguous(err), "%v", err)
+	assert.True(t, delivery.IsAmbiguous(err), "%v", err)
 	assert.Contains(t, err.Error(), "may still be written")
 }
 
 func TestSendBrokerRefusal(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, kfake.SeedTopics(1, "orders"))
-	s := openSink(t, c, activities.SinkConfig{})
+	s := openSink(t, c, kafkasink.Config{})
 	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		req := kreq.(*kmsg.ProduceRequest)
 		resp := req.ResponseKind().(*kmsg.ProduceResponse)
@@ -360,17 +360,17 @@ func TestSendBrokerRefusal(t *testing.T) {
 		}
 		return resp, nil, true
 	})
-	err := s.Send(sendCtx(t, 5*time.Second), delivery("orders", "k", 0))
+	err := s.Send(sendCtx(t, 5*time.Second), testMessage("orders", "k", 0))
 	require.Error(t, err)
-	assert.True(t, activities.IsPermanent(err), "%v", err)
+	assert.True(t, delivery.IsPermanent(err), "%v", err)
 	assert.ErrorIs(t, err, kerr.TopicAuthorizationFailed)
 
 	t.Run("MessageTooLarge", func(t *testing.T) {
-		d := delivery("orders", "k", 1)
+		d := testMessage("orders", "k", 1)
 		d.Payload = json.RawMessage(`"` + strings.Repeat("x", 2<<20) + `"`)
 		err := s.Send(sendCtx(t, 5*time.Second), d)
 		require.Error(t, err)
-		assert.True(t, activities.IsPermanent(err), "%v", err)
+		assert.True(t, delivery.IsPermanent(err), "%v", err)
 		assert.ErrorIs(t, err, kerr.MessageTooLarge)
 	})
 }
@@ -378,14 +378,14 @@ func TestSendBrokerRefusal(t *testing.T) {
 func TestClose(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, kfake.SeedTopics(1, "orders"))
-	s := openSink(t, c, activities.SinkConfig{})
-	require.NoError(t, s.Send(sendCtx(t, 10*time.Second), delivery("orders", "k", 0)))
+	s := openSink(t, c, kafkasink.Config{})
+	require.NoError(t, s.Send(sendCtx(t, 10*time.Second), testMessage("orders", "k", 0)))
 	require.NoError(t, s.Close())
 	require.NoError(t, s.Close(), "Close twice")
 
-	err := s.Send(sendCtx(t, 5*time.Second), delivery("orders", "k", 1))
+	err := s.Send(sendCtx(t, 5*time.Second), testMessage("orders", "k", 1))
 	require.Error(t, err)
-	_, ok := activities.IsRetryable(err)
+	_, ok := delivery.IsRetryable(err)
 	assert.True(t, ok, "%v", err)
 	assert.Error(t, s.Open(sendCtx(t, 5*time.Second)))
 }
@@ -393,8 +393,8 @@ func TestClose(t *testing.T) {
 func TestSendWithoutOpen(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, kfake.SeedTopics(1, "orders"))
-	s := newSink(t, activities.SinkConfig{Brokers: c.ListenAddrs()})
-	require.NoError(t, s.Send(sendCtx(t, 10*time.Second), delivery("orders", "k", 0)), "the client is created on first use")
+	s := newSink(t, kafkasink.Config{Brokers: c.ListenAddrs()})
+	require.NoError(t, s.Send(sendCtx(t, 10*time.Second), testMessage("orders", "k", 0)), "the client is created on first use")
 	consume(t, c, "orders", 1)
 }
 
@@ -402,14 +402,14 @@ func TestSASLPlain(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, kfake.EnableSASL(), kfake.Superuser("PLAIN", "outbox", "right-password"), kfake.SeedTopics(1, "orders"))
 
-	_, err := kafkasink.New("orders", activities.SinkConfig{Brokers: c.ListenAddrs(), Username: "outbox", Password: "right-password"})
+	_, err := kafkasink.New("orders", kafkasink.Config{Brokers: c.ListenAddrs(), Username: "outbox", Password: "right-password"})
 	require.ErrorContains(t, err, "SASL/PLAIN without tls sends the password in plaintext", "refused without tls or allow_plaintext_auth")
 	assert.NotContains(t, err.Error(), "right-password")
 
-	s := openSink(t, c, activities.SinkConfig{Username: "outbox", Password: "right-password", AllowPlaintextAuth: true})
-	require.NoError(t, s.Send(sendCtx(t, 10*time.Second), delivery("orders", "k", 0)))
+	s := openSink(t, c, kafkasink.Config{Username: "outbox", Password: "right-password", AllowPlaintextAuth: true})
+	require.NoError(t, s.Send(sendCtx(t, 10*time.Second), testMessage("orders", "k", 0)))
 
-	bad := newSink(t, activities.SinkConfig{Brokers: c.ListenAddrs(), Username: "outbox", Password: "wrong-password", AllowPlaintextAuth: true})
+	bad := newSink(t, kafkasink.Config{Brokers: c.ListenAddrs(), Username: "outbox", Password: "wrong-password", AllowPlaintextAuth: true})
 	err = bad.Open(sendCtx(t, 5*time.Second))
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "wrong-password")
@@ -421,11 +421,11 @@ func TestTLS(t *testing.T) {
 	p := testutil.NewPKI(t, "127.0.0.1")
 	c := newCluster(t, kfake.TLS(&tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{p.Server}}), kfake.SeedTopics(1, "orders"))
 
-	s := openSink(t, c, activities.SinkConfig{TLS: activities.TLSFiles{CAFile: p.CAFile}})
-	require.NoError(t, s.Send(sendCtx(t, 10*time.Second), delivery("orders", "k", 0)))
+	s := openSink(t, c, kafkasink.Config{TLS: sinks.TLSFiles{CAFile: p.CAFile}})
+	require.NoError(t, s.Send(sendCtx(t, 10*time.Second), testMessage("orders", "k", 0)))
 
 	// With TLS on but the system's roots only, the server's certificate is not trusted.
-	plain := newSink(t, activities.SinkConfig{Brokers: c.ListenAddrs(), TLS: activities.TLSFiles{Enabled: true}})
+	plain := newSink(t, kafkasink.Config{Brokers: c.ListenAddrs(), TLS: sinks.TLSFiles{Enabled: true}})
 	err := plain.Open(sendCtx(t, 5*time.Second))
 	require.ErrorContains(t, err, "certificate")
 }
@@ -435,17 +435,17 @@ func TestNewValidation(t *testing.T) {
 	ok := []string{"127.0.0.1:9092"}
 	for _, tc := range []struct {
 		name string
-		cfg  activities.SinkConfig
+		cfg  kafkasink.Config
 		want string
 	}{
-		{"NoBrokers", activities.SinkConfig{}, "brokers: must list at least one seed broker (host:port)"},
-		{"NoPort", activities.SinkConfig{Brokers: []string{"k1:9092", "k2"}}, `brokers[1]: must be host:port, such as kafka-1:9092, got "k2"`},
-		{"URL", activities.SinkConfig{Brokers: []string{"kafka://k1:9092"}}, `brokers[0]: must be host:port`},
-		{"UnknownPlaceholder", activities.SinkConfig{Brokers: ok, Topic: "{nope}"}, "topic: unknown placeholder {nope}"},
-		{"InvalidTopic", activities.SinkConfig{Brokers: ok, Topic: "orders/created"}, `topic: "orders/created" is not a valid Kafka topic name`},
-		{"UsernameOnly", activities.SinkConfig{Brokers: ok, Username: "outbox"}, "password: must be set with username"},
-		{"PasswordOnly", activities.SinkConfig{Brokers: ok, Password: "s3cret-value"}, "username: must be set with password"},
-		{"MissingCA", activities.SinkConfig{Brokers: ok, Password: "s3cret-value", Username: "u", TLS: activities.TLSFiles{CAFile: "/nonexistent/ca.pem"}}, "tls.ca_file"},
+		{"NoBrokers", kafkasink.Config{}, "brokers: must list at least one seed broker (host:port)"},
+		{"NoPort", kafkasink.Config{Brokers: []string{"k1:9092", "k2"}}, `brokers[1]: must be host:port, such as kafka-1:9092, got "k2"`},
+		{"URL", kafkasink.Config{Brokers: []string{"kafka://k1:9092"}}, `brokers[0]: must be host:port`},
+		{"UnknownPlaceholder", kafkasink.Config{Brokers: ok, Topic: "{nope}"}, "topic: unknown placeholder {nope}"},
+		{"InvalidTopic", kafkasink.Config{Brokers: ok, Topic: "orders/created"}, `topic: "orders/created" is not a valid Kafka topic name`},
+		{"UsernameOnly", kafkasink.Config{Brokers: ok, Username: "outbox"}, "password: must be set with username"},
+		{"PasswordOnly", kafkasink.Config{Brokers: ok, Password: "s3cret-value"}, "username: must be set with password"},
+		{"MissingCA", kafkasink.Config{Brokers: ok, Password: "s3cret-value", Username: "u", TLS: sinks.TLSFiles{CAFile: "/nonexistent/ca.pem"}}, "tls.ca_file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, err := kafkasink.New("orders", tc.cfg)
@@ -457,7 +457,7 @@ func TestNewValidation(t *testing.T) {
 	}
 
 	t.Run("Defaults", func(t *testing.T) {
-		h, err := kafkasink.New("orders", activities.SinkConfig{Brokers: ok})
+		h, err := kafkasink.New("orders", kafkasink.Config{Brokers: ok})
 		require.NoError(t, err)
 		require.IsType(t, &kafkasink.Sink{}, h)
 		assert.Equal(t, "{topic}", kafkasink.DefaultTopic)

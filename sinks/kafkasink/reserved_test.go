@@ -7,8 +7,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/sinks"
+	"github.com/outbox-go/outbox/sinks/kafkasink"
 )
 
 // TestRowHeadersCannotSetTheOutboxHeaders: a Kafka header steers nothing at the broker,
@@ -17,16 +18,16 @@ import (
 func TestRowHeadersCannotSetTheOutboxHeaders(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, kfake.SeedTopics(1, "orders"))
-	s := openSink(t, c, activities.SinkConfig{})
+	s := openSink(t, c, kafkasink.Config{})
 	for _, header := range []string{sinks.HeaderMessageID, "outbox-message-id", "OUTBOX-TOPIC"} {
-		d := delivery("orders", "k", 0)
+		d := testMessage("orders", "k", 0)
 		d.Headers[header] = "forged"
 		err := s.Send(sendCtx(t, 10*time.Second), d)
 		require.Error(t, err, header)
-		require.True(t, activities.IsPermanent(err), "%s: %v", header, err)
+		require.True(t, delivery.IsPermanent(err), "%s: %v", header, err)
 		require.ErrorContains(t, err, `header "`+header+`"`)
 	}
-	d := delivery("orders", "k", 1)
+	d := testMessage("orders", "k", 1)
 	d.Headers["Key"] = "other-key"
 	d.Headers["Topic"] = "other-topic"
 	require.NoError(t, s.Send(sendCtx(t, 10*time.Second), d))

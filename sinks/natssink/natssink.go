@@ -27,15 +27,16 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/delivery"
+	"github.com/outbox-go/outbox/internal/redact"
 	"github.com/outbox-go/outbox/sinks"
 )
 
 // DefaultSubject is the subject template when none is configured.
 const DefaultSubject = "{topic}"
 
-// Sink publishes a topic's messages to NATS JetStream. It implements activities.Handler,
-// activities.Opener and io.Closer; its methods are safe for concurrent use.
+// Sink publishes a topic's messages to NATS JetStream. It implements delivery.Handler,
+// delivery.Opener and io.Closer; its methods are safe for concurrent use.
 type Sink struct {
 	topic     string
 	url       string
@@ -81,15 +82,36 @@ func CheckURL(u string) error {
 			host = host[i+1:]
 		}
 		if !ok || (scheme != "nats" && scheme != "tls") || host == "" || strings.ContainsAny(host, "/?#") {
-			return fmt.Errorf("must be nats://host:port or tls://host:port (several separated by commas), got %q", redact(u))
+			return fmt.Errorf("must be nats://host:port or tls://host:port (several separated by commas), got %q", redact.URLs(u))
 		}
 	}
 	return nil
 }
 
+// Config is a nats topic's sink settings: the keys of a topic with sink: nats.
+type Config struct {
+	// URL is the NATS server's (nats://host:4222, tls:// for TLS; several,
+	// comma-separated, for a cluster). It may carry credentials. Required.
+	URL string
+	// Subject is the subject a message is published to, a template over {topic},
+	// {message_id} and {ordering_key}. Defaults to "{topic}".
+	Subject string
+	// Headers are added to every message; none may be reserved (see sinks.NATSReserved).
+	Headers map[string]string
+	// Username and Password authenticate instead of credentials in the URL. Optional.
+	Username string
+	Password string
+	// TLS secures the connection. Optional.
+	TLS sinks.TLSFiles
+	// RetrySpan is the longest a resend can come after the first send (see
+	// workflows.Policy.RetrySpan): the sink warns when the stream's duplicate window is
+	// shorter. Zero when unknown.
+	RetrySpan time.Duration
+}
+
 // New returns the sink of a topic's settings: URL, Subject (default "{topic}"), Headers,
 // Username and Password, TLS. It does not connect; Open does.
-func New(topic string, cfg activities.SinkConfig) (activities.Handler, error) {
+func New(topic string, cfg Config) (delivery.Handler, error) {
 	if err := CheckURL(cfg.URL); err != nil {
 		return nil, fmt.Errorf("url: %w", err)
 	}
@@ -147,9 +169,9 @@ func (s *Sink) Open(ctx context.Context) error {
 	stream, err := js.StreamNameBySubject(ctx, subject)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return activities.Permanent(fmt.Errorf("nats %s: no JetStream stream captures subject %q: add one (nats stream add --subjects %q) or change subject", redact(s.url), subject, subject))
+			return delivery.Permanent(fmt.Errorf("nats %s: no JetStream stream captures subject %q: add one (nats stream add --subjects %q) or change subject", redact.URLs(s.url), subject, subject))
 		}
-		return fmt.Errorf("nats %s: look up the stream of subject %q: %w", redact(s.url), subject, err)
+		return fmt.Errorf("nats %s: look up the stream of subject %q: %w", redact.URLs(s.url), subject, err)
 	}
 	s.checkWindow(ctx, js, stream)
 	return nil
@@ -210,7 +232,7 @@ func (s *Sink) checkWindow(ctx context.Context, js jetstream.JetStream, stream s
 			return
 		}
 		s.log().WarnContext(ctx, "cannot read the duplicate window of the NATS stream; a resend later than the window after the first publish is stored again",
-			slog.String("topic", s.topic), slog.String("stream", stream), slog.Duration("retry_span", s.retrySpan), slog.String("error", redactErr(err, s.url)))
+			slog.String("topic", s.topic), slog.String("stream", stream), slog.Duration("retry_span", s.retrySpan), slog.String("error", redact.Error(err, s.url)))
 		return
 	}
 	window := st.CachedInfo().Config.Duplicates
@@ -252,18 +274,18 @@ func (s *Sink) jetStream() (jetstream.JetStream, error) {
 	// reconnecting, a protocol error): connect anew.
 	nc, err := nats.Connect(s.url, s.options...)
 	if err != nil {
-		failure := fmt.Errorf("connect to nats %s: %s", redact(s.url), redactErr(err, s.url))
+		failure := fmt.Errorf("connect to nats %s: %s", redact.URLs(s.url), redact.Error(err, s.url))
 		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
 			// Refused credentials: no retry of Open fixes them (Send retries anyway, for
 			// credentials being rotated).
-			return nil, activities.Permanent(failure)
+			return nil, delivery.Permanent(failure)
 		}
 		return nil, failure
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("nats %s: %w", redact(s.url), err)
+		return nil, fmt.Errorf("nats %s: %w", redact.URLs(s.url), err)
 	}
 	s.conn, s.js = nc, js
 	return js, nil
@@ -283,17 +305,17 @@ func (s *Sink) Close() error {
 
 // Send publishes the message and waits for the stream's ack. A publish the stream had
 // already stored (the same Nats-Msg-Id inside the duplicate window) counts as delivered.
-func (s *Sink) Send(ctx context.Context, d activities.Delivery) error {
+func (s *Sink) Send(ctx context.Context, d delivery.Message) error {
 	subject, err := s.subject.Expand(d)
 	if err != nil {
 		return err
 	}
 	if err := checkSubject(subject); err != nil {
-		return activities.Permanent(fmt.Errorf("subject %q of message %s: %w", subject, d.MessageID, err))
+		return delivery.Permanent(fmt.Errorf("subject %q of message %s: %w", subject, d.MessageID, err))
 	}
 	js, err := s.jetStream()
 	if err != nil {
-		return activities.Retryable(err, 0)
+		return delivery.Retryable(err, 0)
 	}
 	msg := nats.NewMsg(subject)
 	msg.Data = d.Payload
@@ -303,17 +325,17 @@ func (s *Sink) Send(ctx context.Context, d activities.Delivery) error {
 	}
 	for k, v := range headers {
 		if !validHeaderName(k) {
-			return activities.Permanent(fmt.Errorf("message %s has header %q, which NATS cannot carry (allowed: letters, digits and !#$%%&'*+-.^_`|~)", d.MessageID, k))
+			return delivery.Permanent(fmt.Errorf("message %s has header %q, which NATS cannot carry (allowed: letters, digits and !#$%%&'*+-.^_`|~)", d.MessageID, k))
 		}
 		msg.Header.Set(k, v)
 	}
 	msg.Header.Set("Content-Type", "application/json")
-	ack, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(d.MessageID.String()))
+	ack, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(d.MessageID))
 	if err != nil {
 		return s.classify(ctx, js, subject, err)
 	}
 	if ack.Duplicate {
-		s.log().DebugContext(ctx, "NATS stream already had the message", slog.String("message_id", d.MessageID.String()), slog.String("stream", ack.Stream))
+		s.log().DebugContext(ctx, "NATS stream already had the message", slog.String("message_id", d.MessageID), slog.String("stream", ack.Stream))
 	}
 	// Once per stream: Open checked the stream of a static subject already.
 	s.checkWindow(ctx, js, ack.Stream)
@@ -330,7 +352,7 @@ const (
 // classify turns a failed publish into a handler error: nothing stored, stored in doubt,
 // or a failure no retry fixes.
 func (s *Sink) classify(ctx context.Context, js jetstream.JetStream, subject string, err error) error {
-	failure := fmt.Errorf("nats publish to %q: %s", subject, redactErr(err, s.url))
+	failure := fmt.Errorf("nats publish to %q: %s", subject, redact.Error(err, s.url))
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.Is(err, jetstream.ErrNoStreamResponse):
@@ -339,33 +361,33 @@ func (s *Sink) classify(ctx context.Context, js jetstream.JetStream, subject str
 		lookup, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		if _, lerr := js.StreamNameBySubject(lookup, subject); errors.Is(lerr, jetstream.ErrStreamNotFound) {
-			return activities.Permanent(fmt.Errorf("nats: no JetStream stream captures subject %q: add one or change the topic's subject", subject))
+			return delivery.Permanent(fmt.Errorf("nats: no JetStream stream captures subject %q: add one or change the topic's subject", subject))
 		}
-		return activities.Retryable(failure, 0)
+		return delivery.Retryable(failure, 0)
 	case errors.Is(err, nats.ErrReconnectBufExceeded), errors.Is(err, nats.ErrConnectionReconnecting):
 		// Refused while disconnected: the request never left this process.
-		return activities.Retryable(failure, 0)
+		return delivery.Retryable(failure, 0)
 	case errors.Is(err, nats.ErrMaxPayload):
-		return activities.Permanent(failure)
+		return delivery.Permanent(failure)
 	case errors.Is(err, nats.ErrBadHeaderMsg):
-		return activities.Permanent(fmt.Errorf("%w (a header name NATS does not allow)", failure))
+		return delivery.Permanent(fmt.Errorf("%w (a header name NATS does not allow)", failure))
 	case errors.As(err, &apiErr):
 		// The stream answered: it did not store the message, unless the same ID is
 		// being stored by an earlier publish.
 		switch apiErr.ErrorCode {
 		case errCodeDuplicateInProcess:
-			return activities.Ambiguous(failure)
+			return delivery.Ambiguous(failure)
 		case errCodeMessageTooLarge, errCodeStreamSealed:
-			return activities.Permanent(failure)
+			return delivery.Permanent(failure)
 		default:
 			// Limits, rate limits, storage full, a stream between leaders: retried until
 			// the attempts run out, then dead-lettered with the reason.
-			return activities.Retryable(failure, 0)
+			return delivery.Retryable(failure, 0)
 		}
 	default:
 		// A timeout, or a connection closed or lost after the publish went out: the
 		// stream may have stored it. A resend is absorbed by the duplicate window.
-		return activities.Ambiguous(failure)
+		return delivery.Ambiguous(failure)
 	}
 }
 
@@ -395,26 +417,4 @@ func validHeaderName(name string) bool {
 		}
 	}
 	return true
-}
-
-// redact shows server URLs without credentials.
-func redact(u string) string {
-	parts := strings.Split(u, ",")
-	for i, p := range parts {
-		parts[i] = sinks.Redact(strings.TrimSpace(p))
-	}
-	return strings.Join(parts, ",")
-}
-
-// redactErr is err's text with the URLs' credentials, should the client quote them, cut
-// out.
-func redactErr(err error, u string) string {
-	text := err.Error()
-	for _, p := range strings.Split(u, ",") {
-		p = strings.TrimSpace(p)
-		if p != "" {
-			text = strings.ReplaceAll(text, p, sinks.Redact(p))
-		}
-	}
-	return text
 }

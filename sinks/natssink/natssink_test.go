@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/internal/testutil"
 	"github.com/outbox-go/outbox/sinks"
 	"github.com/outbox-go/outbox/sinks/natssink"
@@ -40,7 +40,7 @@ func stream(t *testing.T) (jetstream.JetStream, jetstream.Stream, string) {
 	return js, st, prefix
 }
 
-func newSink(t *testing.T, cfg activities.SinkConfig) *natssink.Sink {
+func newSink(t *testing.T, cfg natssink.Config) *natssink.Sink {
 	t.Helper()
 	cfg.URL = cmp.Or(cfg.URL, natsURL())
 	h, err := natssink.New("orders", cfg)
@@ -50,10 +50,10 @@ func newSink(t *testing.T, cfg activities.SinkConfig) *natssink.Sink {
 	return s
 }
 
-func message(topic, key string) activities.Delivery {
+func message(topic, key string) delivery.Message {
 	id := uuid.New()
-	return activities.Delivery{
-		MessageID: id, Topic: topic, OrderingKey: key, Attempt: 1, MaxAttempts: 12,
+	return delivery.Message{
+		MessageID: id.String(), Topic: topic, OrderingKey: key, Attempt: 1, MaxAttempts: 12,
 		Payload: json.RawMessage(fmt.Sprintf(`{"id":%q}`, id)), Headers: map[string]string{"tenant": "t1"},
 		CreatedAt: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC),
 	}
@@ -83,16 +83,16 @@ func fetchAll(t *testing.T, st jetstream.Stream, want int) []jetstream.Msg {
 func TestSendDeliversEachMessageOnce(t *testing.T) {
 	t.Parallel()
 	_, st, prefix := stream(t)
-	s := newSink(t, activities.SinkConfig{Subject: prefix + ".{topic}", Headers: map[string]string{"source": "outbox"}})
+	s := newSink(t, natssink.Config{Subject: prefix + ".{topic}", Headers: map[string]string{"source": "outbox"}})
 	require.NoError(t, s.Open(context.Background()))
 
 	const n = 50
-	sent := map[string]activities.Delivery{}
+	sent := map[string]delivery.Message{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for i := range n {
 		d := message("order.created", fmt.Sprintf("k%d", i%5))
-		sent[d.MessageID.String()] = d
+		sent[d.MessageID] = d
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -127,7 +127,7 @@ func TestSendDeliversEachMessageOnce(t *testing.T) {
 func TestResendInsideDuplicateWindowIsAbsorbed(t *testing.T) {
 	t.Parallel()
 	_, st, prefix := stream(t)
-	s := newSink(t, activities.SinkConfig{Subject: prefix + ".{ordering_key}"})
+	s := newSink(t, natssink.Config{Subject: prefix + ".{ordering_key}"})
 	d := message("order.created", "customer-7")
 	require.NoError(t, s.Send(context.Background(), d))
 	d.Attempt = 2
@@ -143,74 +143,74 @@ func TestResendInsideDuplicateWindowIsAbsorbed(t *testing.T) {
 func TestMissingStreamIsPermanent(t *testing.T) {
 	t.Parallel()
 	subject := "outboxtest_nostream_" + uuid.NewString()[:8]
-	s := newSink(t, activities.SinkConfig{Subject: subject})
+	s := newSink(t, natssink.Config{Subject: subject})
 	err := s.Open(context.Background())
 	require.ErrorContains(t, err, fmt.Sprintf("no JetStream stream captures subject %q", subject))
 
 	err = s.Send(context.Background(), message("order.created", ""))
 	require.Error(t, err)
-	require.True(t, activities.IsPermanent(err), "%v", err)
+	require.True(t, delivery.IsPermanent(err), "%v", err)
 	require.ErrorContains(t, err, subject)
 }
 
 func TestSubjectFromTemplate(t *testing.T) {
 	t.Parallel()
 	_, _, prefix := stream(t)
-	s := newSink(t, activities.SinkConfig{Subject: prefix + ".{ordering_key}"})
+	s := newSink(t, natssink.Config{Subject: prefix + ".{ordering_key}"})
 
 	err := s.Send(context.Background(), message("order.created", ""))
-	require.True(t, activities.IsPermanent(err), "%v", err)
+	require.True(t, delivery.IsPermanent(err), "%v", err)
 	require.ErrorContains(t, err, "has no ordering key")
 
 	err = s.Send(context.Background(), message("order.created", "a b"))
-	require.True(t, activities.IsPermanent(err), "%v", err)
+	require.True(t, delivery.IsPermanent(err), "%v", err)
 	require.ErrorContains(t, err, "white space")
 
 	err = s.Send(context.Background(), message("order.created", "a..b"))
-	require.True(t, activities.IsPermanent(err), "%v", err)
+	require.True(t, delivery.IsPermanent(err), "%v", err)
 	require.ErrorContains(t, err, "empty token")
 
 	d := message("order.created", "k")
 	d.Headers = map[string]string{"bad header": "x"}
 	err = s.Send(context.Background(), d)
-	require.True(t, activities.IsPermanent(err), "%v", err)
+	require.True(t, delivery.IsPermanent(err), "%v", err)
 	require.ErrorContains(t, err, `header "bad header"`)
 }
 
 func TestUnreachableServer(t *testing.T) {
 	t.Parallel()
-	s := newSink(t, activities.SinkConfig{URL: "nats://user:hunter2@127.0.0.1:1"})
+	s := newSink(t, natssink.Config{URL: "nats://user:hunter2@127.0.0.1:1"})
 	err := s.Open(context.Background())
 	require.ErrorContains(t, err, "connect to nats nats://127.0.0.1:1")
 	require.NotContains(t, err.Error(), "hunter2")
 
 	err = s.Send(context.Background(), message("order.created", ""))
-	_, retryable := activities.IsRetryable(err)
+	_, retryable := delivery.IsRetryable(err)
 	require.True(t, retryable, "%v", err)
 }
 
 func TestSendAfterCloseIsRetryable(t *testing.T) {
 	t.Parallel()
 	_, _, prefix := stream(t)
-	s := newSink(t, activities.SinkConfig{Subject: prefix + ".x"})
+	s := newSink(t, natssink.Config{Subject: prefix + ".x"})
 	require.NoError(t, s.Open(context.Background()))
 	require.NoError(t, s.Close())
-	_, retryable := activities.IsRetryable(s.Send(context.Background(), message("order.created", "")))
+	_, retryable := delivery.IsRetryable(s.Send(context.Background(), message("order.created", "")))
 	require.True(t, retryable)
 }
 
 func TestNewRefusesBadSettings(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		cfg  activities.SinkConfig
+		cfg  natssink.Config
 		want string
 	}{
-		{activities.SinkConfig{}, "url: must be set"},
-		{activities.SinkConfig{URL: "http://127.0.0.1:4222"}, "url: must be nats://host:port"},
-		{activities.SinkConfig{URL: "nats://u:secret@h:1,ftp://h:2"}, `got "nats://h:1,ftp://h:2"`},
-		{activities.SinkConfig{URL: "nats://h:1", Subject: "a.{nope}"}, "subject: unknown placeholder {nope}"},
-		{activities.SinkConfig{URL: "nats://h:1", TLS: activities.TLSFiles{CAFile: "/nonexistent/ca.pem"}}, "tls.ca_file"},
-		{activities.SinkConfig{URL: "nats://h:1", Headers: map[string]string{"X-Region/Zone": "eu"}}, `headers: "X-Region/Zone" is not a header name NATS carries`},
+		{natssink.Config{}, "url: must be set"},
+		{natssink.Config{URL: "http://127.0.0.1:4222"}, "url: must be nats://host:port"},
+		{natssink.Config{URL: "nats://u:secret@h:1,ftp://h:2"}, `got "nats://h:1,ftp://h:2"`},
+		{natssink.Config{URL: "nats://h:1", Subject: "a.{nope}"}, "subject: unknown placeholder {nope}"},
+		{natssink.Config{URL: "nats://h:1", TLS: sinks.TLSFiles{CAFile: "/nonexistent/ca.pem"}}, "tls.ca_file"},
+		{natssink.Config{URL: "nats://h:1", Headers: map[string]string{"X-Region/Zone": "eu"}}, `headers: "X-Region/Zone" is not a header name NATS carries`},
 	} {
 		_, err := natssink.New("orders", tc.cfg)
 		require.ErrorContains(t, err, tc.want)

@@ -8,8 +8,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/internal/testutil"
+	"github.com/outbox-go/outbox/sinks/natssink"
 )
 
 // TestRowHeadersCannotSteerTheStream: a row's headers are written by whoever writes the
@@ -25,7 +26,7 @@ func TestRowHeadersCannotSteerTheStream(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
 
-	s := newSink(t, activities.SinkConfig{Subject: name + ".orders"})
+	s := newSink(t, natssink.Config{Subject: name + ".orders"})
 	for range 3 {
 		require.NoError(t, s.Send(ctx, message("orders", "")))
 	}
@@ -34,7 +35,7 @@ func TestRowHeadersCannotSteerTheStream(t *testing.T) {
 		d.Headers[header] = "sub"
 		err := s.Send(ctx, d)
 		require.Error(t, err, header)
-		require.True(t, activities.IsPermanent(err), "%s: %v", header, err)
+		require.True(t, delivery.IsPermanent(err), "%s: %v", header, err)
 		require.ErrorContains(t, err, `header "`+header+`"`)
 	}
 	info, err := st.Info(ctx)

@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-go/outbox/activities"
 	"github.com/outbox-go/outbox/internal/testutil"
 	"github.com/outbox-go/outbox/sinks/natssink"
 )
@@ -68,7 +67,7 @@ func streamWithWindow(t *testing.T, window time.Duration) string {
 func TestShortDuplicateWindowIsReportedAtOpen(t *testing.T) {
 	t.Parallel()
 	prefix := streamWithWindow(t, 0)
-	s := newSink(t, activities.SinkConfig{Subject: prefix + ".orders", RetrySpan: 24*time.Minute + 18*time.Second})
+	s := newSink(t, natssink.Config{Subject: prefix + ".orders", RetrySpan: 24*time.Minute + 18*time.Second})
 	logged := &records{}
 	s.SetLogger(slog.New(logged))
 	require.NoError(t, s.Open(context.Background()), "a short window does not stop the start")
@@ -96,7 +95,7 @@ func TestLongEnoughDuplicateWindowIsNotReported(t *testing.T) {
 	t.Parallel()
 	prefix := streamWithWindow(t, 30*time.Minute)
 	for _, subject := range []string{prefix + ".orders", prefix + ".{topic}"} {
-		s := newSink(t, activities.SinkConfig{Subject: subject, RetrySpan: 24 * time.Minute})
+		s := newSink(t, natssink.Config{Subject: subject, RetrySpan: 24 * time.Minute})
 		logged := &records{}
 		s.SetLogger(slog.New(logged))
 		require.NoError(t, s.Open(context.Background()))
@@ -109,7 +108,7 @@ func TestLongEnoughDuplicateWindowIsNotReported(t *testing.T) {
 func TestShortDuplicateWindowOfATemplateIsReportedAtTheFirstPublish(t *testing.T) {
 	t.Parallel()
 	short, long := streamWithWindow(t, time.Minute), streamWithWindow(t, time.Hour)
-	s := newSink(t, activities.SinkConfig{Subject: "{topic}", RetrySpan: 10 * time.Minute})
+	s := newSink(t, natssink.Config{Subject: "{topic}", RetrySpan: 10 * time.Minute})
 	logged := &records{}
 	s.SetLogger(slog.New(logged))
 	require.NoError(t, s.Open(context.Background()))
@@ -129,7 +128,7 @@ func TestShortDuplicateWindowOfATemplateIsReportedAtTheFirstPublish(t *testing.T
 func TestUnknownRetrySpanIsNotChecked(t *testing.T) {
 	t.Parallel()
 	prefix := streamWithWindow(t, 0)
-	s := newSink(t, activities.SinkConfig{Subject: prefix + ".orders"})
+	s := newSink(t, natssink.Config{Subject: prefix + ".orders"})
 	logged := &records{}
 	s.SetLogger(slog.New(logged))
 	require.NoError(t, s.Open(context.Background()))

@@ -29,7 +29,7 @@
 // message the broker refused for good (unroutable, missing exchange, access refused,
 // precondition failed such as a message over the size limit) is permanent. A send that
 // failed because its connection broke, not because of its message, wraps
-// [activities.ErrConnectionLost].
+// [delivery.ErrConnectionLost].
 package rabbitsink
 
 import (
@@ -46,7 +46,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/delivery"
+	"github.com/outbox-go/outbox/internal/redact"
 	"github.com/outbox-go/outbox/sinks"
 )
 
@@ -117,13 +118,35 @@ type pubChannel struct {
 	closes  chan *amqp.Error // the reason the channel closed, if not by the sink
 }
 
+// Config is a rabbitmq topic's sink settings: the keys of a topic with sink: rabbitmq.
+type Config struct {
+	// URL is the broker's (amqp://host:5672/vhost, or amqps:// for TLS). It may carry
+	// credentials. Required.
+	URL string
+	// Exchange is the exchange messages are published to. Defaults to "", the default
+	// exchange, which routes by queue name.
+	Exchange string
+	// RoutingKey is a template over {topic}, {message_id} and {ordering_key}. Defaults to
+	// "{topic}".
+	RoutingKey string
+	// Headers are added to every message; none may be reserved (see
+	// sinks.RabbitMQReserved).
+	Headers map[string]string
+	// Username and Password authenticate with PLAIN instead of the URL's credentials.
+	// Optional.
+	Username string
+	Password string
+	// TLS secures an amqps:// connection. Optional.
+	TLS sinks.TLSFiles
+}
+
 // New returns the sink of a topic's rabbitmq settings: url (amqp:// or amqps://),
 // exchange (empty: the default exchange), routing_key (a template, default {topic}),
 // headers, username and password (PLAIN authentication instead of the URL's credentials)
 // and tls (used for amqps://). It checks the settings and reads the TLS files but does not
 // connect: Open or the first Send does. Errors name the setting at fault and never show
 // credentials.
-func New(topic string, cfg activities.SinkConfig) (activities.Handler, error) {
+func New(topic string, cfg Config) (delivery.Handler, error) {
 	var errs []error
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{key}, args...)...))
@@ -159,7 +182,7 @@ func New(topic string, cfg activities.SinkConfig) (activities.Handler, error) {
 	}
 	var tlsConfig *tls.Config
 	if !cfg.TLS.IsZero() && urlOK && !secure {
-		bad("tls", "is set, but url %s does not use TLS: use amqps://", sinks.Redact(cfg.URL))
+		bad("tls", "is set, but url %s does not use TLS: use amqps://", redact.URL(cfg.URL))
 	}
 	if secure || !cfg.TLS.IsZero() {
 		// Load's errors name the setting (tls.ca_file ...) already.
@@ -179,7 +202,7 @@ func New(topic string, cfg activities.SinkConfig) (activities.Handler, error) {
 	}
 	return &Sink{
 		url:        cfg.URL,
-		shown:      sinks.Redact(cfg.URL),
+		shown:      redact.URL(cfg.URL),
 		exchange:   cfg.Exchange,
 		routingKey: tmpl,
 		headers:    cfg.Headers,
@@ -200,12 +223,12 @@ func CheckURL(raw string) error {
 	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Hostname() == "" {
-		return fmt.Errorf("must be an amqp:// or amqps:// URL with a host, got %q", sinks.Redact(raw))
+		return fmt.Errorf("must be an amqp:// or amqps:// URL with a host, got %q", redact.URL(raw))
 	}
 	// The URL parses, so ParseURI's errors are about its port, query options or spaces,
 	// and do not quote it.
 	if _, err := amqp.ParseURI(raw); err != nil {
-		return fmt.Errorf("must be a valid amqp:// or amqps:// URL, got %q: %v", sinks.Redact(raw), err)
+		return fmt.Errorf("must be a valid amqp:// or amqps:// URL, got %q: %v", redact.URL(raw), err)
 	}
 	return nil
 }
@@ -217,7 +240,7 @@ func (s *Sink) Open(ctx context.Context) error {
 	c, err := s.acquire(ctx)
 	if err != nil {
 		if errors.Is(err, amqp.ErrCredentials) || errors.Is(err, amqp.ErrVhost) || errors.Is(err, amqp.ErrSASL) {
-			return activities.Permanent(err) // refused credentials or vhost: no retry of Open fixes them
+			return delivery.Permanent(err) // refused credentials or vhost: no retry of Open fixes them
 		}
 		return err
 	}
@@ -235,7 +258,7 @@ func (s *Sink) Open(ctx context.Context) error {
 	case err := <-checked:
 		return err
 	case <-ctx.Done():
-		return activities.Retryable(fmt.Errorf("rabbitmq: check exchange %q on %s: %w", s.exchange, s.shown, ctx.Err()), 0)
+		return delivery.Retryable(fmt.Errorf("rabbitmq: check exchange %q on %s: %w", s.exchange, s.shown, ctx.Err()), 0)
 	}
 }
 
@@ -250,7 +273,7 @@ func (s *Sink) checkExchange(conn *connection) error {
 	if err := ch.ExchangeDeclarePassive(s.exchange, amqp.ExchangeDirect, false, false, false, false, nil); err != nil {
 		var aerr *amqp.Error
 		if errors.As(err, &aerr) && aerr.Code == amqp.NotFound {
-			return activities.Permanent(fmt.Errorf("rabbitmq: exchange %q not found on %s (%w): declare it, or fix exchange", s.exchange, s.shown, brokerError{aerr}))
+			return delivery.Permanent(fmt.Errorf("rabbitmq: exchange %q not found on %s (%w): declare it, or fix exchange", s.exchange, s.shown, brokerError{aerr}))
 		}
 		return fmt.Errorf("rabbitmq: check exchange %q on %s: %w", s.exchange, s.shown, err)
 	}
@@ -259,13 +282,13 @@ func (s *Sink) checkExchange(conn *connection) error {
 
 // Send publishes d and waits for the broker's confirm. See the package documentation for
 // how its failures are classified.
-func (s *Sink) Send(ctx context.Context, d activities.Delivery) error {
+func (s *Sink) Send(ctx context.Context, d delivery.Message) error {
 	key, err := s.routingKey.Expand(d)
 	if err != nil {
 		return err // permanent already
 	}
 	if len(key) > maxShortstr {
-		return activities.Permanent(fmt.Errorf("rabbitmq: routing key %.32q... of message %s is %d bytes, more than the %d AMQP allows: fix routing_key",
+		return delivery.Permanent(fmt.Errorf("rabbitmq: routing key %.32q... of message %s is %d bytes, more than the %d AMQP allows: fix routing_key",
 			key, d.MessageID, len(key), maxShortstr))
 	}
 	headers, err := sinks.Headers(ctx, d, s.headers, sinks.RabbitMQReserved)
@@ -275,7 +298,7 @@ func (s *Sink) Send(ctx context.Context, d activities.Delivery) error {
 	table := make(amqp.Table, len(headers))
 	for name, v := range headers {
 		if len(name) > maxShortstr {
-			return activities.Permanent(fmt.Errorf("rabbitmq: header name %.32q... of message %s is %d bytes, more than the %d AMQP allows",
+			return delivery.Permanent(fmt.Errorf("rabbitmq: header name %.32q... of message %s is %d bytes, more than the %d AMQP allows",
 				name, d.MessageID, len(name), maxShortstr))
 		}
 		table[name] = v
@@ -284,7 +307,7 @@ func (s *Sink) Send(ctx context.Context, d activities.Delivery) error {
 		Headers:      table,
 		ContentType:  "application/json",
 		DeliveryMode: amqp.Persistent,
-		MessageId:    d.MessageID.String(),
+		MessageId:    d.MessageID,
 		Timestamp:    d.CreatedAt,
 		Body:         d.Payload,
 	}
@@ -309,12 +332,12 @@ func (s *Sink) publish(ctx context.Context, c *pubChannel, key string, msg amqp.
 	if reason := c.conn.stop.Load(); reason != nil {
 		// The broker would not read the message until its alarm clears.
 		keep = true
-		return activities.Retryable(fmt.Errorf("rabbitmq: %s blocks publishers (%s)", s.shown, *reason), 0)
+		return delivery.Retryable(fmt.Errorf("rabbitmq: %s blocks publishers (%s)", s.shown, *reason), 0)
 	}
 	drain(c.returns)
 	if err := ctx.Err(); err != nil {
 		keep = true
-		return activities.Retryable(fmt.Errorf("rabbitmq: publish to %s on %s: %w", s.where(key), s.shown, err), 0)
+		return delivery.Retryable(fmt.Errorf("rabbitmq: publish to %s on %s: %w", s.where(key), s.shown, err), 0)
 	}
 	// The client writes without a deadline, on a writer the channels of the connection
 	// share: a broker that stopped reading (an alarm not yet announced) would hold the
@@ -336,7 +359,7 @@ func (s *Sink) publish(ctx context.Context, c *pubChannel, key string, msg amqp.
 			<-written
 			s.release(c, false) // it may owe a confirm
 		}()
-		return activities.Ambiguous(fmt.Errorf("rabbitmq: publish to %s on %s: %w while the message was being written; the broker may get it, and later sends use a new connection",
+		return delivery.Ambiguous(fmt.Errorf("rabbitmq: publish to %s on %s: %w while the message was being written; the broker may get it, and later sends use a new connection",
 			s.where(key), s.shown, ctx.Err()))
 	}
 	if err := r.err; err != nil {
@@ -346,18 +369,18 @@ func (s *Sink) publish(ctx context.Context, c *pubChannel, key string, msg amqp.
 			// closed, perhaps by the failed write of an earlier frame): the broker drops a
 			// message whose frames did not all arrive, so it cannot have this one.
 			if c.conn.amqp.IsClosed() {
-				failure = fmt.Errorf("rabbitmq: publish to %s on %s: %w: %w", s.where(key), s.shown, activities.ErrConnectionLost, err)
+				failure = fmt.Errorf("rabbitmq: publish to %s on %s: %w: %w", s.where(key), s.shown, delivery.ErrConnectionLost, err)
 			}
-			return activities.Retryable(failure, 0)
+			return delivery.Retryable(failure, 0)
 		}
 		// A write error: the connection's writer is shared, and another publish's flush
 		// may have put this message on the wire before the error.
-		return activities.Ambiguous(fmt.Errorf("rabbitmq: publish to %s on %s: %w: %w", s.where(key), s.shown, activities.ErrConnectionLost, err))
+		return delivery.Ambiguous(fmt.Errorf("rabbitmq: publish to %s on %s: %w: %w", s.where(key), s.shown, delivery.ErrConnectionLost, err))
 	}
 	acked, err := r.dc.WaitContext(ctx)
 	if err != nil {
 		// The confirm may still come, on a channel no other publish may now use.
-		return activities.Ambiguous(fmt.Errorf("rabbitmq: no confirm from %s for the message published to %s: %w", s.shown, s.where(key), err))
+		return delivery.Ambiguous(fmt.Errorf("rabbitmq: no confirm from %s for the message published to %s: %w", s.shown, s.where(key), err))
 	}
 	if !acked {
 		select {
@@ -369,7 +392,7 @@ func (s *Sink) publish(ctx context.Context, c *pubChannel, key string, msg amqp.
 			// A message routed to several queues is nacked when one of them refuses it,
 			// though the others may have queued it.
 			keep = true
-			return activities.Ambiguous(fmt.Errorf("rabbitmq: %s nacked the message published to %s (a queue refused it)", s.shown, s.where(key)))
+			return delivery.Ambiguous(fmt.Errorf("rabbitmq: %s nacked the message published to %s (a queue refused it)", s.shown, s.where(key)))
 		}
 	}
 	// The client hands a basic.return to NotifyReturn before it processes the ack that
@@ -384,7 +407,7 @@ func (s *Sink) publish(ctx context.Context, c *pubChannel, key string, msg amqp.
 				continue // not this publish's: cannot happen with one publish per channel
 			}
 			keep = true
-			return activities.Permanent(s.returnedError(r))
+			return delivery.Permanent(s.returnedError(r))
 		default:
 			keep = true
 			return nil
@@ -428,30 +451,30 @@ func (s *Sink) closedError(conn *connection, aerr *amqp.Error, key string) error
 		s.mu.Unlock()
 		if retired {
 			// Closed at the end of its bound, the connection did not serve the publish.
-			return activities.Ambiguous(fmt.Errorf("rabbitmq: connection to %s closed, retired, before the broker confirmed the message published to %s: %w",
-				s.shown, s.where(key), activities.ErrConnectionLost))
+			return delivery.Ambiguous(fmt.Errorf("rabbitmq: connection to %s closed, retired, before the broker confirmed the message published to %s: %w",
+				s.shown, s.where(key), delivery.ErrConnectionLost))
 		}
-		return activities.Ambiguous(fmt.Errorf("rabbitmq: connection to %s closed before the broker confirmed the message published to %s", s.shown, s.where(key)))
+		return delivery.Ambiguous(fmt.Errorf("rabbitmq: connection to %s closed before the broker confirmed the message published to %s", s.shown, s.where(key)))
 	}
 	berr := brokerError{aerr}
 	switch aerr.Code {
 	case amqp.NotFound:
 		if s.exchange == "" {
-			return activities.Permanent(fmt.Errorf("rabbitmq: %s refused the message published to %s (%w)", s.shown, s.where(key), berr))
+			return delivery.Permanent(fmt.Errorf("rabbitmq: %s refused the message published to %s (%w)", s.shown, s.where(key), berr))
 		}
-		return activities.Permanent(fmt.Errorf("rabbitmq: exchange %q not found on %s (%w): declare it, or fix exchange", s.exchange, s.shown, berr))
+		return delivery.Permanent(fmt.Errorf("rabbitmq: exchange %q not found on %s (%w): declare it, or fix exchange", s.exchange, s.shown, berr))
 	case amqp.AccessRefused:
-		return activities.Permanent(fmt.Errorf("rabbitmq: %s refused to let the user publish to %s (%w): grant write permission, or fix username", s.shown, s.where(key), berr))
+		return delivery.Permanent(fmt.Errorf("rabbitmq: %s refused to let the user publish to %s (%w): grant write permission, or fix username", s.shown, s.where(key), berr))
 	case amqp.PreconditionFailed:
-		return activities.Permanent(fmt.Errorf("rabbitmq: %s rejected the message published to %s (%w)", s.shown, s.where(key), berr))
+		return delivery.Permanent(fmt.Errorf("rabbitmq: %s rejected the message published to %s (%w)", s.shown, s.where(key), berr))
 	default:
 		if conn.amqp.IsClosed() {
 			// The connection closed (the client marks it before it closes its channels):
 			// a lost network, a broker restart, a forced close.
-			return activities.Ambiguous(fmt.Errorf("rabbitmq: %w to %s (%w) before the broker confirmed the message published to %s; it may have the message",
-				activities.ErrConnectionLost, s.shown, berr, s.where(key)))
+			return delivery.Ambiguous(fmt.Errorf("rabbitmq: %w to %s (%w) before the broker confirmed the message published to %s; it may have the message",
+				delivery.ErrConnectionLost, s.shown, berr, s.where(key)))
 		}
-		return activities.Ambiguous(fmt.Errorf("rabbitmq: %s closed the channel before it confirmed the message published to %s (%w); it may have the message", s.shown, s.where(key), berr))
+		return delivery.Ambiguous(fmt.Errorf("rabbitmq: %s closed the channel before it confirmed the message published to %s (%w); it may have the message", s.shown, s.where(key), berr))
 	}
 }
 
@@ -497,7 +520,7 @@ func (s *Sink) acquire(ctx context.Context) (*pubChannel, error) {
 	select {
 	case s.slots <- struct{}{}:
 	case <-ctx.Done():
-		return nil, activities.Retryable(fmt.Errorf("rabbitmq: wait for a channel to %s: %w", s.shown, ctx.Err()), 0)
+		return nil, delivery.Retryable(fmt.Errorf("rabbitmq: wait for a channel to %s: %w", s.shown, ctx.Err()), 0)
 	}
 	conn, err := s.connect(ctx)
 	if err != nil {
@@ -524,7 +547,7 @@ func (s *Sink) acquire(ctx context.Context) (*pubChannel, error) {
 		s.done(conn)
 		if ctx.Err() != nil {
 			<-s.slots
-			return nil, activities.Retryable(fmt.Errorf("rabbitmq: open a channel on %s: %w", s.shown, err), 0)
+			return nil, delivery.Retryable(fmt.Errorf("rabbitmq: open a channel on %s: %w", s.shown, err), 0)
 		}
 		if conn, err = s.connect(ctx); err != nil {
 			<-s.slots
@@ -536,7 +559,7 @@ func (s *Sink) acquire(ctx context.Context) (*pubChannel, error) {
 	}
 	if err != nil {
 		<-s.slots
-		return nil, activities.Retryable(fmt.Errorf("rabbitmq: open a channel on %s: %w", s.shown, err), 0)
+		return nil, delivery.Retryable(fmt.Errorf("rabbitmq: open a channel on %s: %w", s.shown, err), 0)
 	}
 	return c, nil
 }
@@ -630,20 +653,20 @@ func (s *Sink) connect(ctx context.Context) (*connection, error) {
 	case s.dialing <- struct{}{}:
 		defer func() { <-s.dialing }()
 	case <-ctx.Done():
-		return nil, activities.Retryable(fmt.Errorf("rabbitmq: connect to %s: %w", s.shown, ctx.Err()), 0)
+		return nil, delivery.Retryable(fmt.Errorf("rabbitmq: connect to %s: %w", s.shown, ctx.Err()), 0)
 	}
 	if conn, err := s.current(); conn != nil || err != nil {
 		return conn, err // dialed while this caller waited
 	}
 	conn, err := s.dial(ctx)
 	if err != nil {
-		return nil, activities.Retryable(fmt.Errorf("rabbitmq: connect to %s: %w", s.shown, err), 0)
+		return nil, delivery.Retryable(fmt.Errorf("rabbitmq: connect to %s: %w", s.shown, err), 0)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		_ = conn.amqp.Close()
-		return nil, activities.Retryable(ErrClosed, 0)
+		return nil, delivery.Retryable(ErrClosed, 0)
 	}
 	for _, c := range s.idle {
 		discard(c)
@@ -659,7 +682,7 @@ func (s *Sink) current() (*connection, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, activities.Retryable(ErrClosed, 0)
+		return nil, delivery.Retryable(ErrClosed, 0)
 	}
 	if s.conn != nil && !s.conn.amqp.IsClosed() {
 		s.conn.inflight++

@@ -16,7 +16,8 @@ import (
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/delivery"
+	"github.com/outbox-go/outbox/internal/redact"
 	"github.com/outbox-go/outbox/sinks"
 	"github.com/outbox-go/outbox/sinks/rabbitsink"
 )
@@ -43,7 +44,7 @@ func newBroker(t *testing.T) *broker {
 	t.Helper()
 	conn, err := amqp.Dial(brokerURL())
 	if err != nil {
-		t.Fatalf("cannot connect to RabbitMQ at %s: %v\nstart it with scripts/services.sh (or set RABBITMQ_URL)", sinks.Redact(brokerURL()), err)
+		t.Fatalf("cannot connect to RabbitMQ at %s: %v\nstart it with scripts/services.sh (or set RABBITMQ_URL)", redact.URL(brokerURL()), err)
 	}
 	ch, err := conn.Channel()
 	if err != nil {
@@ -107,7 +108,7 @@ func (b *broker) depth(queue string) int {
 }
 
 // newSink builds a sink with the test broker's URL, closed when the test ends.
-func newSink(t *testing.T, topic string, cfg activities.SinkConfig) *rabbitsink.Sink {
+func newSink(t *testing.T, topic string, cfg rabbitsink.Config) *rabbitsink.Sink {
 	t.Helper()
 	if cfg.URL == "" {
 		cfg.URL = brokerURL()
@@ -125,9 +126,9 @@ func newSink(t *testing.T, topic string, cfg activities.SinkConfig) *rabbitsink.
 	return s
 }
 
-func delivery(topic string, n int) activities.Delivery {
-	return activities.Delivery{
-		MessageID: uuid.New(),
+func testMessage(topic string, n int) delivery.Message {
+	return delivery.Message{
+		MessageID: uuid.NewString(),
 		Topic:     topic,
 		Payload:   json.RawMessage(fmt.Sprintf(`{"n":%d}`, n)),
 		Headers:   map[string]string{"X-Row": fmt.Sprint(n)},
@@ -160,7 +161,7 @@ func TestConcurrentPublishesAreDeliveredOnceWithProperties(t *testing.T) {
 	ex := b.exchange("orders")
 	topic := b.name + ".order.created"
 	q := b.queue("orders", ex, nil, topic)
-	s := newSink(t, topic, activities.SinkConfig{Exchange: ex, Headers: map[string]string{"X-Team": "checkout"}})
+	s := newSink(t, topic, rabbitsink.Config{Exchange: ex, Headers: map[string]string{"X-Team": "checkout"}})
 	ctx := ctxFor(t)
 	if err := s.Open(ctx); err != nil {
 		t.Fatal(err)
@@ -168,11 +169,11 @@ func TestConcurrentPublishesAreDeliveredOnceWithProperties(t *testing.T) {
 	port := s.LocalPort()
 
 	const n, workers = 50, 8
-	sent := make(map[string]activities.Delivery, n)
-	work := make(chan activities.Delivery)
+	sent := make(map[string]delivery.Message, n)
+	work := make(chan delivery.Message)
 	for i := range n {
-		d := delivery(topic, i)
-		sent[d.MessageID.String()] = d
+		d := testMessage(topic, i)
+		sent[d.MessageID] = d
 	}
 	var wg sync.WaitGroup
 	for range workers {
@@ -232,9 +233,9 @@ func TestConcurrentPublishesAreDeliveredOnceWithProperties(t *testing.T) {
 	}
 }
 
-func checkMessage(t *testing.T, m amqp.Delivery, want activities.Delivery) {
+func checkMessage(t *testing.T, m amqp.Delivery, want delivery.Message) {
 	t.Helper()
-	id := want.MessageID.String()
+	id := want.MessageID
 	if m.DeliveryMode != amqp.Persistent {
 		t.Errorf("%s: delivery mode %d, want persistent", id, m.DeliveryMode)
 	}
@@ -270,11 +271,11 @@ func TestUnroutableMessageIsPermanentAndNotMisattributed(t *testing.T) {
 	ex := b.exchange("routed")
 	routed, nowhere := b.name+".routed", b.name+".nowhere"
 	q := b.queue("routed", ex, nil, routed)
-	s := newSink(t, "ignored", activities.SinkConfig{Exchange: ex, RoutingKey: "{topic}"})
+	s := newSink(t, "ignored", rabbitsink.Config{Exchange: ex, RoutingKey: "{topic}"})
 	ctx := ctxFor(t)
 
-	err := s.Send(ctx, delivery(nowhere, 0))
-	if !activities.IsPermanent(err) {
+	err := s.Send(ctx, testMessage(nowhere, 0))
+	if !delivery.IsPermanent(err) {
 		t.Fatalf("unroutable message: got %v, want a permanent error", err)
 	}
 	t.Logf("unroutable: %v", err)
@@ -299,11 +300,11 @@ func TestUnroutableMessageIsPermanentAndNotMisattributed(t *testing.T) {
 				if i%2 == 1 {
 					topic = nowhere
 				}
-				err := s.Send(ctx, delivery(topic, i))
+				err := s.Send(ctx, testMessage(topic, i))
 				switch {
 				case topic == routed && err != nil:
 					t.Errorf("routable message %d: %v", i, err)
-				case topic == nowhere && !activities.IsPermanent(err):
+				case topic == nowhere && !delivery.IsPermanent(err):
 					t.Errorf("unroutable message %d: got %v, want a permanent error", i, err)
 				}
 			}
@@ -323,9 +324,9 @@ func TestUnroutableOnDefaultExchange(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
 	topic := b.name + ".no-such-queue"
-	s := newSink(t, topic, activities.SinkConfig{})
-	err := s.Send(ctxFor(t), delivery(topic, 0))
-	if !activities.IsPermanent(err) {
+	s := newSink(t, topic, rabbitsink.Config{})
+	err := s.Send(ctxFor(t), testMessage(topic, 0))
+	if !delivery.IsPermanent(err) {
 		t.Fatalf("got %v, want a permanent error", err)
 	}
 	for _, want := range []string{"312 NO_ROUTE", "the default exchange", fmt.Sprintf("declare a queue named %q", topic)} {
@@ -336,7 +337,7 @@ func TestUnroutableOnDefaultExchange(t *testing.T) {
 
 	// The default exchange routes by queue name.
 	q := b.queue("by-name", "", nil)
-	if err := s.Send(ctxFor(t), delivery(q, 1)); err != nil {
+	if err := s.Send(ctxFor(t), testMessage(q, 1)); err != nil {
 		t.Fatalf("Send to queue %s: %v", q, err)
 	}
 	if depth := b.depth(q); depth != 1 {
@@ -353,20 +354,20 @@ func TestNackIsAmbiguous(t *testing.T) {
 	// A queue that holds nothing and rejects what overflows it: the broker nacks.
 	b.queue("full", ex, amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"}, "full")
 	q := b.queue("ok", ex, nil, "ok")
-	s := newSink(t, "t", activities.SinkConfig{Exchange: ex, RoutingKey: "{ordering_key}"})
+	s := newSink(t, "t", rabbitsink.Config{Exchange: ex, RoutingKey: "{ordering_key}"})
 	ctx := ctxFor(t)
 
-	d := delivery("t", 0)
+	d := testMessage("t", 0)
 	d.OrderingKey = "full"
 	err := s.Send(ctx, d)
-	if !activities.IsAmbiguous(err) {
+	if !delivery.IsAmbiguous(err) {
 		t.Fatalf("nacked message: got %v, want an ambiguous error", err)
 	}
 	t.Logf("nack: %v", err)
 	if !strings.Contains(err.Error(), "nacked") {
 		t.Errorf("error %q does not say the broker nacked", err)
 	}
-	d = delivery("t", 1)
+	d = testMessage("t", 1)
 	d.OrderingKey = "ok"
 	if err := s.Send(ctx, d); err != nil {
 		t.Fatalf("Send after a nack: %v", err)
@@ -380,7 +381,7 @@ func TestMissingExchange(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
 	missing := b.name + "-missing"
-	s := newSink(t, "t", activities.SinkConfig{Exchange: missing})
+	s := newSink(t, "t", rabbitsink.Config{Exchange: missing})
 	err := s.Open(ctxFor(t))
 	if err == nil {
 		t.Fatal("Open succeeded with a missing exchange")
@@ -395,7 +396,7 @@ func TestMissingExchange(t *testing.T) {
 	// An exchange deleted after Open: the send fails for good, and the channel the broker
 	// closed is not reused once the exchange is back.
 	ex := b.exchange("deleted")
-	s = newSink(t, "t", activities.SinkConfig{Exchange: ex})
+	s = newSink(t, "t", rabbitsink.Config{Exchange: ex})
 	ctx := ctxFor(t)
 	if err := s.Open(ctx); err != nil {
 		t.Fatal(err)
@@ -403,14 +404,14 @@ func TestMissingExchange(t *testing.T) {
 	if err := b.ch.ExchangeDelete(ex, false, false); err != nil {
 		t.Fatal(err)
 	}
-	err = s.Send(ctx, delivery("t", 0))
-	if !activities.IsPermanent(err) || !strings.Contains(err.Error(), fmt.Sprintf("exchange %q not found", ex)) {
+	err = s.Send(ctx, testMessage("t", 0))
+	if !delivery.IsPermanent(err) || !strings.Contains(err.Error(), fmt.Sprintf("exchange %q not found", ex)) {
 		t.Fatalf("Send to a deleted exchange: got %v, want a permanent error naming it", err)
 	}
 	t.Logf("Send, deleted exchange: %v", err)
 	b.exchange("deleted")
 	q := b.queue("deleted", ex, nil, "t")
-	if err := s.Send(ctx, delivery("t", 1)); err != nil {
+	if err := s.Send(ctx, testMessage("t", 1)); err != nil {
 		t.Fatalf("Send once the exchange is back: %v", err)
 	}
 	if depth := b.depth(q); depth != 1 {
@@ -420,7 +421,7 @@ func TestMissingExchange(t *testing.T) {
 
 func TestUnreachableBroker(t *testing.T) {
 	t.Parallel()
-	s := newSink(t, "t", activities.SinkConfig{URL: "amqp://user:s3cret@127.0.0.1:1/vhost"})
+	s := newSink(t, "t", rabbitsink.Config{URL: "amqp://user:s3cret@127.0.0.1:1/vhost"})
 	ctx := ctxFor(t)
 	err := s.Open(ctx)
 	if err == nil {
@@ -430,8 +431,8 @@ func TestUnreachableBroker(t *testing.T) {
 	if !strings.Contains(err.Error(), "amqp://127.0.0.1:1") || strings.Contains(err.Error(), "s3cret") {
 		t.Errorf("Open error %q: want the redacted URL and no password", err)
 	}
-	err = s.Send(ctx, delivery("t", 0))
-	if _, ok := activities.IsRetryable(err); !ok {
+	err = s.Send(ctx, testMessage("t", 0))
+	if _, ok := delivery.IsRetryable(err); !ok {
 		t.Errorf("Send with no broker: got %v, want a retryable error", err)
 	}
 }
@@ -448,12 +449,12 @@ func TestCredentialsFromSettings(t *testing.T) {
 	u.User = nil
 	q := b.queue("creds", "", nil)
 
-	s := newSink(t, q, activities.SinkConfig{URL: u.String(), Username: user, Password: pass})
-	if err := s.Send(ctxFor(t), delivery(q, 0)); err != nil {
+	s := newSink(t, q, rabbitsink.Config{URL: u.String(), Username: user, Password: pass})
+	if err := s.Send(ctxFor(t), testMessage(q, 0)); err != nil {
 		t.Fatalf("Send with username and password settings: %v", err)
 	}
 
-	s = newSink(t, q, activities.SinkConfig{URL: u.String(), Username: user, Password: "wr0ng-pa55"})
+	s = newSink(t, q, rabbitsink.Config{URL: u.String(), Username: user, Password: "wr0ng-pa55"})
 	err = s.Open(ctxFor(t))
 	if err == nil {
 		t.Fatal("Open succeeded with a wrong password")
@@ -492,16 +493,16 @@ func TestNewValidation(t *testing.T) {
 	missing := t.TempDir() + "/missing-ca.pem"
 	for _, tc := range []struct {
 		name string
-		cfg  activities.SinkConfig
+		cfg  rabbitsink.Config
 		want []string
 	}{
-		{"bad scheme", activities.SinkConfig{URL: "nats://user:s3cret@broker:4222"}, []string{"url: must be an amqp:// or amqps:// URL", `"nats://broker:4222"`}},
-		{"no url", activities.SinkConfig{}, []string{"url: must be set"}},
-		{"bad template", activities.SinkConfig{URL: "amqp://broker", RoutingKey: "orders.{nope}"}, []string{"routing_key:", "{nope}"}},
-		{"password alone", activities.SinkConfig{URL: "amqp://broker", Password: "s3cret"}, []string{"username: must be set with password"}},
-		{"tls without amqps", activities.SinkConfig{URL: "amqp://broker", TLS: activities.TLSFiles{ServerName: "broker"}}, []string{"tls:", "amqps://"}},
-		{"missing ca", activities.SinkConfig{URL: "amqps://broker", TLS: activities.TLSFiles{CAFile: missing}}, []string{"tls.ca_file"}},
-		{"long exchange", activities.SinkConfig{URL: "amqp://broker", Exchange: strings.Repeat("x", 256)}, []string{"exchange: must be at most 255 bytes"}},
+		{"bad scheme", rabbitsink.Config{URL: "nats://user:s3cret@broker:4222"}, []string{"url: must be an amqp:// or amqps:// URL", `"nats://broker:4222"`}},
+		{"no url", rabbitsink.Config{}, []string{"url: must be set"}},
+		{"bad template", rabbitsink.Config{URL: "amqp://broker", RoutingKey: "orders.{nope}"}, []string{"routing_key:", "{nope}"}},
+		{"password alone", rabbitsink.Config{URL: "amqp://broker", Password: "s3cret"}, []string{"username: must be set with password"}},
+		{"tls without amqps", rabbitsink.Config{URL: "amqp://broker", TLS: sinks.TLSFiles{ServerName: "broker"}}, []string{"tls:", "amqps://"}},
+		{"missing ca", rabbitsink.Config{URL: "amqps://broker", TLS: sinks.TLSFiles{CAFile: missing}}, []string{"tls.ca_file"}},
+		{"long exchange", rabbitsink.Config{URL: "amqp://broker", Exchange: strings.Repeat("x", 256)}, []string{"exchange: must be at most 255 bytes"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, err := rabbitsink.New("t", tc.cfg)
@@ -523,14 +524,14 @@ func TestNewValidation(t *testing.T) {
 	}
 
 	// New does not connect: a broker that is not there is found by Open or Send.
-	h, err := rabbitsink.New("t", activities.SinkConfig{URL: "amqps://127.0.0.1:1", RoutingKey: "{topic}.{ordering_key}"})
+	h, err := rabbitsink.New("t", rabbitsink.Config{URL: "amqps://127.0.0.1:1", RoutingKey: "{topic}.{ordering_key}"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := h.(*rabbitsink.Sink)
 	defer s.Close()
 	// A template that cannot expand fails before any connection is tried.
-	if err := s.Send(context.Background(), delivery("t", 0)); !activities.IsPermanent(err) || !strings.Contains(err.Error(), "{ordering_key}") {
+	if err := s.Send(context.Background(), testMessage("t", 0)); !delivery.IsPermanent(err) || !strings.Contains(err.Error(), "{ordering_key}") {
 		t.Errorf("Send without an ordering key: got %v, want a permanent error about {ordering_key}", err)
 	}
 }
@@ -539,9 +540,9 @@ func TestReconnectsAfterTheConnectionBreaks(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
 	q := b.queue("recover", "", nil)
-	s := newSink(t, q, activities.SinkConfig{})
+	s := newSink(t, q, rabbitsink.Config{})
 	ctx := ctxFor(t)
-	if err := s.Send(ctx, delivery(q, 0)); err != nil {
+	if err := s.Send(ctx, testMessage(q, 0)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -553,15 +554,15 @@ func TestReconnectsAfterTheConnectionBreaks(t *testing.T) {
 		t.Fatal("the sink has no connection")
 	}
 	sent := 1
-	if err := s.Send(ctx, delivery(q, 1)); err != nil {
-		if activities.IsPermanent(err) || !errors.Is(err, activities.ErrConnectionLost) {
+	if err := s.Send(ctx, testMessage(q, 1)); err != nil {
+		if delivery.IsPermanent(err) || !errors.Is(err, delivery.ErrConnectionLost) {
 			t.Fatalf("Send on a broken connection: got %v, want success or a failure that is retried, wrapping ErrConnectionLost", err)
 		}
 		t.Logf("first Send after the break: %v", err)
 	} else {
 		sent++
 	}
-	if err := s.Send(ctx, delivery(q, 2)); err != nil {
+	if err := s.Send(ctx, testMessage(q, 2)); err != nil {
 		t.Fatalf("second Send after the break: %v", err)
 	}
 	sent++
@@ -572,7 +573,7 @@ func TestReconnectsAfterTheConnectionBreaks(t *testing.T) {
 	// Broken and noticed: the next send reconnects and succeeds.
 	s.BreakConnection()
 	eventually(t, 5*time.Second, "the sink notices the broken connection", func() bool { return !s.Connected() })
-	if err := s.Send(ctx, delivery(q, 3)); err != nil {
+	if err := s.Send(ctx, testMessage(q, 3)); err != nil {
 		t.Fatalf("Send after the break was noticed: %v", err)
 	}
 	sent++
@@ -589,9 +590,9 @@ func TestReconnectsAfterTheBrokerClosesTheConnection(t *testing.T) {
 	}
 	b := newBroker(t)
 	q := b.queue("forced", "", nil)
-	s := newSink(t, q, activities.SinkConfig{})
+	s := newSink(t, q, rabbitsink.Config{})
 	ctx := ctxFor(t)
-	if err := s.Send(ctx, delivery(q, 0)); err != nil {
+	if err := s.Send(ctx, testMessage(q, 0)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -603,7 +604,7 @@ func TestReconnectsAfterTheBrokerClosesTheConnection(t *testing.T) {
 		t.Fatalf("rabbitmqctl eval: %v\n%s", err, out)
 	}
 	eventually(t, 5*time.Second, "the sink sees the broker close its connection", func() bool { return !s.Connected() })
-	if err := s.Send(ctx, delivery(q, 1)); err != nil {
+	if err := s.Send(ctx, testMessage(q, 1)); err != nil {
 		t.Fatalf("Send after the broker closed the connection: %v", err)
 	}
 	if s.LocalPort() == port {
@@ -616,16 +617,16 @@ func TestSendAfterCloseIsRetryable(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
 	q := b.queue("closed", "", nil)
-	s := newSink(t, q, activities.SinkConfig{})
+	s := newSink(t, q, rabbitsink.Config{})
 	ctx := ctxFor(t)
-	if err := s.Send(ctx, delivery(q, 0)); err != nil {
+	if err := s.Send(ctx, testMessage(q, 0)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	err := s.Send(ctx, delivery(q, 1))
-	if _, ok := activities.IsRetryable(err); !ok || !errors.Is(err, rabbitsink.ErrClosed) {
+	err := s.Send(ctx, testMessage(q, 1))
+	if _, ok := delivery.IsRetryable(err); !ok || !errors.Is(err, rabbitsink.ErrClosed) {
 		t.Fatalf("Send after Close: got %v, want a retryable ErrClosed", err)
 	}
 	if err := s.Open(ctx); !errors.Is(err, rabbitsink.ErrClosed) {

@@ -5,7 +5,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-go/outbox/activities"
+	"github.com/outbox-go/outbox/delivery"
+	"github.com/outbox-go/outbox/sinks/rabbitsink"
 )
 
 // TestRowHeadersCannotSteerTheBroker: CC and BCC in a message's headers would route it to
@@ -18,21 +19,21 @@ func TestRowHeadersCannotSteerTheBroker(t *testing.T) {
 	ex := b.exchange("orders")
 	q := b.queue("orders", ex, nil, "orders")
 	other := b.queue("other", ex, nil, "other")
-	s := newSink(t, "orders", activities.SinkConfig{Exchange: ex, RoutingKey: "orders"})
+	s := newSink(t, "orders", rabbitsink.Config{Exchange: ex, RoutingKey: "orders"})
 
 	for _, header := range []string{"CC", "BCC", "x-delay", "x-deduplication-header", "Outbox-Attempt", "outbox-message-id"} {
-		d := delivery("orders", 1)
+		d := testMessage("orders", 1)
 		d.Headers[header] = "other"
 		err := s.Send(ctxFor(t), d)
 		require.Error(t, err, header)
-		require.True(t, activities.IsPermanent(err), "%s: %v", header, err)
+		require.True(t, delivery.IsPermanent(err), "%s: %v", header, err)
 		require.ErrorContains(t, err, `header "`+header+`"`)
 	}
 	require.Zero(t, b.depth(q))
 	require.Zero(t, b.depth(other), "a CC from a row routed nowhere")
 
 	// Names the broker does not act on pass: it compares CC and x- exactly.
-	d := delivery("orders", 2)
+	d := testMessage("orders", 2)
 	d.Headers["cc-team"] = "a"
 	d.Headers["X-Request-Id"] = "b"
 	require.NoError(t, s.Send(ctxFor(t), d))

@@ -12,9 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-go/outbox/activities"
-	"github.com/outbox-go/outbox/sinks/rabbitsink"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/outbox-go/outbox/delivery"
+	"github.com/outbox-go/outbox/sinks/rabbitsink"
 )
 
 // proxy forwards TCP connections to the broker, and can stall either direction of a
@@ -185,8 +186,8 @@ func (p *proxy) count() int {
 
 // bigDelivery is a message larger than the socket buffers between the sink and a stalled
 // proxy, so that its write blocks.
-func bigDelivery(topic string) activities.Delivery {
-	d := delivery(topic, -1)
+func bigDelivery(topic string) delivery.Message {
+	d := testMessage(topic, -1)
 	d.Payload = json.RawMessage(`"` + strings.Repeat("x", 8<<20) + `"`)
 	return d
 }
@@ -200,7 +201,7 @@ func TestAWriteThatOutlivesItsAttemptSparesTheOtherPublishes(t *testing.T) {
 	b := newBroker(t)
 	q := b.queue("stall", "", nil)
 	p := newProxy(t)
-	s := newSink(t, q, activities.SinkConfig{URL: p.url()})
+	s := newSink(t, q, rabbitsink.Config{URL: p.url()})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const n = 8
@@ -221,23 +222,23 @@ func TestAWriteThatOutlivesItsAttemptSparesTheOtherPublishes(t *testing.T) {
 	others := make(map[string]bool, n)
 	errs := make(chan error, n)
 	for i := range n {
-		d := delivery(q, i)
-		others[d.MessageID.String()] = true
+		d := testMessage(q, i)
+		others[d.MessageID] = true
 		go func() { errs <- s.Send(ctx, d) }()
 	}
 
 	err := <-bigErr
-	if !activities.IsAmbiguous(err) {
+	if !delivery.IsAmbiguous(err) {
 		t.Fatalf("send whose attempt ended mid-write: got %v, want an ambiguous error", err)
 	}
-	if errors.Is(err, activities.ErrConnectionLost) {
+	if errors.Is(err, delivery.ErrConnectionLost) {
 		t.Errorf("send whose own attempt ended: %v, want no ErrConnectionLost", err)
 	}
 	t.Logf("attempt ended mid-write: %v", err)
 
 	// The connection is retired, not broken: a send now uses a new one, while the first
 	// is still stalled, and the publishes on the first are still waiting.
-	late := delivery(q, n)
+	late := testMessage(q, n)
 	if err := s.Send(ctx, late); err != nil {
 		t.Fatalf("send after the retirement: %v", err)
 	}
@@ -271,7 +272,7 @@ func TestAWriteThatOutlivesItsAttemptSparesTheOtherPublishes(t *testing.T) {
 	seen := map[string]int{}
 	want := n + 1
 	timeout := time.After(10 * time.Second)
-	for len(seen) < want || seen[big.MessageID.String()] > 0 && len(seen) < want+1 {
+	for len(seen) < want || seen[big.MessageID] > 0 && len(seen) < want+1 {
 		select {
 		case m := <-deliveries:
 			seen[m.MessageId]++
@@ -294,13 +295,13 @@ func TestAWriteThatOutlivesItsAttemptSparesTheOtherPublishes(t *testing.T) {
 			t.Errorf("message %s queued %d times, want once", id, seen[id])
 		}
 	}
-	if c := seen[late.MessageID.String()]; c != 1 {
+	if c := seen[late.MessageID]; c != 1 {
 		t.Errorf("message sent after the retirement queued %d times, want once", c)
 	}
-	if c := seen[big.MessageID.String()]; c > 1 {
+	if c := seen[big.MessageID]; c > 1 {
 		t.Errorf("message whose send failed queued %d times, want at most once", c)
 	}
-	t.Logf("the message whose send failed was queued %d times", seen[big.MessageID.String()])
+	t.Logf("the message whose send failed was queued %d times", seen[big.MessageID])
 }
 
 // TestARetiredConnectionIsClosedAtItsBound: a retired connection whose broker never reads
@@ -311,7 +312,7 @@ func TestARetiredConnectionIsClosedAtItsBound(t *testing.T) {
 	b := newBroker(t)
 	q := b.queue("bound", "", nil)
 	p := newProxy(t)
-	s := newSink(t, q, activities.SinkConfig{URL: p.url()})
+	s := newSink(t, q, rabbitsink.Config{URL: p.url()})
 	s.SetRetireTimeout(500 * time.Millisecond)
 	ctx := ctxFor(t)
 	if err := s.OpenChannels(ctx, 2); err != nil {
@@ -320,19 +321,19 @@ func TestARetiredConnectionIsClosedAtItsBound(t *testing.T) {
 	p.link(0).up.stall()
 	bigErr := sendBlocked(t, s, bigDelivery(q), time.Second)
 	otherErr := make(chan error, 1)
-	go func() { otherErr <- s.Send(ctx, delivery(q, 0)) }()
+	go func() { otherErr <- s.Send(ctx, testMessage(q, 0)) }()
 
-	if err := <-bigErr; !activities.IsAmbiguous(err) {
+	if err := <-bigErr; !delivery.IsAmbiguous(err) {
 		t.Fatalf("send whose attempt ended mid-write: got %v, want an ambiguous error", err)
 	}
 	start := time.Now()
 	err := <-otherErr
 	t.Logf("publish on the retired connection, %v after the retirement: %v", time.Since(start).Round(time.Millisecond), err)
-	if err == nil || activities.IsPermanent(err) || !errors.Is(err, activities.ErrConnectionLost) {
+	if err == nil || delivery.IsPermanent(err) || !errors.Is(err, delivery.ErrConnectionLost) {
 		t.Fatalf("publish on a retired connection that never drained: got %v, want a failure that is retried, wrapping ErrConnectionLost", err)
 	}
 	eventually(t, 5*time.Second, "the retired connection is closed", func() bool { return s.RetiredConnections() == 0 })
-	if err := s.Send(ctx, delivery(q, 1)); err != nil {
+	if err := s.Send(ctx, testMessage(q, 1)); err != nil {
 		t.Fatalf("send on a new connection: %v", err)
 	}
 }
@@ -344,7 +345,7 @@ func TestASendDoesNotWaitPastItsAttemptForAChannel(t *testing.T) {
 	b := newBroker(t)
 	q := b.queue("channel", "", nil)
 	p := newProxy(t)
-	s := newSink(t, q, activities.SinkConfig{URL: p.url()})
+	s := newSink(t, q, rabbitsink.Config{URL: p.url()})
 	ctx := ctxFor(t)
 	if err := s.Open(ctx); err != nil { // one channel in the pool
 		t.Fatal(err)
@@ -355,19 +356,19 @@ func TestASendDoesNotWaitPastItsAttemptForAChannel(t *testing.T) {
 	start := time.Now()
 	otherCtx, otherCancel := context.WithTimeout(ctx, 1500*time.Millisecond)
 	defer otherCancel()
-	err := s.Send(otherCtx, delivery(q, 0))
+	err := s.Send(otherCtx, testMessage(q, 0))
 	took := time.Since(start)
 	t.Logf("send that waited for a channel, after %v: %v", took.Round(time.Millisecond), err)
-	if _, ok := activities.IsRetryable(err); !ok {
+	if _, ok := delivery.IsRetryable(err); !ok {
 		t.Errorf("got %v, want a retryable error", err)
 	}
 	if took > 3*time.Second {
 		t.Errorf("the send took %v, past its attempt of 1.5s", took)
 	}
-	if err := <-bigErr; !activities.IsAmbiguous(err) {
+	if err := <-bigErr; !delivery.IsAmbiguous(err) {
 		t.Errorf("send whose attempt ended mid-write: got %v, want an ambiguous error", err)
 	}
-	if err := s.Send(ctx, delivery(q, 1)); err != nil {
+	if err := s.Send(ctx, testMessage(q, 1)); err != nil {
 		t.Fatalf("send on a new connection: %v", err)
 	}
 }
@@ -379,7 +380,7 @@ func TestABrokenConnectionMarksItsPublishesLost(t *testing.T) {
 	b := newBroker(t)
 	q := b.queue("lost", "", nil)
 	p := newProxy(t)
-	s := newSink(t, q, activities.SinkConfig{URL: p.url()})
+	s := newSink(t, q, rabbitsink.Config{URL: p.url()})
 	ctx := ctxFor(t)
 	if err := s.Open(ctx); err != nil {
 		t.Fatal(err)
@@ -388,9 +389,9 @@ func TestABrokenConnectionMarksItsPublishesLost(t *testing.T) {
 	for i, tc := range []struct {
 		name  string
 		stall func(*link)
-		d     activities.Delivery
+		d     delivery.Message
 	}{
-		{"waiting for the confirm", func(l *link) { l.down.stall() }, delivery(q, 0)},
+		{"waiting for the confirm", func(l *link) { l.down.stall() }, testMessage(q, 0)},
 		{"in the middle of a write", func(l *link) { l.up.stall() }, bigDelivery(q)},
 	} {
 		// Every link the proxy has carried: a slow machine may have dialed more than one.
@@ -411,19 +412,19 @@ func TestABrokenConnectionMarksItsPublishesLost(t *testing.T) {
 		t.Logf("%s: %v", tc.name, err)
 		// A write the break interrupts is ambiguous; a message one of whose frames the
 		// closed connection refused is not (the broker drops an incomplete message).
-		_, retryable := activities.IsRetryable(err)
+		_, retryable := delivery.IsRetryable(err)
 		refused := retryable && errors.Is(err, amqp.ErrClosed)
-		if !(activities.IsAmbiguous(err) || i == 1 && refused) || !errors.Is(err, activities.ErrConnectionLost) {
+		if !(delivery.IsAmbiguous(err) || i == 1 && refused) || !errors.Is(err, delivery.ErrConnectionLost) {
 			t.Errorf("%s: got %v, want an ambiguous error wrapping ErrConnectionLost", tc.name, err)
 		}
 		if i == 0 {
-			if err := s.Send(ctx, delivery(q, 1)); err != nil {
+			if err := s.Send(ctx, testMessage(q, 1)); err != nil {
 				t.Fatalf("send after the break: %v", err)
 			}
 		}
 	}
 
-	if err := s.Send(ctx, delivery(q, 2)); err != nil {
+	if err := s.Send(ctx, testMessage(q, 2)); err != nil {
 		t.Fatalf("send after the second break: %v", err)
 	}
 	if p.count() != 3 {
@@ -439,7 +440,7 @@ func TestOpenEndsWithItsContext(t *testing.T) {
 	b := newBroker(t)
 	ex := b.exchange("orders")
 	p := newProxy(t)
-	s := newSink(t, "orders", activities.SinkConfig{URL: p.url(), Exchange: ex})
+	s := newSink(t, "orders", rabbitsink.Config{URL: p.url(), Exchange: ex})
 	if err := s.Open(ctxFor(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -451,7 +452,7 @@ func TestOpenEndsWithItsContext(t *testing.T) {
 	if took := time.Since(start); took > 3*time.Second {
 		t.Fatalf("Open took %v, past its context of 500ms", took)
 	}
-	if _, ok := activities.IsRetryable(err); !ok || activities.IsPermanent(err) {
+	if _, ok := delivery.IsRetryable(err); !ok || delivery.IsPermanent(err) {
 		t.Fatalf("got %v, want a retryable error (the broker may answer again)", err)
 	}
 	p.link(0).down.resume()
@@ -460,7 +461,7 @@ func TestOpenEndsWithItsContext(t *testing.T) {
 // sendBlocked starts sending d with an attempt of attempt, on a connection whose writes the
 // proxy stalls, and returns once the write is under way (and blocks); the channel gets the
 // send's error.
-func sendBlocked(t *testing.T, s *rabbitsink.Sink, d activities.Delivery, attempt time.Duration) <-chan error {
+func sendBlocked(t *testing.T, s *rabbitsink.Sink, d delivery.Message, attempt time.Duration) <-chan error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), attempt)
 	t.Cleanup(cancel)

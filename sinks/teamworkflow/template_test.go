@@ -1,4 +1,4 @@
-package workflows_test
+package teamworkflow_test
 
 import (
 	"encoding/json"
@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-go/outbox/delivery"
-	"github.com/outbox-go/outbox/workflows"
+	"github.com/outbox-go/outbox/sinks/teamworkflow"
 )
 
 func TestWorkflowIDTemplate(t *testing.T) {
@@ -20,10 +20,10 @@ func TestWorkflowIDTemplate(t *testing.T) {
 		"vip-{payload.vip}":                    "vip-true",
 		"no placeholders":                      "no placeholders",
 	} {
-		got, err := workflows.RenderWorkflowID(tmpl, m, "key-1")
+		got, err := teamworkflow.RenderWorkflowID(tmpl, m, "key-1")
 		require.NoError(t, err, tmpl)
 		require.Equal(t, want, got, tmpl)
-		require.NoError(t, workflows.CheckWorkflowIDTemplate(tmpl))
+		require.NoError(t, teamworkflow.CheckWorkflowIDTemplate(tmpl))
 	}
 	for tmpl, want := range map[string]string{
 		"fulfil-{payload.order}":      "has no field order",
@@ -31,10 +31,10 @@ func TestWorkflowIDTemplate(t *testing.T) {
 		"{payload.note}":              "is null, not a string, number or boolean",
 		"{payload.tags}":              "is an array, not a string, number or boolean",
 	} {
-		_, err := workflows.RenderWorkflowID(tmpl, m, "")
+		_, err := teamworkflow.RenderWorkflowID(tmpl, m, "")
 		require.ErrorContains(t, err, want, tmpl)
 	}
-	_, err := workflows.RenderWorkflowID("{ordering_key}", m, "")
+	_, err := teamworkflow.RenderWorkflowID("{ordering_key}", m, "")
 	require.ErrorContains(t, err, "message m-1 has no ordering key")
 	for tmpl, want := range map[string]string{
 		"{order_id}": "{order_id} is not a field",
@@ -42,6 +42,6 @@ func TestWorkflowIDTemplate(t *testing.T) {
 		"x}":         "a } without its {",
 		"":           "workflow_id template is empty",
 	} {
-		require.ErrorContains(t, workflows.CheckWorkflowIDTemplate(tmpl), want, tmpl)
+		require.ErrorContains(t, teamworkflow.CheckWorkflowIDTemplate(tmpl), want, tmpl)
 	}
 }

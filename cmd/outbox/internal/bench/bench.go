@@ -48,8 +48,8 @@ import (
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
 
+	"github.com/outbox-go/outbox/cmd/outbox/internal/cli"
 	"github.com/outbox-go/outbox/cmd/outbox/internal/dev"
-	"github.com/outbox-go/outbox/internal/cli"
 	"github.com/outbox-go/outbox/internal/temporalcost"
 	"github.com/outbox-go/outbox/internal/temporalx"
 	"github.com/outbox-go/outbox/store"

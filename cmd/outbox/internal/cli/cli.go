@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outbox-go/outbox/app"
+	"github.com/outbox-go/outbox/cmd/outbox/internal/demo"
 	"github.com/outbox-go/outbox/config"
-	"github.com/outbox-go/outbox/internal/demo"
 	"github.com/outbox-go/outbox/store"
 )
 
@@ -102,6 +102,7 @@ OUTBOX_TASK_QUEUE override the config file.`,
 		newStatsCmd(g),
 		newRetentionCmd(g),
 		newCodecServerCmd(g),
+		newConfigCmd(g),
 		newVersionCmd(),
 	)
 	for _, add := range extra {

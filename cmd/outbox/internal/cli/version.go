@@ -11,9 +11,9 @@ import (
 )
 
 // version is the outbox version; a release build sets it with
-// -ldflags "-X github.com/outbox-go/outbox/internal/cli.version=v1.2.3". Without it, the
-// version is the one Go recorded for the main module (v1.2.3 for go install ...@v1.2.3,
-// "(devel)" for a build from a checkout).
+// -ldflags "-X github.com/outbox-go/outbox/cmd/outbox/internal/cli.version=v1.2.3".
+// Without it, the version is the one Go recorded for the main module (v1.2.3 for
+// go install ...@v1.2.3, "(devel)" for a build from a checkout).
 var version string
 
 // BuildInfo is what outbox version prints.

@@ -16,8 +16,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/outbox-go/outbox/internal/demo"
-	"github.com/outbox-go/outbox/sinks"
+	"github.com/outbox-go/outbox/cmd/outbox/internal/demo"
+	"github.com/outbox-go/outbox/internal/redact"
 )
 
 // startBroker makes the NATS server at --nats-url usable for the demo's broker topic:
@@ -32,7 +32,7 @@ func (s *session) startBroker(ctx context.Context) error {
 			return err
 		}
 		if nc, err = nats.Connect(s.o.NATSURL, nats.Name("outbox dev"), nats.MaxReconnects(-1)); err != nil {
-			return fmt.Errorf("--broker nats: connect to %s: %w", sinks.Redact(s.o.NATSURL), err)
+			return fmt.Errorf("--broker nats: connect to %s: %w", redact.URL(s.o.NATSURL), err)
 		}
 	}
 	s.stops = append(s.stops, nc.Close)
@@ -42,7 +42,7 @@ func (s *session) startBroker(ctx context.Context) error {
 	}
 	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: demo.DemoStream, Subjects: []string{demo.DemoSubjects}, MaxAge: 24 * time.Hour})
 	if err != nil {
-		return fmt.Errorf("--broker nats: create the stream %s on %s (is JetStream on? nats-server -js): %w", demo.DemoStream, sinks.Redact(s.o.NATSURL), err)
+		return fmt.Errorf("--broker nats: create the stream %s on %s (is JetStream on? nats-server -js): %w", demo.DemoStream, redact.URL(s.o.NATSURL), err)
 	}
 	// The demo's consumer: it reads what arrives from now on and logs it.
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
@@ -58,7 +58,7 @@ func (s *session) startBroker(ctx context.Context) error {
 	}
 	s.stops = append(s.stops, cc.Stop)
 	s.show("NATS", "%s  stream %s (%s); watch: nats sub '%s' --server %s",
-		sinks.Redact(s.o.NATSURL), demo.DemoStream, demo.DemoSubjects, demo.DemoSubjects, sinks.Redact(s.o.NATSURL))
+		redact.URL(s.o.NATSURL), demo.DemoStream, demo.DemoSubjects, demo.DemoSubjects, redact.URL(s.o.NATSURL))
 	return nil
 }
 
@@ -71,7 +71,7 @@ func (s *session) startNATSServer() error {
 		bin = "/usr/sbin/nats-server"
 	}
 	if _, statErr := exec.LookPath(bin); !ok || statErr != nil {
-		return fmt.Errorf("--broker nats: no NATS server answers at %s; start one with JetStream (nats-server -js, or apt-get install nats-server) or give its address with --nats-url", sinks.Redact(s.o.NATSURL))
+		return fmt.Errorf("--broker nats: no NATS server answers at %s; start one with JetStream (nats-server -js, or apt-get install nats-server) or give its address with --nats-url", redact.URL(s.o.NATSURL))
 	}
 	dir := filepath.Join(s.o.Dir, "nats")
 	cmd := exec.Command(bin, "-a", host, "-p", strconv.Itoa(port), "-js", "-sd", dir, "-l", filepath.Join(s.o.Dir, "nats.log"))

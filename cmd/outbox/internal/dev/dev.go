@@ -30,9 +30,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outbox-go/outbox/app"
+	"github.com/outbox-go/outbox/cmd/outbox/internal/cli"
+	"github.com/outbox-go/outbox/cmd/outbox/internal/demo"
 	"github.com/outbox-go/outbox/config"
-	"github.com/outbox-go/outbox/internal/cli"
-	"github.com/outbox-go/outbox/internal/demo"
 	"github.com/outbox-go/outbox/internal/pgcluster"
 	"github.com/outbox-go/outbox/starter"
 )
