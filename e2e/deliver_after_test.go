@@ -14,12 +14,14 @@ import (
 	"github.com/outbox-go/outbox/store"
 )
 
-// startRelayPolling runs a relay for the env that polls only every pollInterval, until
-// the test ends.
-func (e *env) startRelayPolling(t *testing.T, pollInterval time.Duration) {
+// startRelayNotified runs a relay for the env that wakes on the table's notifications
+// and otherwise polls only every pollInterval, until the test ends. Its listener looks
+// once when LISTEN takes effect, so a row committed before that is not missed.
+func (e *env) startRelayNotified(t *testing.T, pollInterval time.Duration) {
 	t.Helper()
+	require.NoError(t, e.store.SetNotify(context.Background(), true))
 	r, err := starter.New(e.store, e.pool, e.client, starter.Config{
-		TaskQueue: e.taskQueue, PollInterval: pollInterval, Lease: 5 * time.Second,
+		TaskQueue: e.taskQueue, Wakeup: starter.WakeupNotify, PollInterval: pollInterval, Lease: 5 * time.Second,
 		Policy: e.cfg.Policy, Logger: logger,
 	})
 	require.NoError(t, err)
@@ -57,8 +59,9 @@ func TestDeliverAfter(t *testing.T) {
 
 	e.startWorker(t)
 	// The poll is an hour away: only the NOTIFY and the relay's wake-up at the due time
-	// can deliver the message on time.
-	e.startRelayPolling(t, time.Hour)
+	// can deliver the message on time. (With wakeup poll, a first pass that ran before the
+	// enqueue committed would sleep the whole hour.)
+	e.startRelayNotified(t, time.Hour)
 
 	at := time.Now().Add(2 * time.Second)
 	id, err := e.store.Enqueue(ctx, e.pool, store.Message{Topic: "order.delayed", Payload: json.RawMessage(`{"order": 1}`), DeliverAfter: at})
