@@ -1,99 +1,15 @@
 package activities
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
-	"strings"
 
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
-
+	"github.com/outbox-go/outbox/sinks/teamworkflow"
 	"github.com/outbox-go/outbox/workflows"
 )
 
-// SignalWithStart signals a team's workflow with a message, starting the workflow first
-// when it is not running (Temporal's signal-with-start), for a topic whose workflow handler
-// names a signal. When the workflow of that ID closed, the signal starts a new run if the
-// topic's workflow_id_reuse allows one (allow_duplicate, the default for signals); if it
-// does not, the message was delivered to no one: the failure is permanent (the message is
-// dead-lettered) and names the closed run, and outbox_signal_target_closed_total counts
-// it. It needs the worker's Temporal client.
+// SignalWithStart is the signal activity of a topic whose workflow handler names a
+// signal: teamworkflow.Signaler with the worker's client, logger and metrics.
 func (a *Activities) SignalWithStart(ctx context.Context, in workflows.SignalWithStartInput) (workflows.StartedWorkflow, error) {
-	if a.Client == nil {
-		return workflows.StartedWorkflow{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("topic %s signals workflow %s, but this worker has no Temporal client for it (worker.Deps.Client)", in.Message.Topic, in.Workflow),
-			workflows.ErrTypePermanent, nil)
-	}
-	reuse, ok := workflows.IDReusePolicies[in.IDReuse]
-	if !ok {
-		return workflows.StartedWorkflow{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("workflow_id_reuse %q is not a reuse policy", in.IDReuse), workflows.ErrTypePermanent, nil)
-	}
-	if in.Message.Attempt > 1 {
-		// An earlier attempt may have signalled a run that has closed since (the signal
-		// finished it): another signal-with-start would start a new run with a second copy.
-		if found, ok := a.signalledRun(ctx, in); ok {
-			return found, nil
-		}
-	}
-	run, err := a.Client.SignalWithStartWorkflow(ctx, in.WorkflowID, in.Signal, in.Message, client.StartWorkflowOptions{
-		ID: in.WorkflowID, TaskQueue: in.TaskQueue, WorkflowIDReusePolicy: reuse,
-	}, in.Workflow, in.Message)
-	var started *serviceerror.WorkflowExecutionAlreadyStarted
-	switch {
-	case errors.As(err, &started):
-		if found, ok := a.signalledRun(ctx, in); ok {
-			return found, nil // an earlier attempt's signal reached it before it closed
-		}
-		a.Metrics.SignalTargetClosed(in.Message.Topic)
-		closed := "run " + started.RunId
-		if desc, derr := a.Client.DescribeWorkflowExecution(ctx, in.WorkflowID, ""); derr == nil {
-			info := desc.GetWorkflowExecutionInfo()
-			closed = fmt.Sprintf("run %s, %s", info.GetExecution().GetRunId(), strings.ToLower(strings.TrimPrefix(info.GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_")))
-		}
-		return workflows.StartedWorkflow{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("signal %s not delivered: workflow %s is closed (%s) and workflow_id_reuse %s lets no new run start; set workflow_id_reuse: allow_duplicate to start a new run with the signal, then redrive",
-				in.Signal, in.WorkflowID, closed, in.IDReuse),
-			workflows.ErrTypePermanent, nil)
-	case err != nil:
-		return workflows.StartedWorkflow{}, temporal.NewApplicationError(
-			fmt.Sprintf("signal-with-start %s of workflow %s: %v", in.Signal, in.WorkflowID, err), workflows.ErrTypeRetryable)
-	}
-	return workflows.StartedWorkflow{WorkflowID: run.GetID(), RunID: run.GetRunID()}, nil
-}
-
-// signalledRun reports whether the workflow's latest run is closed and its history has
-// the signal with this message (an earlier attempt delivered it, and its answer was
-// lost). It looks for the message ID in the signal's payload, so with an encrypting
-// codec it finds nothing, and the message is signalled again or fails as if it did not.
-func (a *Activities) signalledRun(ctx context.Context, in workflows.SignalWithStartInput) (workflows.StartedWorkflow, bool) {
-	desc, err := a.Client.DescribeWorkflowExecution(ctx, in.WorkflowID, "")
-	if err != nil || desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		return workflows.StartedWorkflow{}, false
-	}
-	runID := desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()
-	id := []byte(in.Message.MessageID)
-	iter := a.Client.GetWorkflowHistory(ctx, in.WorkflowID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for iter.HasNext() {
-		ev, err := iter.Next()
-		if err != nil {
-			return workflows.StartedWorkflow{}, false
-		}
-		sig := ev.GetWorkflowExecutionSignaledEventAttributes()
-		if sig == nil || sig.GetSignalName() != in.Signal {
-			continue
-		}
-		for _, p := range sig.GetInput().GetPayloads() {
-			if bytes.Contains(p.GetData(), id) {
-				a.logger().InfoContext(ctx, "An earlier attempt's signal reached the workflow before it closed; delivered",
-					"workflow_id", in.WorkflowID, "run_id", runID)
-				return workflows.StartedWorkflow{WorkflowID: in.WorkflowID, RunID: runID}, true
-			}
-		}
-	}
-	return workflows.StartedWorkflow{}, false
+	s := teamworkflow.Signaler{Client: a.Client, Logger: a.logger(), OnTargetClosed: a.Metrics.SignalTargetClosed}
+	return s.SignalWithStart(ctx, in)
 }

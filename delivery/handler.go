@@ -58,6 +58,14 @@ const (
 	KindPermanent
 )
 
+// The types of the Temporal ApplicationErrors a failed attempt is reported with, by its
+// Kind: what the delivery workflow reads (see teamactivity.ApplicationError).
+const (
+	ErrTypePermanent = "OutboxPermanent"
+	ErrTypeRetryable = "OutboxRetryable"
+	ErrTypeAmbiguous = "OutboxAmbiguous"
+)
+
 // String names the kind.
 func (k Kind) String() string {
 	switch k {

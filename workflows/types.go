@@ -44,17 +44,17 @@ const (
 	ErrTypeDeadLettered = "OutboxDeadLettered"
 	// ErrTypePermanent marks a send failure that no retry can fix (a 4xx, an unknown
 	// topic, a payload the handler rejects).
-	ErrTypePermanent = teamactivity.ErrTypePermanent
+	ErrTypePermanent = dmsg.ErrTypePermanent
 	// ErrTypeUnknownTopic marks a send whose worker has no handler for the topic. It is
 	// retried through the attempts (another worker, or this one after a deploy, may have
 	// it), then dead-lettered.
 	ErrTypeUnknownTopic = "OutboxUnknownTopic"
 	// ErrTypeRetryable marks a send failure the downstream reported (5xx, 429): it did not
 	// process the message, so the next attempt needs no check first.
-	ErrTypeRetryable = teamactivity.ErrTypeRetryable
+	ErrTypeRetryable = dmsg.ErrTypeRetryable
 	// ErrTypeAmbiguous marks a send failure after which the downstream may or may not have
 	// the message (timeout, connection reset after the request was written).
-	ErrTypeAmbiguous = teamactivity.ErrTypeAmbiguous
+	ErrTypeAmbiguous = dmsg.ErrTypeAmbiguous
 	// ErrTypeStoreUnavailable marks a send that could not load the message because the
 	// outbox's own database was unavailable: nothing was sent, and no attempt is used up.
 	ErrTypeStoreUnavailable = "OutboxStoreUnavailable"
@@ -144,15 +144,9 @@ type RecordFailureInput struct {
 	ErrType   string `json:"error_type"` // ErrTypePermanent, ErrTypeRetryable or ErrTypeAmbiguous
 }
 
-// SignalWithStartInput is the input of the signal activity.
-type SignalWithStartInput struct {
-	WorkflowID string       `json:"workflow_id"`
-	Workflow   string       `json:"workflow"`
-	TaskQueue  string       `json:"task_queue"`
-	Signal     string       `json:"signal"`
-	IDReuse    string       `json:"id_reuse"`
-	Message    dmsg.Message `json:"message"`
-}
+// SignalWithStartInput is the input of the signal activity (see package
+// sinks/teamworkflow).
+type SignalWithStartInput = teamworkflow.SignalInput
 
 // DefaultWorkflowIDTemplate is the workflow ID of a started workflow when the topic sets
 // none.
@@ -377,10 +371,7 @@ type DeliveryResult struct {
 }
 
 // StartedWorkflow identifies a workflow a delivery started.
-type StartedWorkflow struct {
-	WorkflowID string `json:"workflow_id"`
-	RunID      string `json:"run_id,omitempty"` // empty when it was found already started
-}
+type StartedWorkflow = teamworkflow.Started
 
 // SendInput is the input of the send activity.
 type SendInput struct {

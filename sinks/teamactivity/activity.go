@@ -9,16 +9,8 @@ import (
 	"github.com/outbox-go/outbox/delivery"
 )
 
-// The types of the ApplicationErrors a failed attempt is reported with, by its
-// delivery.Kind: what the delivery workflow reads.
-const (
-	ErrTypePermanent = "OutboxPermanent"
-	ErrTypeRetryable = "OutboxRetryable"
-	ErrTypeAmbiguous = "OutboxAmbiguous"
-)
-
 // ApplicationError returns a handler's error as the ApplicationError the delivery
-// workflow reads: its kind as the type (ErrTypePermanent, not retryable;
+// workflow reads: its kind as the type (delivery.ErrTypePermanent, not retryable;
 // ErrTypeRetryable; ErrTypeAmbiguous) and its RetryAfter as the NextRetryDelay. An
 // ApplicationError (a handler that speaks Temporal already) is returned as it is; nil
 // stays nil. The result is never wrapped: wrapping would lose NonRetryable and
@@ -33,16 +25,16 @@ func ApplicationError(err error) error {
 	}
 	var e *delivery.Error
 	if !errors.As(err, &e) {
-		return temporal.NewApplicationError(err.Error(), ErrTypeAmbiguous)
+		return temporal.NewApplicationError(err.Error(), delivery.ErrTypeAmbiguous)
 	}
 	switch e.Kind {
 	case delivery.KindPermanent:
-		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypePermanent, nil)
+		return temporal.NewNonRetryableApplicationError(err.Error(), delivery.ErrTypePermanent, nil)
 	case delivery.KindRetryable:
-		return temporal.NewApplicationErrorWithOptions(err.Error(), ErrTypeRetryable,
+		return temporal.NewApplicationErrorWithOptions(err.Error(), delivery.ErrTypeRetryable,
 			temporal.ApplicationErrorOptions{NextRetryDelay: e.RetryAfter})
 	default:
-		return temporal.NewApplicationErrorWithOptions(err.Error(), ErrTypeAmbiguous,
+		return temporal.NewApplicationErrorWithOptions(err.Error(), delivery.ErrTypeAmbiguous,
 			temporal.ApplicationErrorOptions{NextRetryDelay: e.RetryAfter})
 	}
 }

@@ -26,11 +26,11 @@ func TestActivity(t *testing.T) {
 		nonRetryable bool
 		wait         time.Duration
 	}{
-		{delivery.Permanent(errors.New("bad payload")), teamactivity.ErrTypePermanent, true, 0},
-		{delivery.Retryable(errors.New("busy"), 3*time.Second), teamactivity.ErrTypeRetryable, false, 3 * time.Second},
-		{delivery.Ambiguous(errors.New("reset")), teamactivity.ErrTypeAmbiguous, false, 0},
-		{delivery.RetryAfter(errors.New("HTTP 500"), time.Minute), teamactivity.ErrTypeAmbiguous, false, time.Minute},
-		{errors.New("unclassified"), teamactivity.ErrTypeAmbiguous, false, 0},
+		{delivery.Permanent(errors.New("bad payload")), delivery.ErrTypePermanent, true, 0},
+		{delivery.Retryable(errors.New("busy"), 3*time.Second), delivery.ErrTypeRetryable, false, 3 * time.Second},
+		{delivery.Ambiguous(errors.New("reset")), delivery.ErrTypeAmbiguous, false, 0},
+		{delivery.RetryAfter(errors.New("HTTP 500"), time.Minute), delivery.ErrTypeAmbiguous, false, time.Minute},
+		{errors.New("unclassified"), delivery.ErrTypeAmbiguous, false, 0},
 		{own, "Discontinued", true, 0},
 	} {
 		run := teamactivity.Activity(delivery.HandlerFunc(func(context.Context, delivery.Message) error { return tc.err }))
