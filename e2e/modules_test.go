@@ -156,3 +156,27 @@ func goCmd(t *testing.T, dir string, args ...string) string {
 	require.NoError(t, err, "go %s: %s", strings.Join(args, " "), out)
 	return string(out)
 }
+
+// TestSinksDependOnTheContractOnly: each sink depends on the handler contract (delivery),
+// what the sinks share (sinks) and helpers, never on a part above it (activities,
+// workflows, config, store, app, ...), so a sink can be read, tested and copied alone.
+func TestSinksDependOnTheContractOnly(t *testing.T) {
+	t.Parallel()
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	const module = "github.com/outbox-go/outbox/"
+	allowed := func(dep string) bool {
+		rest := strings.TrimPrefix(dep, module)
+		return rest == "delivery" || rest == "sinks" || rest == "webhook" || strings.HasPrefix(rest, "internal/")
+	}
+	sinks := strings.Fields(goCmd(t, root, "list", "./sinks/..."))
+	require.Contains(t, sinks, module+"sinks/httpsink")
+	for _, sink := range sinks {
+		for _, dep := range strings.Fields(goCmd(t, root, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", sink)) {
+			if dep == sink || !strings.HasPrefix(dep, module) {
+				continue
+			}
+			require.True(t, allowed(dep), "%s depends on %s, a part above the sinks", sink, dep)
+		}
+	}
+}
