@@ -226,7 +226,7 @@ func check(t *testing.T, e *chaosEnv, l *loader, within time.Duration) result {
 		t.Errorf("the receiver got %d messages that were never committed, e.g. %v", len(res.notCommitted), first(res.notCommitted, 10))
 	}
 	if len(snap.Bad) > 0 {
-		t.Errorf("the receiver got %d requests without Idempotency-Key/X-Outbox-Attempt, e.g. %v", len(snap.Bad), first(snap.Bad, 5))
+		t.Errorf("the receiver got %d requests without Idempotency-Key/Outbox-Attempt, e.g. %v", len(snap.Bad), first(snap.Bad, 5))
 	}
 	if len(res.duplicated) > 0 {
 		t.Logf("duplicates (%d extra requests on %d messages), e.g.:\n  %s", res.dups, len(res.duplicated), strings.Join(first(res.duplicated, 10), "\n  "))

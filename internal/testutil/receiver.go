@@ -15,7 +15,7 @@ import (
 // answers check_url. It serves POST /events and GET /events/{id} (200 once the message was
 // processed, else 404), and records every request.
 //
-// A request without an Idempotency-Key, without a valid X-Outbox-Attempt, not JSON, or
+// A request without an Idempotency-Key, without a valid Outbox-Attempt, not JSON, or
 // whose body names another message ID breaks the contract: it is answered 400 and recorded
 // in Snapshot().Bad.
 type Receiver struct {
@@ -31,7 +31,7 @@ type Receiver struct {
 
 	mu          sync.Mutex
 	requests    map[string]int       // POSTs per message ID
-	attempts    map[string][]int     // X-Outbox-Attempt of each POST
+	attempts    map[string][]int     // Outbox-Attempt of each POST
 	effects     map[string]time.Time // when each message was processed
 	arrivals    []string             // message IDs in the order they were processed
 	redelivered map[string]int       // POSTs per message that arrived after it was processed
@@ -155,15 +155,15 @@ func (r *Receiver) post(w http.ResponseWriter, req *http.Request) {
 		Topic     string `json:"topic"`
 	}
 	key := req.Header.Get("Idempotency-Key")
-	attempt, aerr := strconv.Atoi(req.Header.Get("X-Outbox-Attempt"))
+	attempt, aerr := strconv.Atoi(req.Header.Get("Outbox-Attempt"))
 	derr := json.NewDecoder(req.Body).Decode(&body)
 	r.mu.Lock()
 	r.total++
 	if key == "" || aerr != nil || attempt < 1 || derr != nil || body.MessageID != key ||
 		!strings.HasPrefix(req.Header.Get("Content-Type"), "application/json") {
-		r.bad = append(r.bad, key+" attempt="+req.Header.Get("X-Outbox-Attempt"))
+		r.bad = append(r.bad, key+" attempt="+req.Header.Get("Outbox-Attempt"))
 		r.mu.Unlock()
-		http.Error(w, "missing Idempotency-Key or X-Outbox-Attempt, or a body of another message", http.StatusBadRequest)
+		http.Error(w, "missing Idempotency-Key or Outbox-Attempt, or a body of another message", http.StatusBadRequest)
 		return
 	}
 	r.requests[key]++

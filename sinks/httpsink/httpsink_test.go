@@ -65,7 +65,13 @@ func TestHTTPSink(t *testing.T) {
 		require.Equal(t, "/events", got.URL.Path)
 		require.Equal(t, "application/json", got.Header.Get("Content-Type"))
 		require.Equal(t, "0195c2a0-0000-7000-8000-0000000000aa", got.Header.Get("Idempotency-Key"))
+		require.Equal(t, "2", got.Header.Get("Outbox-Attempt"))
+		require.Equal(t, "0195c2a0-0000-7000-8000-0000000000aa", got.Header.Get("Outbox-Message-Id"))
+		require.Equal(t, "order.created", got.Header.Get("Outbox-Topic"))
+		require.Equal(t, "2026-11-30T09:00:00Z", got.Header.Get("Outbox-Created-At"))
+		// The names before Outbox-*, sent for one more release.
 		require.Equal(t, "2", got.Header.Get("X-Outbox-Attempt"))
+		require.Equal(t, "order.created", got.Header.Get("X-Outbox-Topic"))
 		require.Equal(t, "Bearer t", got.Header.Get("Authorization"))
 		require.Equal(t, map[string]any{
 			"message_id": "0195c2a0-0000-7000-8000-0000000000aa", "topic": "order.created",
@@ -272,7 +278,7 @@ func TestHTTPSinkSigning(t *testing.T) {
 		for i, r := range got {
 			require.NoError(t, v.Verify(r.header, r.body), "attempt %d", i+1)
 			require.Equal(t, d.MessageID, r.header.Get(webhook.HeaderID), "attempt %d", i+1)
-			require.Equal(t, strconv.Itoa(i+1), r.header.Get("X-Outbox-Attempt"))
+			require.Equal(t, strconv.Itoa(i+1), r.header.Get("Outbox-Attempt"))
 		}
 	})
 

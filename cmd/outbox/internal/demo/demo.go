@@ -313,7 +313,7 @@ ON CONFLICT (message_id) DO UPDATE SET deliveries = demo_reservations.deliveries
 		return
 	}
 	inv.log.InfoContext(r.Context(), "Stock reserved", slog.String("message_id", ev.MessageID), slog.Int64("order_id", ev.Payload.OrderID),
-		slog.String("attempt", r.Header.Get("X-Outbox-Attempt")), slog.Int64("rows", tag.RowsAffected()))
+		slog.String("attempt", r.Header.Get("Outbox-Attempt")), slog.Int64("rows", tag.RowsAffected()))
 	writeJSON(w, http.StatusOK, map[string]any{"reserved": true, "message_id": ev.MessageID})
 }
 
