@@ -433,7 +433,8 @@ func (t Topic) NewSink(topic string, sec Secrets, extra map[string]sinks.Factory
 	})
 }
 
-// BuiltinSinks are the sink kinds built in: http (the default), nats, rabbitmq and kafka.
+// BuiltinSinks are the sink kinds built in, which NewSink builds and Validate checks:
+// http (the default), nats, rabbitmq and kafka.
 var BuiltinSinks = []string{"http", "nats", "rabbitmq", "kafka"}
 
 // Registry builds the handlers of the configured topics and of the default entry, as
@@ -935,13 +936,13 @@ func (t Topic) validate(field string, sinks []string) error {
 		}
 	case t.TaskQueue != "" || t.CheckActivity != "" || t.StartToClose != 0 || t.ScheduleToStart != 0 || t.WorkflowID != "" || t.WorkflowIDReuse != "" || t.Signal != "":
 		bad("activity/workflow", "must name the activity or workflow that task_queue and the other handler keys are for, got neither")
-	case sink == "http" || sink == "nats" || sink == "rabbitmq" || sink == "kafka":
+	case slices.Contains(BuiltinSinks, sink):
 		if err := t.validateSink(field, sink); err != nil {
 			errs = append(errs, err)
 		}
 	case slices.Contains(sinks, sink):
 	default:
-		bad("sink", "must be one of %s, got %q", strings.Join(append([]string{"http", "nats", "rabbitmq", "kafka"}, sinks...), ", "), t.Sink)
+		bad("sink", "must be one of %s, got %q", strings.Join(append(slices.Clone(BuiltinSinks), sinks...), ", "), t.Sink)
 	}
 	if t.AlertWebhook != "" {
 		if err := checkURL(t.AlertWebhook); err != nil {
