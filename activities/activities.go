@@ -23,7 +23,7 @@ import (
 // Activities are the delivery workflow's activities. Register them with
 // worker.Register, or with Register on any worker.
 type Activities struct {
-	Store    *store.Store
+	Store    store.Delivery
 	Handlers *Registry
 	Logger   *slog.Logger
 	// Alerts posts a webhook for each dead letter, besides the error log line. Optional.

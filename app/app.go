@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 
@@ -34,11 +35,16 @@ import (
 
 // App holds the connections one outbox process uses.
 type App struct {
-	Config   config.Config // with defaults
-	Logger   *slog.Logger
+	Config config.Config // with defaults
+	Logger *slog.Logger
+	// Driver is the outbox store of the configured database, whichever it is.
+	Driver store.Driver
+	// Pool and Store are the PostgreSQL connections and store; nil on another database.
 	Pool     *pgxpool.Pool
 	Store    *store.Store
 	Temporal client.Client // nil until DialTemporal
+
+	db Database // the open database: Driver, and how to ping, enqueue and close
 
 	tel        telemetry                     // metrics registry, /metrics endpoint, tracing
 	relay      atomic.Pointer[starter.Relay] // the running relay, for readiness
@@ -55,6 +61,25 @@ type Options struct {
 	// topics may use: the kinds the Handlers.Sinks given to PrepareWorker or RunWorker
 	// provide. A topic naming any other kind is a config error.
 	Sinks []string
+	// Databases opens the databases besides PostgreSQL that database_url may name, by
+	// their kind (config.DatabaseMySQL): the library links no driver for them, so that a
+	// team on PostgreSQL builds no MySQL code. outbox's command passes mysqlstore's.
+	Databases map[string]DatabaseOpener
+}
+
+// DatabaseOpener connects to the database url names, checks that it answers, and returns
+// its outbox store.
+type DatabaseOpener func(ctx context.Context, url string, maxPayloadBytes int) (Database, error)
+
+// Database is an open outbox database.
+type Database struct {
+	Driver store.Driver
+	// Enqueue enqueues one message in a transaction of its own (outbox enqueue).
+	Enqueue func(ctx context.Context, msg store.Message) (uuid.UUID, error)
+	// Ping checks that the database answers, for readiness.
+	Ping func(ctx context.Context) error
+	// Close closes its connections.
+	Close func()
 }
 
 // Open validates cfg (after defaults), connects to PostgreSQL and checks that it answers.
@@ -68,10 +93,64 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	if err := c.Validate(opts.Sinks...); err != nil {
 		return nil, &ConfigError{fmt.Errorf("invalid config:\n%w", err)}
 	}
+	kind, err := config.DatabaseKind(c.DatabaseURL)
+	if err != nil {
+		return nil, &ConfigError{fmt.Errorf("database_url: %w", err)}
+	}
+	a := &App{Config: c, Logger: logger}
+	if kind == config.DatabasePostgres {
+		if a.Pool, a.Store, err = openPostgres(ctx, c); err != nil {
+			return nil, err
+		}
+		a.db = postgresDatabase(a.Pool, a.Store)
+	} else {
+		open := opts.Databases[kind]
+		if open == nil {
+			return nil, &ConfigError{fmt.Errorf("database_url names a %s database, which this program was built without: "+
+				"outbox's own command supports it; a program of your own passes app.Options.Databases (see package mysqlstore)", kind)}
+		}
+		if a.db, err = open(ctx, c.DatabaseURL, c.MaxPayloadBytes); err != nil {
+			return nil, err
+		}
+	}
+	a.Driver = a.db.Driver
+	return a, nil
+}
+
+// postgresDatabase is the Database of a PostgreSQL pool and store.
+func postgresDatabase(pool *pgxpool.Pool, st *store.Store) Database {
+	return Database{
+		Driver:  st,
+		Enqueue: func(ctx context.Context, msg store.Message) (uuid.UUID, error) { return st.Enqueue(ctx, pool, msg) },
+		Ping:    pool.Ping,
+		Close:   pool.Close,
+	}
+}
+
+// database is the open database; for an App made as a struct literal with Pool and Store,
+// the PostgreSQL one.
+func (a *App) database() Database {
+	if a.db.Driver == nil && a.Store != nil && a.Pool != nil {
+		return postgresDatabase(a.Pool, a.Store)
+	}
+	return a.db
+}
+
+// driver is the store of the configured database: Driver, or Store for an App made as a
+// struct literal.
+func (a *App) driver() store.Driver {
+	if a.Driver == nil && a.Store != nil {
+		return a.Store
+	}
+	return a.Driver
+}
+
+// openPostgres connects to the PostgreSQL database of c and checks that it answers.
+func openPostgres(ctx context.Context, c config.Config) (*pgxpool.Pool, *store.Store, error) {
 	poolCfg, err := pgxpool.ParseConfig(c.DatabaseURL)
 	if err != nil {
 		// pgx leaves the password out of its parse errors.
-		return nil, &ConfigError{fmt.Errorf("database_url: %w", err)}
+		return nil, nil, &ConfigError{fmt.Errorf("database_url: %w", err)}
 	}
 	if !strings.Contains(c.DatabaseURL, "pool_max_conns") {
 		// pgxpool's default (4 on a small machine) is too few for a worker running many
@@ -80,7 +159,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
-		return nil, &ConfigError{fmt.Errorf("connect to PostgreSQL: %w", err)}
+		return nil, nil, &ConfigError{fmt.Errorf("connect to PostgreSQL: %w", err)}
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -89,16 +168,16 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		err = fmt.Errorf("connect to PostgreSQL at %s:%d database %s as %s: %w",
 			poolCfg.ConnConfig.Host, poolCfg.ConnConfig.Port, poolCfg.ConnConfig.Database, poolCfg.ConnConfig.User, err)
 		if rejectedLogin(err) {
-			return nil, &ConfigError{err}
+			return nil, nil, &ConfigError{err}
 		}
-		return nil, &UnavailableError{"PostgreSQL", err}
+		return nil, nil, &UnavailableError{"PostgreSQL", err}
 	}
 	st, err := store.New(pool, store.Config{Schema: c.Schema, MaxPayloadBytes: c.MaxPayloadBytes})
 	if err != nil {
 		pool.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	return &App{Config: c, Logger: logger, Pool: pool, Store: st}, nil
+	return pool, st, nil
 }
 
 // Connect is Open, then StartTracing (when the OTEL_* environment asks for traces), then
@@ -208,7 +287,9 @@ func (a *App) Close() {
 	if a.Temporal != nil {
 		a.Temporal.Close()
 	}
-	a.Pool.Close()
+	if db := a.database(); db.Close != nil {
+		db.Close()
+	}
 }
 
 // Handlers is what a process adds to the config's topics: sink kinds besides http (by
@@ -233,7 +314,7 @@ func (a *App) PrepareWorker(ctx context.Context, h Handlers) (worker.Deps, error
 	}
 	// As worker.Run does, for a team's own worker too: the task queue must be this
 	// database's, and no other outbox deployment may poll it.
-	id, err := worker.CheckTaskQueue(ctx, a.Temporal, a.Store, a.Config.Temporal.TaskQueue, a.log())
+	id, err := worker.CheckTaskQueue(ctx, a.Temporal, a.driver(), a.Config.Temporal.TaskQueue, a.log())
 	if err != nil {
 		return worker.Deps{}, err
 	}
@@ -270,7 +351,7 @@ func (a *App) PrepareWorker(ctx context.Context, h Handlers) (worker.Deps, error
 			return worker.Deps{}, err
 		}
 	}
-	return worker.Deps{Store: a.Store, Handlers: reg, Logger: a.Logger, Alerts: a.Config.AlertWebhooks(), Metrics: a.Metrics(), Client: a.Temporal, Deployment: id}, nil
+	return worker.Deps{Store: a.driver(), Handlers: reg, Logger: a.Logger, Alerts: a.Config.AlertWebhooks(), Metrics: a.Metrics(), Client: a.Temporal, Deployment: id}, nil
 }
 
 // openTimeout bounds the connecting of the topic sinks when the worker starts.
@@ -361,13 +442,13 @@ func (a *App) RunRelayWith(ctx context.Context, adjust func(*starter.Config)) er
 	if adjust != nil {
 		adjust(&cfg)
 	}
-	r, err := starter.New(a.Store, a.Pool, a.Temporal, cfg)
+	r, err := starter.New(a.driver(), a.Pool, a.Temporal, cfg)
 	if err != nil {
 		return err
 	}
 	rcCfg := a.Config.ReconcilerConfig()
 	rcCfg.Logger, rcCfg.Metrics = a.Logger, a.Metrics()
-	rc, err := starter.NewReconciler(a.Store, a.Temporal, rcCfg)
+	rc, err := starter.NewReconciler(a.driver(), a.Temporal, rcCfg)
 	if err != nil {
 		return err
 	}
@@ -398,12 +479,16 @@ func (a *App) RelayConfig() starter.Config {
 // deployment when none is recorded yet, and turns the table's NOTIFY trigger on or off for
 // relay.wakeup. It returns the versions it applied.
 func (a *App) Migrate(ctx context.Context) ([]int, error) {
-	applied, err := a.Store.Migrate(ctx)
+	applied, err := a.driver().Migrate(ctx)
 	if err != nil {
 		return applied, err
 	}
-	if _, _, err := a.Store.RecordTaskQueue(ctx, a.Config.Temporal.TaskQueue); err != nil {
+	if _, _, err := a.driver().RecordTaskQueue(ctx, a.Config.Temporal.TaskQueue); err != nil {
 		return applied, err
+	}
+	if a.Store == nil {
+		// Only PostgreSQL notifies the relays; elsewhere they poll.
+		return applied, nil
 	}
 	return applied, a.Store.SetNotify(ctx, a.Config.Relay.Wakeup == string(starter.WakeupNotify))
 }
@@ -411,5 +496,12 @@ func (a *App) Migrate(ctx context.Context) ([]int, error) {
 // MoveTaskQueue records the config's task queue on the deployment, replacing the one
 // recorded (see store.Store.MoveTaskQueue).
 func (a *App) MoveTaskQueue(ctx context.Context) error {
-	return a.Store.MoveTaskQueue(ctx, a.Config.Temporal.TaskQueue)
+	return a.driver().MoveTaskQueue(ctx, a.Config.Temporal.TaskQueue)
+}
+
+// Enqueue enqueues one message in a transaction of its own, on whichever database the
+// config names. Business code enqueues in its own transaction instead, through its
+// database's store (store.Store.Enqueue, mysqlstore.Store.Enqueue).
+func (a *App) Enqueue(ctx context.Context, msg store.Message) (uuid.UUID, error) {
+	return a.database().Enqueue(ctx, msg)
 }

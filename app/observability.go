@@ -73,7 +73,7 @@ func (a *App) initMetrics() error {
 			return err
 		}
 		m.KnownTopics(slices.Collect(maps.Keys(a.Config.Topics))...)
-		if err := reg.Register(metrics.NewBacklogCollector(a.Store, backlogTimeout)); err != nil {
+		if err := reg.Register(metrics.NewBacklogCollector(a.driver(), backlogTimeout)); err != nil {
 			return err
 		}
 		// The Temporal SDK reports through OpenTelemetry; its exporter writes into the same
@@ -182,7 +182,7 @@ const readyTimeout = 3 * time.Second
 func (a *App) Ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	if err := a.Pool.Ping(ctx); err != nil {
+	if err := a.database().Ping(ctx); err != nil {
 		return fmt.Errorf("database: %w", err)
 	}
 	if a.Temporal == nil {

@@ -61,10 +61,14 @@ import (
 
 // Config is the whole configuration file.
 type Config struct {
-	// DatabaseURL is the PostgreSQL connection string (libpq URL or key=value form; the
-	// standard PG* variables fill what it leaves out). Overridden by DATABASE_URL.
+	// DatabaseURL names the database and how to reach it; its form chooses the database
+	// (see DatabaseKind). PostgreSQL: a libpq URL (postgres://) or key=value form, the
+	// standard PG* variables filling what it leaves out. MySQL and MariaDB: a mysql://
+	// URL or the Go MySQL driver's DSN (user:password@tcp(host:3306)/app). Overridden
+	// by DATABASE_URL.
 	DatabaseURL string `yaml:"database_url"`
-	// Schema holds the outbox tables. Defaults to "public".
+	// Schema holds the outbox tables on PostgreSQL. Defaults to "public". On MySQL the
+	// tables live in the database database_url names, and schema must stay unset.
 	Schema string `yaml:"schema"`
 	// MaxPayloadBytes limits message payloads. Defaults to 262144 (256 KiB).
 	MaxPayloadBytes int `yaml:"max_payload_bytes"`
@@ -828,6 +832,11 @@ func (c *Config) Validate(sinks ...string) error {
 	}
 	if _, err := store.New(nil, store.Config{Schema: c.Schema, MaxPayloadBytes: c.MaxPayloadBytes}); err != nil {
 		bad("schema/max_payload_bytes", "%v", strings.TrimPrefix(err.Error(), "store config: "))
+	}
+	if kind, err := DatabaseKind(c.DatabaseURL); err != nil {
+		bad("database_url", "%v", err)
+	} else if kind == DatabaseMySQL && c.Schema != "public" {
+		bad("schema", "%q applies to PostgreSQL only: on MySQL the outbox tables live in the database that database_url names; leave schema unset", c.Schema)
 	}
 	// The relay's and the reconciler's limits are starter's; their errors name the field,
 	// mapped here to its key (reconcile_interval sets two fields: one line for both).

@@ -4,7 +4,7 @@
 #
 #   eval "$(scripts/services.sh)" && go test ./...
 #
-# The tests need PostgreSQL, NATS with JetStream and RabbitMQ.
+# The tests need PostgreSQL, MariaDB (or MySQL), NATS with JetStream and RabbitMQ.
 #
 # PostgreSQL: TEST_DATABASE_URL names the database (default: the local
 # server on 127.0.0.1:5432 as user postgres, without a password). When that server is
@@ -15,6 +15,11 @@
 # NATS (NATS_URL, default nats://127.0.0.1:4222) and RabbitMQ (RABBITMQ_URL, default
 # amqp://guest:guest@127.0.0.1:5672/): a local server that is down is started, one that
 # is not installed is installed with apt-get (Debian's nats-server and rabbitmq-server).
+# MariaDB (TEST_MYSQL_URL, default mysql://root@127.0.0.1:3306/test: root without a
+# password, as Debian's package lets the system's root user in through the socket): a local
+# server that is down is started, one that is not installed is installed with apt-get
+# (Debian's mariadb-server); when root may not log in over TCP without a password, a user
+# outbox_test and database outbox_test are made through the socket and used instead.
 # The Temporal CLI (OUTBOX_TEST_TEMPORAL_CLI): the one on PATH, else installed with go
 # install into Go's bin folder.
 # Progress goes to standard error; only the export lines go to standard output.
@@ -137,6 +142,58 @@ ensure_rabbitmq() {
 	wait_port RabbitMQ 5672
 }
 
+mysql_default_url="mysql://root@127.0.0.1:3306/test"
+mysql_fallback_url="mysql://outbox_test:outbox_test@127.0.0.1:3306/outbox_test"
+
+# mysql_client is the client program: mariadb, or mysql where only that is installed.
+mysql_client() { command -v mariadb || command -v mysql || true; }
+
+# mysql_can_connect tells whether user $1 with password $2 reaches database $3 over TCP.
+mysql_can_connect() {
+	local client
+	client=$(mysql_client)
+	[ -n "$client" ] && MYSQL_PWD="$2" "$client" --protocol=TCP -h 127.0.0.1 -P 3306 -u "$1" \
+		--connect-timeout=5 -e 'SELECT 1' "$3" >/dev/null 2>&1
+}
+
+# ensure_mysql starts (or installs) MariaDB on 127.0.0.1:3306 unless TEST_MYSQL_URL names
+# another server.
+ensure_mysql() {
+	if [ -n "${TEST_MYSQL_URL:-}" ] && [ "$TEST_MYSQL_URL" != "$mysql_default_url" ]; then
+		echo "export TEST_MYSQL_URL='$TEST_MYSQL_URL'"
+		return 0
+	fi
+	if ! port_open 3306; then
+		[ -x /usr/sbin/mariadbd ] || [ -x /usr/sbin/mysqld ] || apt_install mariadb-server
+		local bin=/usr/sbin/mariadbd
+		[ -x "$bin" ] || bin=/usr/sbin/mysqld
+		log "MariaDB is not running on 127.0.0.1:3306; starting it"
+		as_root mkdir -p /run/mysqld
+		as_root chown mysql:mysql /run/mysqld 2>/dev/null || true
+		as_root start-stop-daemon --start --oknodo --background --exec "$bin" >&2
+		wait_port MariaDB 3306
+	fi
+	# The test database and the root login over TCP; a server that refuses them gets a
+	# user of its own, made through the socket as the system's root.
+	if mysql_can_connect root "" test; then
+		echo "export TEST_MYSQL_URL='$mysql_default_url'"
+		return 0
+	fi
+	if ! mysql_can_connect outbox_test outbox_test outbox_test; then
+		log "MariaDB refuses root without a password over TCP; creating user and database outbox_test"
+		as_root "$(mysql_client)" -e "CREATE DATABASE IF NOT EXISTS outbox_test;
+			CREATE USER IF NOT EXISTS 'outbox_test'@'%' IDENTIFIED BY 'outbox_test';
+			CREATE USER IF NOT EXISTS 'outbox_test'@'localhost' IDENTIFIED BY 'outbox_test';
+			GRANT ALL ON *.* TO 'outbox_test'@'%'; GRANT ALL ON *.* TO 'outbox_test'@'localhost';" >&2
+	fi
+	if mysql_can_connect outbox_test outbox_test outbox_test; then
+		echo "export TEST_MYSQL_URL='$mysql_fallback_url'"
+		return 0
+	fi
+	log "cannot connect to MariaDB at 127.0.0.1:3306: set TEST_MYSQL_URL to a server the tests may create databases on"
+	return 1
+}
+
 # temporal_cli_version is the Temporal CLI the tests run outbox dev with.
 temporal_cli_version=v1.5.1
 
@@ -159,6 +216,7 @@ ensure_temporal_cli() {
 }
 
 main() {
+	ensure_mysql
 	ensure_nats
 	ensure_rabbitmq
 	ensure_temporal_cli

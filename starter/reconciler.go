@@ -108,12 +108,12 @@ type Describer interface {
 // pass claims its rows with SKIP LOCKED and touches them, so no two look at the same row.
 type Reconciler struct {
 	cfg    ReconcilerConfig
-	store  *store.Store
+	store  store.Delivery
 	client Describer
 }
 
 // NewReconciler returns a reconciler of st's rows that asks c about their workflows.
-func NewReconciler(st *store.Store, c Describer, cfg ReconcilerConfig) (*Reconciler, error) {
+func NewReconciler(st store.Delivery, c Describer, cfg ReconcilerConfig) (*Reconciler, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("reconciler config: %w", err)

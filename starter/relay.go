@@ -193,7 +193,7 @@ type Starter interface {
 // Relay hands committed outbox rows to Temporal.
 type Relay struct {
 	cfg    Config
-	store  *store.Store
+	store  store.Delivery
 	pool   *pgxpool.Pool
 	client Starter
 	log    *slog.Logger
@@ -237,7 +237,7 @@ func lastingRefusal(err error) bool {
 
 // New returns a relay that claims rows through st, listens for notifications on a
 // connection from pool, and starts workflows with c.
-func New(st *store.Store, pool *pgxpool.Pool, c Starter, cfg Config) (*Relay, error) {
+func New(st store.Delivery, pool *pgxpool.Pool, c Starter, cfg Config) (*Relay, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("relay config: %w", err)
@@ -373,7 +373,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.startBackground(ctx, &wg, wake)
 	r.log.InfoContext(ctx, "Relay started", slog.String("task_queue", r.cfg.TaskQueue), slog.String("deployment", r.deploymentID()),
 		slog.Int("delivery_version", int(r.version.Load())), slog.String("wakeup", string(r.cfg.Wakeup)),
-		slog.String("channel", r.store.Channel()), slog.Duration("poll_interval", r.cfg.PollInterval))
+		slog.String("channel", r.channel()), slog.Duration("poll_interval", r.cfg.PollInterval))
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -416,12 +416,17 @@ func (r *Relay) Run(ctx context.Context) error {
 // startBackground starts, in wg, what runs beside the claims: the listener (with
 // WakeupNotify) and the sweep for parked rows.
 func (r *Relay) startBackground(ctx context.Context, wg *sync.WaitGroup, wake chan<- struct{}) {
-	if r.cfg.Wakeup == WakeupNotify {
-		if on, err := r.store.NotifyEnabled(ctx); err == nil && !on {
+	n, canNotify := r.store.(store.Notifier)
+	if r.cfg.Wakeup == WakeupNotify && (!canNotify || r.pool == nil) {
+		r.log.InfoContext(ctx, "The database sends no notifications of new rows: the relay polls every poll_interval",
+			slog.String("database", r.store.Kind()), slog.Duration("poll_interval", r.cfg.PollInterval))
+	}
+	if r.cfg.Wakeup == WakeupNotify && canNotify && r.pool != nil {
+		if on, err := n.NotifyEnabled(ctx); err == nil && !on {
 			r.log.WarnContext(ctx, "relay.wakeup is notify, but the NOTIFY trigger of the table is off: no notification will come, the relay polls every poll_interval; run outbox migrate with relay.wakeup: notify to turn it on",
 				slog.Duration("poll_interval", r.cfg.PollInterval))
 		}
-		wg.Go(func() { r.listen(ctx, wake) })
+		wg.Go(func() { r.listen(ctx, n.Channel(), wake) })
 	}
 	wg.Go(func() { r.sweepLoop(ctx, wake) })
 	wg.Go(func() { r.versionLoop(ctx) })
@@ -842,10 +847,10 @@ func (r *Relay) retrySoon(ctx context.Context, log *slog.Logger, row store.Claim
 
 // listen forwards the table's notifications to wake until ctx is cancelled, reconnecting
 // after a failure. Polling goes on without it.
-func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
+func (r *Relay) listen(ctx context.Context, channel string, wake chan<- struct{}) {
 	backoff := time.Second
 	for ctx.Err() == nil {
-		listened, err := r.listenOnce(ctx, wake)
+		listened, err := r.listenOnce(ctx, channel, wake)
 		if ctx.Err() != nil {
 			return
 		}
@@ -862,14 +867,14 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 	}
 }
 
-func (r *Relay) listenOnce(ctx context.Context, wake chan<- struct{}) (listened bool, err error) {
+func (r *Relay) listenOnce(ctx context.Context, channel string, wake chan<- struct{}) (listened bool, err error) {
 	// A connection of its own, outside the pool: it is held for as long as the relay runs.
 	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return false, err
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{r.store.Channel()}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return false, err
 	}
 	// Rows committed before LISTEN took effect sent their notification to nobody: look once.
@@ -880,6 +885,14 @@ func (r *Relay) listenOnce(ctx context.Context, wake chan<- struct{}) (listened 
 		}
 		notify(wake)
 	}
+}
+
+// channel is the NOTIFY channel the relay listens on, or "" when its database has none.
+func (r *Relay) channel() string {
+	if n, ok := r.store.(store.Notifier); ok && r.pool != nil && r.cfg.Wakeup == WakeupNotify {
+		return n.Channel()
+	}
+	return ""
 }
 
 func notify(wake chan<- struct{}) {

@@ -110,3 +110,26 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	}
 	return st, nil
 }
+
+// backlogSQL counts the rows waiting for a relay. Each subquery's WHERE clause is the
+// predicate of one of the claim's partial indexes (due at once, delayed, held back), so it
+// reads those indexes (a few pages while the relays keep up), not the table's sent rows.
+// The age is that of the oldest row that is due and not held back behind its ordering key:
+// pending with next_retry_at passed or unset, or claimed.
+const backlogSQL = `SELECT
+  (SELECT count(*) FROM %[1]s WHERE status IN ('pending', 'claimed') AND next_retry_at IS NULL AND NOT held_back)
+  + (SELECT count(*) FROM %[1]s WHERE status IN ('pending', 'claimed') AND next_retry_at IS NOT NULL AND NOT held_back)
+  + (SELECT count(*) FROM %[1]s WHERE held_back AND status IN ('pending', 'claimed')),
+  COALESCE(EXTRACT(EPOCH FROM now() - LEAST(
+    (SELECT min(created_at) FROM %[1]s WHERE status IN ('pending', 'claimed') AND next_retry_at IS NULL AND NOT held_back),
+    (SELECT min(created_at) FROM %[1]s WHERE status IN ('pending', 'claimed') AND next_retry_at IS NOT NULL AND NOT held_back
+       AND next_retry_at <= now()))), 0)::float8`
+
+// Backlog implements Delivery.
+func (s *Store) Backlog(ctx context.Context) (pending int64, oldestAge time.Duration, err error) {
+	var age float64
+	if err := s.db.QueryRow(ctx, fmt.Sprintf(backlogSQL, s.messages)).Scan(&pending, &age); err != nil {
+		return 0, 0, fmt.Errorf("read the backlog: %w", err)
+	}
+	return pending, time.Duration(age * float64(time.Second)), nil
+}

@@ -24,7 +24,7 @@ import (
 
 // Deps are what the activities need.
 type Deps struct {
-	Store    *store.Store
+	Store    store.Delivery
 	Handlers *activities.Registry
 	Logger   *slog.Logger // defaults to slog.Default()
 	// Alerts posts a webhook for each dead letter. Optional.
@@ -142,7 +142,7 @@ func Run(ctx context.Context, cfg Config) error {
 // database that does not answer is waited for (an outage, or a deploy that starts the
 // worker first), until ctx ends; one that answers with an error (a schema without the
 // migrations) is an error.
-func CheckTaskQueue(ctx context.Context, c client.Client, st *store.Store, taskQueue string, logger *slog.Logger) (uuid.UUID, error) {
+func CheckTaskQueue(ctx context.Context, c client.Client, st store.Delivery, taskQueue string, logger *slog.Logger) (uuid.UUID, error) {
 	logger = cmp.Or(logger, slog.Default())
 	var (
 		id       uuid.UUID

@@ -1,0 +1,40 @@
+package config
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/outbox-go/outbox/internal/redact"
+)
+
+// The databases database_url may name.
+const (
+	DatabasePostgres = "postgres"
+	DatabaseMySQL    = "mysql"
+)
+
+// mysqlDSN matches the Go MySQL driver's own DSN form: [user[:password]@][net[(addr)]]/dbname[?params],
+// as in app:secret@tcp(db:3306)/app or /app.
+var mysqlDSN = regexp.MustCompile(`^([^@/]*@)?[a-z0-9]*(\([^)]*\))?/[^?/]*(\?.*)?$`)
+
+// DatabaseKind returns which database url names: DatabasePostgres for a postgres:// or
+// postgresql:// URL, libpq's key=value form (host=db dbname=app) and the empty string
+// (the PG* environment variables then say where), DatabaseMySQL for a mysql:// URL and the
+// Go MySQL driver's DSN form (app:secret@tcp(db:3306)/app). Anything else is an error
+// that names the forms allowed, with any password left out.
+func DatabaseKind(url string) (string, error) {
+	u := strings.TrimSpace(url)
+	lower := strings.ToLower(u)
+	switch {
+	case u == "", strings.HasPrefix(lower, "postgres://"), strings.HasPrefix(lower, "postgresql://"):
+		return DatabasePostgres, nil
+	case strings.HasPrefix(lower, "mysql://"):
+		return DatabaseMySQL, nil
+	case !strings.Contains(u, "://") && strings.Contains(u, "=") && !strings.Contains(u, "@"):
+		return DatabasePostgres, nil
+	case !strings.Contains(u, "://") && mysqlDSN.MatchString(u):
+		return DatabaseMySQL, nil
+	}
+	return "", fmt.Errorf("%q names no database the outbox supports: use postgres://… or key=value (PostgreSQL), mysql://… or user:password@tcp(host:3306)/db (MySQL, MariaDB)", redact.Address(u))
+}

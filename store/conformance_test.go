@@ -1,0 +1,70 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-go/outbox/internal/testdb"
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/storetest"
+)
+
+// TestConformance runs the conformance suite every store implementation passes against
+// the PostgreSQL store, each case on a schema of its own.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, storetest.Harness{New: newPostgresTarget})
+}
+
+// insertColumns are the columns storetest's InsertSQL may name.
+var insertColumns = []string{"topic", "payload", "status", "retry_times", "max_retry_times", "next_retry_at", "ordering_key"}
+
+func newPostgresTarget(t *testing.T) storetest.Target {
+	pool, st := testdb.Schema(t)
+	messages := pgx.Identifier{st.Schema(), "outbox_messages"}.Sanitize()
+	return storetest.Target{
+		Driver: st,
+		InTx: func(ctx context.Context, fn func(enqueue storetest.Enqueue) error) error {
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				return fn(func(ctx context.Context, msg store.Message) (store.Enqueued, error) {
+					return st.EnqueueMessage(ctx, tx, msg)
+				})
+			})
+		},
+		InsertSQL: func(ctx context.Context, columns map[string]any) error {
+			names := make([]string, 0, len(columns))
+			for name := range columns {
+				if !slices.Contains(insertColumns, name) {
+					return fmt.Errorf("InsertSQL: unexpected column %q", name)
+				}
+				names = append(names, name)
+			}
+			slices.Sort(names)
+			params := make([]string, len(names))
+			args := make([]any, len(names))
+			for i, name := range names {
+				params[i], args[i] = fmt.Sprintf("$%d", i+1), columns[name]
+			}
+			_, err := pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (%s) VALUES (%s)`,
+				messages, strings.Join(names, ", "), strings.Join(params, ", ")), args...)
+			return err
+		},
+		// Statements name the tables without a schema: they run with the test's schema
+		// alone on the search_path, in a transaction of their own.
+		Exec: func(ctx context.Context, sql string, args ...any) error {
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, `SELECT set_config('search_path', $1, true)`, pgx.Identifier{st.Schema()}.Sanitize()); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, sql, args...)
+				return err
+			})
+		},
+		Dialect: "postgres",
+	}
+}

@@ -1,0 +1,124 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// The outbox talks to its database through the interfaces below, one per audience, so that
+// the relay, the worker and the commands run unchanged on every database the outbox
+// supports. *Store is the PostgreSQL implementation; package
+// github.com/outbox-go/outbox/store/mysqlstore (a module of its own, so that a team on
+// PostgreSQL never downloads a MySQL driver) is the MySQL and MariaDB one. Both pass the
+// shared conformance suite in package storetest.
+//
+// Business code sees neither interface: it calls the Enqueue of its database's store
+// ([Store.Enqueue] with a pgx.Tx, mysqlstore's Enqueue with a *sql.Tx) in its own
+// transaction.
+
+// Delivery is what the delivery machinery needs from the database: the relay's claim and
+// hand-over, the worker's activities (record sent, record a failure, dead-letter),
+// reconciliation, retention and the backlog metric. Every status transition of a row
+// goes through one method of it (see the package documentation for which).
+type Delivery interface {
+	// Kind names the database: "postgres" or "mysql".
+	Kind() string
+	// Schema names where the outbox tables live: the PostgreSQL schema, or the MySQL
+	// database. It appears in error messages and logs.
+	Schema() string
+	// MaxPayloadBytes is the payload size limit the store enforces.
+	MaxPayloadBytes() int
+	// Validate reports what is wrong with msg as a *ValidationError, or nil.
+	Validate(msg Message) error
+
+	// ClaimBatch leases up to limit due rows for lease, holding back keyed rows behind
+	// an earlier undelivered message of their key (see OrderingRules).
+	ClaimBatch(ctx context.Context, limit int, lease time.Duration, rules OrderingRules) (ClaimResult, error)
+	// MarkDispatchedAll records that workflows took the claimed rows over
+	// (claimed → dispatched) and returns how many rows it moved.
+	MarkDispatchedAll(ctx context.Context, rows []Claimed) (int, error)
+	// RetryClaimAfter gives a claimed row back, due again after d.
+	RetryClaimAfter(ctx context.Context, id int64, token uuid.UUID, d time.Duration) (ok bool, err error)
+	// Unpark releases held-back rows whose key has nothing undelivered before them.
+	Unpark(ctx context.Context, rules OrderingRules) (int64, error)
+	// NextDue is the wait until the earliest delayed row falls due, by the database
+	// clock; ok is false when no row is waiting for its time.
+	NextDue(ctx context.Context) (wait time.Duration, ok bool, err error)
+
+	// Get returns one message, or an error wrapping ErrNotFound.
+	Get(ctx context.Context, messageID uuid.UUID) (Row, error)
+	// GetAll returns the messages of messageIDs that exist.
+	GetAll(ctx context.Context, messageIDs []uuid.UUID) (map[uuid.UUID]Row, error)
+	// MarkSent records a message sent by a run the relay found completed.
+	MarkSent(ctx context.Context, messageID uuid.UUID) (ok bool, err error)
+	// RecordSent records a message sent and returns its row's timestamps, or nil when
+	// it was sent already or is dead.
+	RecordSent(ctx context.Context, messageID uuid.UUID) (*Sent, error)
+	// RecordFailure counts a failed attempt and keeps its error on the row.
+	RecordFailure(ctx context.Context, messageID uuid.UUID, failedAttempts int, lastError string) (ok bool, err error)
+	// DeadLetter moves a message to dead and writes its dead letter, in one transaction.
+	DeadLetter(ctx context.Context, d DeadLetter) (ok bool, err error)
+	// DeadLetterRunIDs lists the runs that dead-lettered a message.
+	DeadLetterRunIDs(ctx context.Context, messageID uuid.UUID) ([]string, error)
+
+	// ClaimStaleDispatched takes dispatched rows not updated for age, for reconciliation.
+	ClaimStaleDispatched(ctx context.Context, age time.Duration, limit int) ([]Dispatched, error)
+	// Repair applies what reconciliation found for a dispatched row.
+	Repair(ctx context.Context, d Dispatched, outcome ReconcileOutcome, detail string) (ok bool, err error)
+
+	// PurgeBatch removes (or archives) one batch of old sent and discarded messages.
+	PurgeBatch(ctx context.Context, opts PurgeOptions) (PurgeResult, error)
+	// Backlog counts the rows not yet handed to Temporal and the age of the oldest due
+	// one (zero when none), for the outbox_messages_pending metrics.
+	Backlog(ctx context.Context) (pending int64, oldestAge time.Duration, err error)
+
+	// DeploymentID is the ID of this database's outbox deployment.
+	DeploymentID(ctx context.Context) (uuid.UUID, error)
+	// RecordTaskQueue records taskQueue as the deployment's, unless another is recorded
+	// already; it returns the deployment ID and the task queue recorded.
+	RecordTaskQueue(ctx context.Context, taskQueue string) (id uuid.UUID, recorded string, err error)
+}
+
+// Operations is what an operator's commands need: inspect messages and dead letters,
+// redrive or discard them (with an audit row each), read statistics and purge.
+type Operations interface {
+	Schema() string
+	Get(ctx context.Context, messageID uuid.UUID) (Row, error)
+	Stats(ctx context.Context) (Stats, error)
+	ListDeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetterRecord, error)
+	DeadLetters(ctx context.Context, messageID uuid.UUID) ([]DeadLetterRecord, error)
+	Audit(ctx context.Context, messageID uuid.UUID) ([]AuditEntry, error)
+	Redrive(ctx context.Context, messageID uuid.UUID, actor string) (Redriven, error)
+	Discard(ctx context.Context, messageID uuid.UUID, actor string) error
+	Purge(ctx context.Context, opts PurgeOptions) (PurgeResult, error)
+	Deployment(ctx context.Context) (id uuid.UUID, taskQueue string, err error)
+	MoveTaskQueue(ctx context.Context, taskQueue string) error
+}
+
+// Driver is one database's whole outbox store: the delivery machinery, the operators'
+// commands, and the migrations that create its tables.
+type Driver interface {
+	Delivery
+	Operations
+	// Migrate applies the migrations not yet applied and returns their versions.
+	Migrate(ctx context.Context) ([]int, error)
+}
+
+// Notifier is implemented by a store whose database tells the relays when rows commit
+// (PostgreSQL's LISTEN/NOTIFY). A relay on a store without it polls.
+type Notifier interface {
+	// Channel is the notification channel.
+	Channel() string
+	// NotifyEnabled reports whether the table's insert trigger sends notifications.
+	NotifyEnabled(ctx context.Context) (bool, error)
+}
+
+// Kind implements Delivery.
+func (s *Store) Kind() string { return "postgres" }
+
+var (
+	_ Driver   = (*Store)(nil)
+	_ Notifier = (*Store)(nil)
+)

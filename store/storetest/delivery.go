@@ -1,0 +1,396 @@
+package storetest
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-go/outbox/store"
+)
+
+// testDeliverAfter pins Message.DeliverAfter: the row is written at once but not claimed
+// before its time; NextDue reports the wait by the database clock; once the time has
+// passed the row is claimable and no longer counts for NextDue; a time in the past means
+// now.
+func testDeliverAfter(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	_, ok, err := e.d().NextDue(e.ctx)
+	require.NoError(t, err)
+	require.False(t, ok, "empty table: nothing waits")
+
+	at := time.Now().Add(time.Hour)
+	later := store.Message{Topic: "reminder", Payload: json.RawMessage(`{"later": true}`), DeliverAfter: at}
+	farther := store.Message{Topic: "reminder", Payload: json.RawMessage(`{"farther": true}`), DeliverAfter: at.Add(time.Hour)}
+	past := store.Message{Topic: "reminder", Payload: json.RawMessage(`{"past": true}`), DeliverAfter: time.Now().Add(-time.Hour)}
+	res := e.enqueue(later, farther, past, msg("reminder", `{"now": true}`))
+	delayed, farID, pastID, nowID := res[0].MessageID, res[1].MessageID, res[2].MessageID, res[3].MessageID
+
+	row := e.get(delayed)
+	require.Equal(t, store.StatusPending, row.Status)
+	require.NotNil(t, row.NextRetryAt, "DeliverAfter is the row's next_retry_at")
+	require.WithinDuration(t, at, *row.NextRetryAt, time.Second)
+	require.Nil(t, e.get(nowID).NextRetryAt, "no DeliverAfter, no next_retry_at")
+
+	c := e.claim(10, store.OrderingRules{})
+	got := []uuid.UUID{}
+	for _, r := range c.Claimed {
+		got = append(got, r.MessageID)
+	}
+	require.ElementsMatch(t, []uuid.UUID{pastID, nowID}, got, "only the rows already due")
+
+	wait, ok, err := e.d().NextDue(e.ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.InDelta(t, time.Hour.Seconds(), wait.Seconds(), 60, "wait %s: the earliest delayed row", wait)
+
+	// Its time passes (moved back two days).
+	e.shift("next_retry_at", row.ID)
+	wait, ok, err = e.d().NextDue(e.ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.InDelta(t, (2 * time.Hour).Seconds(), wait.Seconds(), 60, "wait %s: the row due now no longer counts", wait)
+	c = e.claim(10, store.OrderingRules{})
+	require.Len(t, c.Claimed, 1)
+	require.Equal(t, delayed, c.Claimed[0].MessageID)
+
+	e.shift("next_retry_at", e.get(farID).ID)
+	_, ok, err = e.d().NextDue(e.ctx)
+	require.NoError(t, err)
+	require.False(t, ok, "nothing waits for its time")
+	c = e.claim(10, store.OrderingRules{})
+	require.Len(t, c.Claimed, 1)
+	require.Equal(t, farID, c.Claimed[0].MessageID)
+
+	pending, _, err := e.d().Backlog(e.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 4, pending, "claimed rows are not handed over yet")
+}
+
+// testTransitions pins every status change after the claim: RecordSent and MarkSent (→
+// sent, once), RecordFailure (counts attempts on the row), DeadLetter (→ dead with a dead
+// letter, once per run), Redrive and Discard (operator actions on dead rows only, each
+// audited), ListDeadLetters, and reconciliation's ClaimStaleDispatched and Repair.
+func testTransitions(t *testing.T, h Harness) {
+	t.Run("Sent", func(t *testing.T) {
+		e := newEnv(t, h)
+		c := e.dispatched("order.created")
+		s, err := e.d().RecordSent(e.ctx, c.MessageID)
+		require.NoError(t, err)
+		require.NotNil(t, s)
+		require.Equal(t, "order.created", s.Topic)
+		require.Positive(t, s.Latency)
+		require.Less(t, s.Latency, time.Minute)
+		row := e.get(c.MessageID)
+		require.Equal(t, store.StatusSent, row.Status)
+		require.NotNil(t, row.SentAt)
+		require.WithinDuration(t, time.Now(), *row.SentAt, time.Minute)
+
+		s, err = e.d().RecordSent(e.ctx, c.MessageID)
+		require.NoError(t, err)
+		require.Nil(t, s, "sent once")
+		ok, err := e.d().MarkSent(e.ctx, c.MessageID)
+		require.NoError(t, err)
+		require.False(t, ok)
+		s, err = e.d().RecordSent(e.ctx, uuid.New())
+		require.NoError(t, err)
+		require.Nil(t, s, "no such message")
+
+		// A workflow may finish before the relay records its start: pending and claimed
+		// rows move to sent too, and a late hand-over or failure never moves them back.
+		claimed := e.claimed("order.created")
+		ok, err = e.d().MarkSent(e.ctx, claimed.MessageID)
+		require.NoError(t, err)
+		require.True(t, ok)
+		n, err := e.d().MarkDispatchedAll(e.ctx, []store.Claimed{claimed})
+		require.NoError(t, err)
+		require.Zero(t, n)
+		ok, err = e.d().RecordFailure(e.ctx, claimed.MessageID, 1, "late")
+		require.NoError(t, err)
+		require.False(t, ok)
+		ok, err = e.d().DeadLetter(e.ctx, store.DeadLetter{MessageID: claimed.MessageID, Topic: "order.created", WorkflowID: "w", RunID: "r", Attempts: 1, LastError: "late"})
+		require.NoError(t, err)
+		require.False(t, ok)
+		require.Equal(t, store.StatusSent, e.status(claimed.MessageID))
+		letters, err := e.d().DeadLetters(e.ctx, claimed.MessageID)
+		require.NoError(t, err)
+		require.Empty(t, letters, "a sent row gets no dead letter")
+		pending := e.pending("order.created")
+		s, err = e.d().RecordSent(e.ctx, pending)
+		require.NoError(t, err)
+		require.NotNil(t, s)
+		require.Equal(t, store.StatusSent, e.status(pending))
+		require.Empty(t, e.claim(10, store.OrderingRules{}).Claimed)
+	})
+
+	t.Run("RecordFailure", func(t *testing.T) {
+		e := newEnv(t, h)
+		c := e.dispatched("order.created")
+		ok, err := e.d().RecordFailure(e.ctx, c.MessageID, 3, "HTTP 503")
+		require.NoError(t, err)
+		require.True(t, ok)
+		row := e.get(c.MessageID)
+		require.Equal(t, 3, row.RetryTimes)
+		require.NotNil(t, row.LastError)
+		require.Equal(t, "HTTP 503", *row.LastError)
+		require.Equal(t, store.StatusDispatched, row.Status)
+
+		ok, err = e.d().RecordFailure(e.ctx, c.MessageID, 2, "a late report of an earlier attempt")
+		require.NoError(t, err)
+		require.True(t, ok)
+		row = e.get(c.MessageID)
+		require.Equal(t, 3, row.RetryTimes, "retry_times never decreases")
+		require.Equal(t, "a late report of an earlier attempt", *row.LastError, "the last error is kept")
+
+		ok, err = e.d().RecordFailure(e.ctx, uuid.New(), 1, "x")
+		require.NoError(t, err)
+		require.False(t, ok, "no such message")
+	})
+
+	t.Run("DeadLetterRedriveDiscard", func(t *testing.T) {
+		e := newEnv(t, h)
+		c := e.dispatched("order.created")
+		id := c.MessageID
+		runs, err := e.d().DeadLetterRunIDs(e.ctx, id)
+		require.NoError(t, err)
+		require.Empty(t, runs)
+
+		d := store.DeadLetter{MessageID: id, Topic: "order.created", WorkflowID: "outbox-" + id.String(), RunID: "run-1", Attempts: 4, LastError: "HTTP 500"}
+		ok, err := e.d().DeadLetter(e.ctx, d)
+		require.NoError(t, err)
+		require.True(t, ok)
+		ok, err = e.d().DeadLetter(e.ctx, d) // a retried activity
+		require.NoError(t, err)
+		require.False(t, ok)
+		row := e.get(id)
+		require.Equal(t, store.StatusDead, row.Status)
+		require.Equal(t, "HTTP 500", *row.LastError)
+		letters, err := e.d().DeadLetters(e.ctx, id)
+		require.NoError(t, err)
+		require.Len(t, letters, 1, "one dead letter per run")
+		dl := letters[0]
+		require.Equal(t, id, dl.MessageID)
+		require.Equal(t, "order.created", dl.Topic)
+		require.Equal(t, "outbox-"+id.String(), dl.WorkflowID)
+		require.Equal(t, "run-1", dl.RunID)
+		require.Equal(t, 4, dl.Attempts)
+		require.Equal(t, "HTTP 500", dl.LastError)
+		require.JSONEq(t, `{"state": "pending"}`, string(dl.Payload))
+		require.NotNil(t, dl.MessageCreatedAt)
+		require.WithinDuration(t, time.Now(), dl.DeadLetteredAt, time.Minute)
+		require.Nil(t, dl.RedrivenAt)
+		require.Nil(t, dl.DiscardedAt)
+		runs, err = e.d().DeadLetterRunIDs(e.ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, []string{"run-1"}, runs)
+		require.Empty(t, e.claim(10, store.OrderingRules{}).Claimed, "a dead row is not claimable")
+
+		// Redrive: dead → pending, audited, the dead letter closed.
+		_, err = e.d().Redrive(e.ctx, id, " ")
+		require.Error(t, err, "the actor is required")
+		red, err := e.d().Redrive(e.ctx, id, "alice")
+		require.NoError(t, err)
+		require.Equal(t, store.Redriven{MessageID: id, Topic: "order.created", RedriveCount: 1}, red)
+		row = e.get(id)
+		require.Equal(t, store.StatusPending, row.Status)
+		require.Zero(t, row.RetryTimes)
+		require.Equal(t, 1, row.RedriveCount)
+		letters, err = e.d().DeadLetters(e.ctx, id)
+		require.NoError(t, err)
+		require.NotNil(t, letters[0].RedrivenAt)
+		require.Equal(t, "alice", *letters[0].RedrivenBy)
+		audit, err := e.d().Audit(e.ctx, id)
+		require.NoError(t, err)
+		require.Len(t, audit, 1)
+		require.Equal(t, "redrive", audit[0].Action)
+		require.Equal(t, "alice", audit[0].Actor)
+		require.Equal(t, id, audit[0].MessageID)
+		require.NotNil(t, audit[0].DeadLetterID)
+		require.Equal(t, letters[0].ID, *audit[0].DeadLetterID)
+		_, err = e.d().Redrive(e.ctx, id, "bob")
+		var notDead *store.NotDeadError
+		require.ErrorAs(t, err, &notDead, "a redrive of a redriven (pending) message")
+		require.Equal(t, store.StatusPending, notDead.Status)
+		require.Equal(t, id, notDead.MessageID)
+
+		// The redriven message is delivered again; a second run gives up on it.
+		again := e.claimOnly(id)
+		require.Equal(t, 1, again.RedriveCount)
+		require.True(t, again.MayHaveBeenSent())
+		e.dispatch(again)
+		e.deadLetter(id, "order.created", "run-2")
+		runs, err = e.d().DeadLetterRunIDs(e.ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, []string{"run-1", "run-2"}, runs)
+
+		// Discard: dead → discarded, audited; a discarded message is neither redriven
+		// nor claimed.
+		require.NoError(t, e.d().Discard(e.ctx, id, "carol"))
+		require.Equal(t, store.StatusDiscarded, e.status(id))
+		letters, err = e.d().DeadLetters(e.ctx, id)
+		require.NoError(t, err)
+		require.Len(t, letters, 2)
+		require.NotNil(t, letters[1].DiscardedAt)
+		require.Equal(t, "carol", *letters[1].DiscardedBy)
+		audit, err = e.d().Audit(e.ctx, id)
+		require.NoError(t, err)
+		require.Len(t, audit, 2)
+		require.Equal(t, "discard", audit[1].Action)
+		require.Equal(t, "carol", audit[1].Actor)
+		_, err = e.d().Redrive(e.ctx, id, "dave")
+		require.ErrorAs(t, err, &notDead)
+		require.Equal(t, store.StatusDiscarded, notDead.Status)
+		require.ErrorAs(t, e.d().Discard(e.ctx, id, "dave"), &notDead)
+		ok, err = e.d().DeadLetter(e.ctx, store.DeadLetter{MessageID: id, Topic: "order.created", WorkflowID: "w", RunID: "run-3", Attempts: 1, LastError: "x"})
+		require.NoError(t, err)
+		require.False(t, ok, "a discarded row is left alone")
+		require.Empty(t, e.claim(10, store.OrderingRules{}).Claimed)
+
+		// Operator actions on what is not dead, or does not exist.
+		sent := e.sent("order.created")
+		require.ErrorAs(t, e.d().Discard(e.ctx, sent, "dave"), &notDead)
+		require.Equal(t, store.StatusSent, notDead.Status)
+		_, err = e.d().Redrive(e.ctx, uuid.New(), "dave")
+		require.ErrorIs(t, err, store.ErrNotFound)
+		require.ErrorIs(t, e.d().Discard(e.ctx, uuid.New(), "dave"), store.ErrNotFound)
+	})
+
+	t.Run("ListDeadLetters", func(t *testing.T) {
+		e := newEnv(t, h)
+		a := e.dead("order.created")
+		b := e.dead("order.paid")
+		c := e.dead("order.created")
+
+		all, err := e.d().ListDeadLetters(e.ctx, store.DeadLetterFilter{})
+		require.NoError(t, err)
+		require.Len(t, all, 3)
+		require.Equal(t, []uuid.UUID{c, b, a}, []uuid.UUID{all[0].MessageID, all[1].MessageID, all[2].MessageID}, "newest first")
+
+		paid, err := e.d().ListDeadLetters(e.ctx, store.DeadLetterFilter{Topic: "order.paid"})
+		require.NoError(t, err)
+		require.Len(t, paid, 1)
+		require.Equal(t, b, paid[0].MessageID)
+		created, err := e.d().ListDeadLetters(e.ctx, store.DeadLetterFilter{Topic: "order.created"})
+		require.NoError(t, err)
+		require.Len(t, created, 2)
+		none, err := e.d().ListDeadLetters(e.ctx, store.DeadLetterFilter{Topic: "order.unknown"})
+		require.NoError(t, err)
+		require.Empty(t, none)
+
+		limited, err := e.d().ListDeadLetters(e.ctx, store.DeadLetterFilter{Limit: 1})
+		require.NoError(t, err)
+		require.Len(t, limited, 1)
+		future, err := e.d().ListDeadLetters(e.ctx, store.DeadLetterFilter{Since: time.Now().Add(time.Hour)})
+		require.NoError(t, err)
+		require.Empty(t, future)
+		recent, err := e.d().ListDeadLetters(e.ctx, store.DeadLetterFilter{Since: time.Now().Add(-time.Hour)})
+		require.NoError(t, err)
+		require.Len(t, recent, 3)
+
+		_, err = e.d().Redrive(e.ctx, b, "alice")
+		require.NoError(t, err)
+		require.NoError(t, e.d().Discard(e.ctx, c, "alice"))
+		open, err := e.d().ListDeadLetters(e.ctx, store.DeadLetterFilter{})
+		require.NoError(t, err)
+		require.Len(t, open, 1, "redriven and discarded dead letters are closed")
+		require.Equal(t, a, open[0].MessageID)
+		closed, err := e.d().ListDeadLetters(e.ctx, store.DeadLetterFilter{IncludeClosed: true})
+		require.NoError(t, err)
+		require.Len(t, closed, 3)
+	})
+
+	t.Run("Reconcile", func(t *testing.T) {
+		e := newEnv(t, h)
+		sentRow, runningRow, againRow := e.dispatched("order.sent"), e.dispatched("order.running"), e.dispatched("order.again")
+		fresh := e.dispatched("order.fresh")
+		for _, c := range []store.Claimed{sentRow, runningRow, againRow} {
+			e.shift("updated_at", c.ID)
+		}
+
+		stale, err := e.d().ClaimStaleDispatched(e.ctx, time.Minute, 10)
+		require.NoError(t, err)
+		byID := map[uuid.UUID]store.Dispatched{}
+		for _, d := range stale {
+			byID[d.MessageID] = d
+		}
+		require.Len(t, stale, 3, "the rows dispatched and not updated for longer than the age")
+		require.NotContains(t, byID, fresh.MessageID)
+		for _, c := range []store.Claimed{sentRow, runningRow, againRow} {
+			d, ok := byID[c.MessageID]
+			require.True(t, ok)
+			require.Equal(t, c.ID, d.ID)
+			require.Equal(t, c.Topic, d.Topic)
+			require.WithinDuration(t, time.Now(), d.DispatchedAt, time.Minute)
+		}
+		again, err := e.d().ClaimStaleDispatched(e.ctx, time.Minute, 10)
+		require.NoError(t, err)
+		require.Empty(t, again, "taking a stale row touches it")
+
+		// Running: nothing to repair; Repair refuses the outcome and leaves the row.
+		_, err = e.d().Repair(e.ctx, byID[runningRow.MessageID], store.ReconcileRunning, "still running")
+		require.Error(t, err)
+		require.Equal(t, store.StatusDispatched, e.status(runningRow.MessageID))
+
+		// Recorded sent: dispatched → sent, audited, once.
+		d := byID[sentRow.MessageID]
+		ok, err := e.d().Repair(e.ctx, d, store.ReconcileRecordedSent, "workflow completed")
+		require.NoError(t, err)
+		require.True(t, ok)
+		row := e.get(d.MessageID)
+		require.Equal(t, store.StatusSent, row.Status)
+		require.NotNil(t, row.SentAt)
+		audit, err := e.d().Audit(e.ctx, d.MessageID)
+		require.NoError(t, err)
+		require.Len(t, audit, 1)
+		require.Equal(t, "reconcile", audit[0].Action)
+		require.Equal(t, "relay", audit[0].Actor)
+		require.NotNil(t, audit[0].Detail)
+		require.Equal(t, "recorded_sent: workflow completed", *audit[0].Detail)
+		ok, err = e.d().Repair(e.ctx, d, store.ReconcileRecordedSent, "again")
+		require.NoError(t, err)
+		require.False(t, ok, "a repair happens once")
+
+		// A read that is out of date (the row was touched since) repairs nothing.
+		d = byID[againRow.MessageID]
+		e.shift("updated_at", d.ID)
+		reread, err := e.d().ClaimStaleDispatched(e.ctx, time.Minute, 10)
+		require.NoError(t, err)
+		require.Len(t, reread, 1)
+		ok, err = e.d().Repair(e.ctx, d, store.ReconcileHandedOverAgain, "workflow not found")
+		require.NoError(t, err)
+		require.False(t, ok, "the row changed since it was read")
+		require.Equal(t, store.StatusDispatched, e.status(d.MessageID))
+		audit, err = e.d().Audit(e.ctx, d.MessageID)
+		require.NoError(t, err)
+		require.Empty(t, audit)
+
+		// Handed over again: dispatched → pending, audited; the next claim knows an
+		// earlier run may have sent it.
+		ok, err = e.d().Repair(e.ctx, reread[0], store.ReconcileHandedOverAgain, "workflow not found")
+		require.NoError(t, err)
+		require.True(t, ok)
+		row = e.get(d.MessageID)
+		require.Equal(t, store.StatusPending, row.Status)
+		require.Nil(t, row.NextRetryAt)
+		audit, err = e.d().Audit(e.ctx, d.MessageID)
+		require.NoError(t, err)
+		require.Len(t, audit, 1)
+		require.Equal(t, "handed_over_again: workflow not found", *audit[0].Detail)
+		c := e.claimOnly(d.MessageID)
+		require.NotNil(t, c.DispatchedAt)
+		require.True(t, c.MayHaveBeenSent())
+
+		// Only dispatched rows are repaired.
+		ok, err = e.d().Repair(e.ctx, store.Dispatched{ID: c.ID, MessageID: c.MessageID, Topic: c.Topic, UpdatedAt: e.get(c.MessageID).UpdatedAt},
+			store.ReconcileRecordedSent, "claimed")
+		require.NoError(t, err)
+		require.False(t, ok)
+		require.Equal(t, store.StatusClaimed, e.status(c.MessageID))
+
+		st, err := e.d().Stats(e.ctx)
+		require.NoError(t, err)
+		require.EqualValues(t, 2, st.RepairedLastDay)
+	})
+}

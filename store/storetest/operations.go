@@ -1,0 +1,342 @@
+package storetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-go/outbox/store"
+)
+
+// testRetention pins PurgeBatch and Purge: sent rows older than SentAfter (by sent_at)
+// and discarded rows older than DiscardedAfter (since their discard) go, with their dead
+// letters; rows in any other status and younger rows stay; options below the minimums
+// are refused; with Archive the rows move to the archive tables.
+func testRetention(t *testing.T, h Harness) {
+	opts := func(limit int, archive bool) store.PurgeOptions {
+		return store.PurgeOptions{SentAfter: 24 * time.Hour, DiscardedAfter: 24 * time.Hour, Limit: limit, Archive: archive}
+	}
+
+	t.Run("Delete", func(t *testing.T) {
+		e := newEnv(t, h)
+		for _, bad := range []store.PurgeOptions{
+			{SentAfter: store.MinRetentionAge - time.Second, DiscardedAfter: time.Hour},
+			{SentAfter: time.Hour, DiscardedAfter: 0},
+			{SentAfter: time.Hour, DiscardedAfter: time.Hour, Limit: store.MaxPurgeLimit + 1},
+		} {
+			_, err := e.d().PurgeBatch(e.ctx, bad)
+			require.Error(t, err, "%+v", bad)
+			_, err = e.d().Purge(e.ctx, bad)
+			require.Error(t, err, "%+v", bad)
+		}
+
+		// Rows aged two days in every status; the dead ones' states need claims, so the
+		// pending ones come last.
+		oldDiscarded := e.discarded("order.created")
+		oldDead := e.dead("order.created")
+		oldDispatched := e.dispatched("order.created").MessageID
+		oldSent := e.pending("order.created")
+		youngSent := e.pending("order.created")
+		for _, id := range []uuid.UUID{oldSent, youngSent} {
+			ok, err := e.d().MarkSent(e.ctx, id)
+			require.NoError(t, err)
+			require.True(t, ok)
+		}
+		oldPending := e.pending("order.created")
+		for _, id := range []uuid.UUID{oldDiscarded, oldDead, oldDispatched, oldPending} {
+			e.shift("updated_at", e.get(id).ID)
+		}
+		e.shift("sent_at", e.get(oldSent).ID)
+
+		res, err := e.d().PurgeBatch(e.ctx, opts(0, false))
+		require.NoError(t, err)
+		require.Equal(t, store.PurgeResult{SentMessages: 1, DiscardedMessages: 1, DeadLetters: 1, Batches: 1}, res)
+		e.requireNotFound(oldSent)
+		e.requireNotFound(oldDiscarded)
+		letters, err := e.d().DeadLetters(e.ctx, oldDiscarded)
+		require.NoError(t, err)
+		require.Empty(t, letters, "a purged message takes its dead letters")
+		audit, err := e.d().Audit(e.ctx, oldDiscarded)
+		require.NoError(t, err)
+		require.Empty(t, audit, "and, when deleting, its audit")
+		require.Equal(t, store.StatusSent, e.status(youngSent))
+		require.Equal(t, store.StatusDead, e.status(oldDead))
+		require.Equal(t, store.StatusDispatched, e.status(oldDispatched))
+		require.Equal(t, store.StatusPending, e.status(oldPending))
+		letters, err = e.d().DeadLetters(e.ctx, oldDead)
+		require.NoError(t, err)
+		require.Len(t, letters, 1)
+
+		again, err := e.d().Purge(e.ctx, opts(0, false))
+		require.NoError(t, err)
+		require.Equal(t, store.PurgeResult{Batches: 1}, again, "nothing left to remove")
+	})
+
+	t.Run("ArchiveInBatches", func(t *testing.T) {
+		e := newEnv(t, h)
+		discarded := e.discarded("order.created")
+		sent := []uuid.UUID{e.pending("order.sent"), e.pending("order.sent")}
+		for _, id := range sent {
+			ok, err := e.d().MarkSent(e.ctx, id)
+			require.NoError(t, err)
+			require.True(t, ok)
+			e.shift("sent_at", e.get(id).ID)
+		}
+		sentRow := e.get(sent[0])
+		discardedRow := e.get(discarded)
+		e.shift("updated_at", discardedRow.ID)
+
+		first, err := e.d().PurgeBatch(e.ctx, opts(1, true))
+		require.NoError(t, err)
+		require.Equal(t, store.PurgeResult{SentMessages: 1, Batches: 1, More: true}, first, "sent messages first, at most the limit")
+		total, err := e.d().Purge(e.ctx, opts(1, true))
+		require.NoError(t, err)
+		require.Equal(t, 3, total.Batches)
+		require.False(t, total.More)
+		require.Equal(t, store.PurgeResult{SentMessages: 1, DiscardedMessages: 1, DeadLetters: 1, Batches: 3}, total)
+		for _, id := range append(sent, discarded) {
+			e.requireNotFound(id)
+		}
+
+		// The archive holds the rows: copied back, they read as they were.
+		for _, row := range []store.Row{sentRow, discardedRow} {
+			require.NoError(t, e.Exec(e.ctx, RestoreSQL[e.Dialect], row.ID), "restore row %d from the archive", row.ID)
+			back := e.get(row.MessageID)
+			require.Equal(t, row.ID, back.ID)
+			require.Equal(t, row.Topic, back.Topic)
+			require.Equal(t, row.Status, back.Status)
+			require.JSONEq(t, string(row.Payload), string(back.Payload))
+		}
+	})
+}
+
+// testStatsAndBacklog pins Stats (counts per status, every status present; per topic,
+// only statuses present; in flight; open and recent dead letters; held-back rows and keys
+// blocked by a dead message) and Backlog (pending and claimed rows, held back or not).
+func testStatsAndBacklog(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	empty, err := e.d().Stats(e.ctx)
+	require.NoError(t, err)
+	require.Len(t, empty.ByStatus, len(store.Statuses), "every status is present")
+	for _, s := range store.Statuses {
+		require.Zero(t, empty.ByStatus[s], s)
+	}
+	require.Empty(t, empty.ByTopic)
+	require.Zero(t, empty.OldestPendingAge)
+	pending, age, err := e.d().Backlog(e.ctx)
+	require.NoError(t, err)
+	require.Zero(t, pending)
+	require.Zero(t, age)
+
+	e.claimed("b")
+	e.dispatched("c")
+	e.sent("d")
+	// A dead message with an ordering key, and a later message of its key.
+	deadKeyed := e.enqueue(store.Message{Topic: "e", OrderingKey: "k", Payload: json.RawMessage(`{}`)})[0].MessageID
+	e.dispatch(e.claimOnly(deadKeyed))
+	e.deadLetter(deadKeyed, "e", "run-1")
+	e.discarded("f")
+	e.enqueue(msg("a", `{}`), msg("a", `{}`))
+	e.enqueue(keyed("g", "h", 1), keyed("g", "h", 2), keyed("g", "k", 2))
+
+	st, err := e.d().Stats(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[store.Status]int64{
+		store.StatusPending: 5, store.StatusClaimed: 1, store.StatusDispatched: 1,
+		store.StatusSent: 1, store.StatusDead: 1, store.StatusDiscarded: 1,
+	}, st.ByStatus)
+	require.Equal(t, map[string]map[store.Status]int64{
+		"a": {store.StatusPending: 2},
+		"b": {store.StatusClaimed: 1},
+		"c": {store.StatusDispatched: 1},
+		"d": {store.StatusSent: 1},
+		"e": {store.StatusDead: 1},
+		"f": {store.StatusDiscarded: 1},
+		"g": {store.StatusPending: 3},
+	}, st.ByTopic)
+	require.EqualValues(t, 2, st.InFlight)
+	require.EqualValues(t, 1, st.OpenDeadLetters, "the discarded message's dead letter is closed")
+	require.EqualValues(t, 2, st.DeadLettersLastHour)
+	require.EqualValues(t, 2, st.DeadLettersLastDay)
+	require.EqualValues(t, 2, st.HeldBack, "h's second behind its first, k's behind the dead one")
+	require.EqualValues(t, 1, st.KeysBlockedByDead)
+	require.Zero(t, st.RepairedLastDay)
+	require.GreaterOrEqual(t, st.OldestPendingAge, time.Duration(0))
+	require.Less(t, st.OldestPendingAge, time.Minute)
+	require.Less(t, st.OldestInFlightAge, time.Minute)
+	require.WithinDuration(t, time.Now(), st.At, time.Minute)
+
+	pending, age, err = e.d().Backlog(e.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 6, pending, "pending and claimed rows, held back or not")
+	require.GreaterOrEqual(t, age, time.Duration(0))
+	require.Less(t, age, time.Minute)
+}
+
+// testPlainSQLRows pins what the store does with rows a writer without the library
+// inserted: with only topic and payload the row gets a message ID, is pending, readable
+// and claimable; the optional columns are honoured; and a row the store's Validate would
+// have refused is still readable and claimable, so the machinery can dead-letter it.
+func testPlainSQLRows(t *testing.T, h Harness) {
+	t.Run("TopicAndPayloadOnly", func(t *testing.T) {
+		e := newEnv(t, h)
+		require.NoError(t, e.InsertSQL(e.ctx, map[string]any{"topic": "order.created", "payload": `{"order_id": 7}`}))
+		c := e.claim(10, store.OrderingRules{})
+		require.Len(t, c.Claimed, 1)
+		claimed := c.Claimed[0]
+		require.NotEqual(t, uuid.Nil, claimed.MessageID, "a message ID is generated")
+		require.Equal(t, "order.created", claimed.Topic)
+		require.Zero(t, claimed.RetryTimes)
+		require.Nil(t, claimed.MaxRetryTimes)
+		require.False(t, claimed.MayHaveBeenSent())
+		row := e.get(claimed.MessageID)
+		require.Equal(t, store.StatusClaimed, row.Status)
+		require.JSONEq(t, `{"order_id": 7}`, string(row.Payload))
+		require.Empty(t, row.Headers)
+		require.Nil(t, row.OrderingKey)
+		require.WithinDuration(t, time.Now(), row.CreatedAt, time.Minute)
+		e.dispatch(claimed)
+		s, err := e.d().RecordSent(e.ctx, claimed.MessageID)
+		require.NoError(t, err)
+		require.NotNil(t, s)
+
+		// Before any claim, a plain-SQL row is pending.
+		require.NoError(t, e.InsertSQL(e.ctx, map[string]any{"topic": "order.created", "payload": `[1, 2]`}))
+		st, err := e.d().Stats(e.ctx)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, st.ByStatus[store.StatusPending])
+	})
+
+	t.Run("OptionalColumns", func(t *testing.T) {
+		e := newEnv(t, h)
+		require.NoError(t, e.InsertSQL(e.ctx, map[string]any{
+			"topic": "order.created", "payload": `{"order_id": 8}`, "status": "pending",
+			"retry_times": 2, "max_retry_times": 5, "next_retry_at": time.Now().Add(-time.Hour),
+		}))
+		require.NoError(t, e.InsertSQL(e.ctx, map[string]any{
+			"topic": "order.later", "payload": `{}`, "next_retry_at": time.Now().Add(time.Hour),
+		}))
+		c := e.claim(10, store.OrderingRules{})
+		require.Len(t, c.Claimed, 1, "the row whose next_retry_at has passed")
+		claimed := c.Claimed[0]
+		require.Equal(t, "order.created", claimed.Topic)
+		require.Equal(t, 2, claimed.RetryTimes)
+		require.NotNil(t, claimed.MaxRetryTimes)
+		require.Equal(t, 5, *claimed.MaxRetryTimes)
+		require.True(t, claimed.MayHaveBeenSent(), "it failed attempts before")
+		wait, ok, err := e.d().NextDue(e.ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.InDelta(t, time.Hour.Seconds(), wait.Seconds(), 60)
+
+		// Keyed plain-SQL rows are numbered and ordered like enqueued ones.
+		require.NoError(t, e.InsertSQL(e.ctx, map[string]any{"topic": "order.keyed", "payload": `{"n": 1}`, "ordering_key": "order-9"}))
+		require.NoError(t, e.InsertSQL(e.ctx, map[string]any{"topic": "order.keyed", "payload": `{"n": 2}`, "ordering_key": "order-9"}))
+		c = e.claim(10, store.OrderingRules{})
+		require.Len(t, c.Claimed, 1, "one of the key at a time")
+		row := e.get(c.Claimed[0].MessageID)
+		require.JSONEq(t, `{"n": 1}`, string(row.Payload))
+		require.NotNil(t, row.OrderingSeq)
+	})
+
+	t.Run("RowsValidateWouldRefuse", func(t *testing.T) {
+		e := newEnv(t, h)
+		badTopic := "order created!"
+		big := fmt.Sprintf(`{"s": "%s"}`, strings.Repeat("x", e.d().MaxPayloadBytes()))
+		require.NoError(t, e.InsertSQL(e.ctx, map[string]any{"topic": badTopic, "payload": `{"a": 1}`}))
+		require.NoError(t, e.InsertSQL(e.ctx, map[string]any{"topic": "order.big", "payload": big}))
+
+		c := e.claim(10, store.OrderingRules{})
+		require.Len(t, c.Claimed, 2, "claimed like any other row")
+		fields := map[string]string{}
+		for _, claimed := range c.Claimed {
+			row := e.get(claimed.MessageID)
+			require.Equal(t, claimed.Topic, row.Topic)
+			fields[row.Topic] = validationField(t, e.d().Validate(store.Message{Topic: row.Topic, Payload: row.Payload}))
+			if row.Topic == "order.big" {
+				require.Greater(t, len(row.Payload), e.d().MaxPayloadBytes(), "read whole")
+				require.JSONEq(t, big, string(row.Payload))
+			} else {
+				require.JSONEq(t, `{"a": 1}`, string(row.Payload))
+			}
+			// The send activity refuses it and dead-letters it.
+			e.dispatch(claimed)
+			e.deadLetter(claimed.MessageID, row.Topic, "run-1")
+			require.Equal(t, store.StatusDead, e.status(claimed.MessageID))
+		}
+		require.Equal(t, map[string]string{badTopic: "topic", "order.big": "payload"}, fields)
+		letters, err := e.d().ListDeadLetters(e.ctx, store.DeadLetterFilter{Topic: badTopic})
+		require.NoError(t, err)
+		require.Len(t, letters, 1)
+		require.JSONEq(t, `{"a": 1}`, string(letters[0].Payload))
+	})
+}
+
+// testDeployment pins the deployment's identity: its ID is made at migrate and stays; the
+// first task queue recorded stays until MoveTaskQueue moves it.
+func testDeployment(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	id, err := e.d().DeploymentID(e.ctx)
+	require.NoError(t, err)
+	require.NotEqual(t, uuid.Nil, id)
+	again, err := e.d().DeploymentID(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, id, again)
+	got, tq, err := e.d().Deployment(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, id, got)
+	require.Empty(t, tq, "no task queue is recorded at migrate")
+
+	other := newEnv(t, h)
+	otherID, err := other.d().DeploymentID(other.ctx)
+	require.NoError(t, err)
+	require.NotEqual(t, id, otherID, "two outbox databases are two deployments")
+
+	_, _, err = e.d().RecordTaskQueue(e.ctx, "")
+	require.Error(t, err)
+	got, recorded, err := e.d().RecordTaskQueue(e.ctx, "orders")
+	require.NoError(t, err)
+	require.Equal(t, id, got)
+	require.Equal(t, "orders", recorded)
+	_, recorded, err = e.d().RecordTaskQueue(e.ctx, "billing")
+	require.NoError(t, err)
+	require.Equal(t, "orders", recorded, "the first task queue recorded stays")
+
+	require.Error(t, e.d().MoveTaskQueue(e.ctx, ""))
+	require.NoError(t, e.d().MoveTaskQueue(e.ctx, "billing"))
+	got, tq, err = e.d().Deployment(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, id, got)
+	require.Equal(t, "billing", tq)
+	_, recorded, err = e.d().RecordTaskQueue(e.ctx, "orders")
+	require.NoError(t, err)
+	require.Equal(t, "billing", recorded)
+}
+
+// testMigrate pins Migrate on a migrated database: it applies nothing, and the
+// deployment and the rows stay.
+func testMigrate(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	require.Equal(t, e.Dialect, e.d().Kind())
+	require.NotEmpty(t, e.d().Schema())
+	id, err := e.d().DeploymentID(e.ctx)
+	require.NoError(t, err)
+	msgID := e.pending("order.created")
+
+	applied, err := e.d().Migrate(e.ctx)
+	require.NoError(t, err)
+	require.Empty(t, applied)
+	applied, err = e.d().Migrate(e.ctx)
+	require.NoError(t, err)
+	require.Empty(t, applied)
+
+	again, _, err := e.d().Deployment(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, id, again)
+	require.Equal(t, store.StatusPending, e.status(msgID))
+}
