@@ -17,13 +17,14 @@ ENV GOTOOLCHAIN=local \
     CGO_ENABLED=0 \
     GOWORK=off
 WORKDIR /src
-# The library's requirements and the command's cobra (its command tree,
-# cmd/outbox/internal/cli) are all that a nodev build needs.
+# The library's requirements, the command's cobra (its command tree,
+# cmd/outbox/internal/cli) and the MySQL store's driver are all that a nodev build needs.
 COPY go.mod go.sum ./
 COPY cmd/outbox/go.mod cmd/outbox/go.sum ./cmd/outbox/
+COPY store/mysqlstore/go.mod store/mysqlstore/go.sum ./store/mysqlstore/
 RUN --mount=type=cache,target=/go/pkg/mod \
     go mod download && \
-    cd cmd/outbox && go mod download github.com/spf13/cobra github.com/spf13/pflag
+    cd cmd/outbox && go mod download github.com/spf13/cobra github.com/spf13/pflag github.com/go-sql-driver/mysql filippo.io/edwards25519
 COPY . .
 WORKDIR /src/cmd/outbox
 RUN --mount=type=cache,target=/go/pkg/mod \

@@ -9,9 +9,10 @@ WORKFLOWCHECK := go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0
 # process when no Temporal CLI is installed), the end-to-end tests, the enqueue
 # benchmark against River (a module of its own so River stays out of the library's graph;
 # its one test checks the benchmark's variants, its benchmark runs with make bench-enqueue),
-# and the test of the Kubernetes manifests in deploy/kubernetes (a module of its own so the
-# Kubernetes API types stay out of the library's graph).
-MODULES = ./... ./cmd/outbox/... ./e2e/... ./benchmarks/enqueue/... ./deploy/kubernetes/...
+# the test of the Kubernetes manifests in deploy/kubernetes (a module of its own so the
+# Kubernetes API types stay out of the library's graph), and the MySQL store (a module of
+# its own so a team on PostgreSQL never downloads the MySQL driver).
+MODULES = ./... ./cmd/outbox/... ./e2e/... ./benchmarks/enqueue/... ./deploy/kubernetes/... ./store/mysqlstore/...
 # Every package with tests but e2e, which links the Temporal server and runs without -race.
 # (Packages without tests are left out: go test would still build them with -race, and
 # cmd/outbox/internal/temporalserver links the whole server; lint's go vet checks them.)
@@ -60,6 +61,7 @@ tidy: ## go mod tidy in each module
 	cd e2e && GOWORK=off go mod tidy
 	cd benchmarks/enqueue && GOWORK=off go mod tidy
 	cd deploy/kubernetes && GOWORK=off go mod tidy
+	cd store/mysqlstore && GOWORK=off go mod tidy
 
 .PHONY: bench
 bench: ## Run the store benchmarks (see docs/benchmarks.md)

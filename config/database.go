@@ -20,16 +20,16 @@ var mysqlDSN = regexp.MustCompile(`^([^@/]*@)?[a-z0-9]*(\([^)]*\))?/[^?/]*(\?.*)
 
 // DatabaseKind returns which database url names: DatabasePostgres for a postgres:// or
 // postgresql:// URL, libpq's key=value form (host=db dbname=app) and the empty string
-// (the PG* environment variables then say where), DatabaseMySQL for a mysql:// URL and the
-// Go MySQL driver's DSN form (app:secret@tcp(db:3306)/app). Anything else is an error
-// that names the forms allowed, with any password left out.
+// (the PG* environment variables then say where), DatabaseMySQL for a mysql:// or
+// mariadb:// URL and the Go MySQL driver's DSN form (app:secret@tcp(db:3306)/app).
+// Anything else is an error that names the forms allowed, with any password left out.
 func DatabaseKind(url string) (string, error) {
 	u := strings.TrimSpace(url)
 	lower := strings.ToLower(u)
 	switch {
 	case u == "", strings.HasPrefix(lower, "postgres://"), strings.HasPrefix(lower, "postgresql://"):
 		return DatabasePostgres, nil
-	case strings.HasPrefix(lower, "mysql://"):
+	case strings.HasPrefix(lower, "mysql://"), strings.HasPrefix(lower, "mariadb://"):
 		return DatabaseMySQL, nil
 	case !strings.Contains(u, "://") && strings.Contains(u, "=") && !strings.Contains(u, "@"):
 		return DatabasePostgres, nil

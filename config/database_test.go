@@ -10,13 +10,14 @@ import (
 
 func TestDatabaseKind(t *testing.T) {
 	for url, want := range map[string]string{
-		"":                               config.DatabasePostgres,
-		"postgres://app@db:5432/app":     config.DatabasePostgres,
-		"postgresql://db/app?sslmode=x":  config.DatabasePostgres,
-		"host=db dbname=app user=app":    config.DatabasePostgres,
-		"mysql://app:secret@db:3306/app": config.DatabaseMySQL,
-		"MYSQL://db/app":                 config.DatabaseMySQL,
-		"app:secret@tcp(db:3306)/app":    config.DatabaseMySQL,
+		"":                                              config.DatabasePostgres,
+		"postgres://app@db:5432/app":                    config.DatabasePostgres,
+		"postgresql://db/app?sslmode=x":                 config.DatabasePostgres,
+		"host=db dbname=app user=app":                   config.DatabasePostgres,
+		"mysql://app:secret@db:3306/app":                config.DatabaseMySQL,
+		"MYSQL://db/app":                                config.DatabaseMySQL,
+		"mariadb://app@db/app":                          config.DatabaseMySQL,
+		"app:secret@tcp(db:3306)/app":                   config.DatabaseMySQL,
 		"app@unix(/run/mysqld.sock)/app?parseTime=true": config.DatabaseMySQL,
 		"/app": config.DatabaseMySQL,
 	} {

@@ -105,7 +105,7 @@ require (
 	github.com/go-openapi/swag/stringutils v0.26.0 // indirect
 	github.com/go-openapi/swag/typeutils v0.26.0 // indirect
 	github.com/go-openapi/swag/yamlutils v0.26.0 // indirect
-	github.com/go-sql-driver/mysql v1.9.3 // indirect
+	github.com/go-sql-driver/mysql v1.10.2 // indirect
 	github.com/gocql/gocql v1.7.0 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang-jwt/jwt/v4 v4.5.2 // indirect
@@ -245,9 +245,12 @@ require (
 
 require (
 	github.com/nats-io/nats.go v1.55.0
-	github.com/outbox-go/outbox v0.0.0-00010101000000-000000000000
+	github.com/outbox-go/outbox v0.0.0
+	github.com/outbox-go/outbox/store/mysqlstore v0.0.0
 	github.com/spf13/pflag v1.0.10
 )
 
-// The library is the module at the root of this repository.
+// The library is the module at the root of this repository; its MySQL store, a module of
+// its own in store/mysqlstore.
 replace github.com/outbox-go/outbox => ../..
+replace github.com/outbox-go/outbox/store/mysqlstore => ../../store/mysqlstore

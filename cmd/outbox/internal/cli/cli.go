@@ -3,6 +3,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -164,9 +165,9 @@ func (g *globals) open(ctx context.Context, withTemporal bool) (*app.App, error)
 		return nil, err
 	}
 	if withTemporal {
-		return app.Connect(ctx, cfg, app.Options{Logger: logger})
+		return app.Connect(ctx, cfg, app.Options{Logger: logger, Databases: Databases})
 	}
-	a, err := app.Open(ctx, cfg, app.Options{Logger: logger})
+	a, err := app.Open(ctx, cfg, app.Options{Logger: logger, Databases: Databases})
 	if err != nil {
 		return nil, err
 	}
@@ -231,12 +232,12 @@ the migrations from version N on, for a schema migrated up to N-1.`,
 					}
 				}
 				if len(applied) == 0 {
-					fmt.Fprintf(cmd.OutOrStdout(), "schema %s is up to date\n", a.Store.Schema())
+					fmt.Fprintf(cmd.OutOrStdout(), "schema %s is up to date\n", a.Driver.Schema())
 				}
 				for _, v := range applied {
-					fmt.Fprintf(cmd.OutOrStdout(), "applied migration %04d to schema %s\n", v, a.Store.Schema())
+					fmt.Fprintf(cmd.OutOrStdout(), "applied migration %04d to schema %s\n", v, a.Driver.Schema())
 				}
-				id, tq, err := a.Store.Deployment(cmd.Context())
+				id, tq, err := a.Driver.Deployment(cmd.Context())
 				if err != nil {
 					return err
 				}
@@ -265,6 +266,10 @@ func printMigrationSQL(cmd *cobra.Command, g *globals, from int) error {
 	cfg, err := g.config()
 	if err != nil {
 		return err
+	}
+	if kind, _ := config.DatabaseKind(cfg.DatabaseURL); kind == config.DatabaseMySQL {
+		return &app.ConfigError{Err: errors.New("--print prints PostgreSQL's migrations; on MySQL and MariaDB run outbox migrate, " +
+			"which fills in the server's binary collation (the SQL, with its placeholders, is in store/mysqlstore/migrations)")}
 	}
 	sql, err := store.MigrationSQL(cfg.WithDefaults().Schema, from)
 	if err != nil {
@@ -356,7 +361,7 @@ func newEnqueueCmd(g *globals) *cobra.Command {
 				msg.DeliverAfter = time.Now().Add(deliverAfter)
 			}
 			return g.withApp(cmd.Context(), false, func(a *app.App) error {
-				id, err := a.Store.Enqueue(cmd.Context(), a.Pool, msg)
+				id, err := a.Enqueue(cmd.Context(), msg)
 				if err != nil {
 					return err
 				}
@@ -421,6 +426,9 @@ An order with "sku": "POISON" is rejected with 422, so its message is dead-lette
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.withApp(cmd.Context(), false, func(a *app.App) error {
+				if a.Store == nil {
+					return fmt.Errorf("the demo services keep their orders in PostgreSQL; database_url names a %s database", a.Driver.Kind())
+				}
 				cfg.Pool, cfg.Store, cfg.Logger = a.Pool, a.Store, a.Logger
 				s, err := demo.Start(cmd.Context(), cfg)
 				if err != nil {

@@ -78,7 +78,7 @@ func newDLQListCmd(g *globals) *cobra.Command {
 				return err
 			}
 			return g.withApp(cmd.Context(), false, func(a *app.App) error {
-				dls, err := a.Store.ListDeadLetters(cmd.Context(), filter)
+				dls, err := a.Driver.ListDeadLetters(cmd.Context(), filter)
 				if err != nil {
 					return err
 				}
@@ -199,15 +199,15 @@ func newDLQShowCmd(g *globals) *cobra.Command {
 			}
 			return g.withApp(cmd.Context(), false, func(a *app.App) error {
 				ctx := cmd.Context()
-				row, err := a.Store.Get(ctx, ids[0])
+				row, err := a.Driver.Get(ctx, ids[0])
 				if err != nil {
 					return err
 				}
-				dls, err := a.Store.DeadLetters(ctx, ids[0])
+				dls, err := a.Driver.DeadLetters(ctx, ids[0])
 				if err != nil {
 					return err
 				}
-				audit, err := a.Store.Audit(ctx, ids[0])
+				audit, err := a.Driver.Audit(ctx, ids[0])
 				if err != nil {
 					return err
 				}
@@ -272,7 +272,7 @@ func selectMessages(ctx context.Context, a *app.App, args []string, f filterFlag
 	if err != nil {
 		return nil, err
 	}
-	dls, err := a.Store.ListDeadLetters(ctx, filter)
+	dls, err := a.Driver.ListDeadLetters(ctx, filter)
 	if err != nil {
 		return nil, err
 	}
@@ -303,7 +303,7 @@ func newDLQRedriveCmd(g *globals) *cobra.Command {
 				actor := cmp.Or(by, currentUser(g.lookupEnv))
 				var failed []error
 				for _, id := range ids {
-					r, err := a.Store.Redrive(cmd.Context(), id, actor)
+					r, err := a.Driver.Redrive(cmd.Context(), id, actor)
 					if err != nil {
 						failed = append(failed, err)
 						fmt.Fprintf(cmd.ErrOrStderr(), "not redriven: %v\n", err)
@@ -357,7 +357,7 @@ func newDLQDiscardCmd(g *globals) *cobra.Command {
 				actor := cmp.Or(by, currentUser(g.lookupEnv))
 				var failed int
 				for _, id := range ids {
-					if err := a.Store.Discard(cmd.Context(), id, actor); err != nil {
+					if err := a.Driver.Discard(cmd.Context(), id, actor); err != nil {
 						failed++
 						fmt.Fprintf(cmd.ErrOrStderr(), "not discarded: %v\n", err)
 						continue

@@ -36,7 +36,7 @@ func newRetentionRunCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.withApp(cmd.Context(), false, func(a *app.App) error {
 				r := a.Config.Retention
-				total, err := a.Store.Purge(cmd.Context(), r.PurgeOptions())
+				total, err := a.Driver.Purge(cmd.Context(), r.PurgeOptions())
 				if total.Batches > 0 || err == nil {
 					// What was removed before an error or an interrupt is gone all the same.
 					if werr := printPurge(cmd, total, r.Archive, asJSON); werr != nil && err == nil {

@@ -115,7 +115,7 @@ type attemptView struct {
 // of the message. A message with neither a row nor a dead letter nor a run is an error.
 func inspectMessage(ctx context.Context, a *app.App, id uuid.UUID) (*messageView, error) {
 	v := &messageView{MessageID: id, Runs: []runView{}}
-	row, err := a.Store.Get(ctx, id)
+	row, err := a.Driver.Get(ctx, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		v.rowMissing = true
@@ -127,7 +127,7 @@ func inspectMessage(ctx context.Context, a *app.App, id uuid.UUID) (*messageView
 		v.RedriveCount, v.CreatedAt, v.SentAt = row.RedriveCount, &row.CreatedAt, row.SentAt
 		v.OrderingKey, v.OrderingSeq = row.OrderingKey, row.OrderingSeq
 	}
-	dls, err := a.Store.DeadLetters(ctx, id)
+	dls, err := a.Driver.DeadLetters(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +138,7 @@ func inspectMessage(ctx context.Context, a *app.App, id uuid.UUID) (*messageView
 	if v.Topic == "" && len(dls) > 0 {
 		v.Topic = dls[len(dls)-1].Topic
 	}
-	if v.Audit, err = a.Store.Audit(ctx, id); err != nil {
+	if v.Audit, err = a.Driver.Audit(ctx, id); err != nil {
 		return nil, err
 	}
 	if v.Audit == nil {
@@ -160,11 +160,11 @@ func inspectMessage(ctx context.Context, a *app.App, id uuid.UUID) (*messageView
 	if v.rowMissing && len(dls) == 0 && len(v.Runs) == 0 {
 		if v.HistoryError != "" {
 			return nil, fmt.Errorf("message %s: no row in schema %s and no dead letter; its workflow history could not be read: %s",
-				id, a.Store.Schema(), v.HistoryError)
+				id, a.Driver.Schema(), v.HistoryError)
 		}
 		return nil, fmt.Errorf("message %s not found: no row in schema %s, no dead letter and no workflow %s in namespace %s "+
 			"(retention removes sent and discarded rows, and Temporal closed runs, after their retention period)",
-			id, a.Store.Schema(), workflows.WorkflowID(id.String()), a.Config.Temporal.Namespace)
+			id, a.Driver.Schema(), workflows.WorkflowID(id.String()), a.Config.Temporal.Namespace)
 	}
 	return v, nil
 }

@@ -21,7 +21,7 @@ func newStatsCmd(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.withApp(cmd.Context(), false, func(a *app.App) error {
-				s, err := a.Store.Stats(cmd.Context())
+				s, err := a.Driver.Stats(cmd.Context())
 				if err != nil {
 					return err
 				}

@@ -1,0 +1,187 @@
+package e2e
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-go/outbox/store/mysqlstore"
+)
+
+// mysqlURL is the MariaDB or MySQL server the tests create their databases on.
+func mysqlURL() string {
+	return cmp.Or(os.Getenv("TEST_MYSQL_URL"), "mysql://root@127.0.0.1:3306/test")
+}
+
+// mysqlDatabase creates an empty database of the test's own on the test server and
+// returns its URL and a connection to it; the database is dropped when the test ends.
+func mysqlDatabase(t *testing.T) (string, *sql.DB) {
+	t.Helper()
+	ctx := context.Background()
+	admin, err := mysqlstore.Open(ctx, mysqlURL())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = admin.Close() })
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := "outbox_e2e_" + hex.EncodeToString(b)
+	_, err = admin.ExecContext(ctx, "CREATE DATABASE "+name+" CHARACTER SET utf8mb4")
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = admin.ExecContext(context.Background(), "DROP DATABASE IF EXISTS "+name) })
+	u, err := url.Parse(mysqlURL())
+	require.NoError(t, err)
+	u.Path = "/" + name
+	db, err := mysqlstore.Open(ctx, u.String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	return u.String(), db
+}
+
+// mariadbClient runs statements with the mariadb (or mysql) command-line client against
+// the database dbURL names, as a PHP or shell writer of the seed's table would.
+func mariadbClient(t *testing.T, dbURL, statements string) {
+	t.Helper()
+	client, err := exec.LookPath("mariadb")
+	if err != nil {
+		client, err = exec.LookPath("mysql")
+	}
+	require.NoError(t, err, "the mariadb client is installed with the server")
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	password, _ := u.User.Password()
+	cmd := exec.Command(client, "--protocol=TCP", "-h", u.Hostname(), "-P", cmp.Or(u.Port(), "3306"),
+		"-u", u.User.Username(), strings.TrimPrefix(u.Path, "/"), "-e", statements)
+	cmd.Env = append(os.Environ(), "MYSQL_PWD="+password)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s\n%s", statements, out)
+}
+
+// mysqlStatus returns the status and last error of each row of a topic, by message ID.
+func mysqlStatus(t *testing.T, db *sql.DB, topic string) map[string][2]string {
+	t.Helper()
+	rows, err := db.QueryContext(context.Background(),
+		"SELECT message_id, status, COALESCE(last_error, '') FROM outbox_messages WHERE topic = ?", topic)
+	require.NoError(t, err)
+	defer rows.Close()
+	got := map[string][2]string{}
+	for rows.Next() {
+		var id, status, lastErr string
+		require.NoError(t, rows.Scan(&id, &status, &lastErr))
+		got[id] = [2]string{status, lastErr}
+	}
+	require.NoError(t, rows.Err())
+	return got
+}
+
+// TestMySQLDelivery runs the outbox command on MariaDB as a team on MySQL runs it: outbox
+// migrate, then outbox worker and outbox relay as separate processes against a real
+// Temporal server, with rows written by the mariadb client the seed's way (only topic and
+// payload, or with the seed's status, retry_times, max_retry_times and next_retry_at).
+// Every accepted row ends sent and reached the downstream; a row the downstream rejects
+// ends dead with the downstream's answer as its reason. Then the worker and the relay are killed
+// (SIGKILL) while 60 more rows are under way and started again: every row ends sent and
+// reached the downstream, none is lost. The topics keep the default retry policy.
+func TestMySQLDelivery(t *testing.T) {
+	t.Parallel()
+	ts := newServer(t)
+	recv := newReceiver(t)
+	recv.Handle("POST /rejects", func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "order 7 is unknown", http.StatusUnprocessableEntity)
+	})
+	dbURL, db := mysqlDatabase(t)
+	cfgPath := filepath.Join(t.TempDir(), "outbox.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte(fmt.Sprintf(`
+temporal:
+  address: %s
+  namespace: %s
+  task_queue: mysql-%d
+relay:
+  poll_interval: 200ms
+topics:
+  order.created:
+    url: %[4]s/events
+  order.rejected:
+    url: %[4]s/rejects
+`, ts.GetFrontendHostPort(), ts.GetDefaultNamespace(), time.Now().UnixNano(), recv.URL)), 0o600))
+	env := map[string]string{"DATABASE_URL": dbURL}
+
+	out, code := runOutbox(t, time.Minute, "", env, "migrate", "--config", cfgPath)
+	require.Equal(t, 0, code, out) // 0: ok
+	mariadbClient(t, dbURL, `
+INSERT INTO outbox_messages (topic, payload) VALUES ('order.created', '{"order_id": 1}');
+INSERT INTO outbox_messages (topic, payload, status, retry_times, max_retry_times, next_retry_at)
+    VALUES ('order.created', '{"order_id": 2}', 'pending', 0, 5, NOW());
+INSERT INTO outbox_messages (topic, payload) VALUES ('order.rejected', '{"order_id": 7}');`)
+
+	start := func(cmd string) *outboxProcess {
+		return startOutbox(t, "", env, cmd, "--config", cfgPath)
+	}
+	worker, relay := start("worker"), start("relay")
+	logs := func() string { return "worker:\n" + worker.out.String() + "\nrelay:\n" + relay.out.String() }
+	settled := func(topic, status string, n int) func() bool {
+		return func() bool {
+			rows := mysqlStatus(t, db, topic)
+			for _, r := range rows {
+				if r[0] != status {
+					return false
+				}
+			}
+			return len(rows) == n
+		}
+	}
+	require.Eventually(t, settled("order.created", "sent", 2), 2*time.Minute, 100*time.Millisecond, logs)
+	require.Eventually(t, settled("order.rejected", "dead", 1), 2*time.Minute, 100*time.Millisecond, logs)
+	for id := range mysqlStatus(t, db, "order.created") {
+		_, effects := recv.Count(id)
+		require.Equal(t, 1, effects, "message %s reached the downstream once", id)
+	}
+	for _, r := range mysqlStatus(t, db, "order.rejected") {
+		require.Contains(t, r[1], "order 7 is unknown", "the dead letter's reason is the downstream's answer")
+	}
+	var dead int
+	require.NoError(t, db.QueryRow("SELECT count(*) FROM outbox_dead_letters").Scan(&dead))
+	require.Equal(t, 1, dead)
+
+	// kill -9 of both processes mid-flight: nothing is lost.
+	var values []string
+	for i := range 60 {
+		values = append(values, fmt.Sprintf(`('order.created', '{"order_id": %d}')`, 100+i))
+	}
+	mariadbClient(t, dbURL, "INSERT INTO outbox_messages (topic, payload) VALUES "+strings.Join(values, ", "))
+	require.Eventually(t, func() bool {
+		_, effects := recv.Totals()
+		return effects >= 2+5
+	}, time.Minute, 10*time.Millisecond, logs)
+	require.NoError(t, worker.cmd.Process.Kill())
+	require.NoError(t, relay.cmd.Process.Kill())
+	worker.wait()
+	relay.wait()
+	worker, relay = start("worker"), start("relay")
+	require.Eventually(t, settled("order.created", "sent", 62), 3*time.Minute, 100*time.Millisecond, logs)
+	for id := range mysqlStatus(t, db, "order.created") {
+		_, effects := recv.Count(id)
+		require.Equal(t, 1, effects, "message %s reached the downstream", id)
+	}
+	require.Empty(t, recv.Snapshot().Bad, "every request kept the downstream contract")
+
+	for _, p := range []*outboxProcess{worker, relay} {
+		code, exited := p.interrupt(30 * time.Second)
+		require.True(t, exited, logs())
+		require.Equal(t, 0, code, logs()) // 0: ok
+	}
+	out, code = runOutbox(t, time.Minute, "", env, "stats", "--config", cfgPath)
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "sent")
+}

@@ -1,0 +1,458 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/outbox-go/outbox/store"
+)
+
+// The claim reads outbox_messages_claim_idx: lane 2 (delayed rows, in next_retry_at order
+// up to now) and then lane 1 (rows due at once, in id order), each stopping at the limit,
+// so it costs the same however many sent, delayed or held-back rows the table keeps. SKIP
+// LOCKED lets concurrent relays take disjoint batches. The statements name claim_lane
+// with the conditions it stands for, which the index has.
+const (
+	claimDelayedSQL = `SELECT id, ordering_key FROM %s
+WHERE claim_lane = 2 AND next_retry_at <= NOW(6)
+  AND (status = 'pending' OR lease_until <= NOW(6))
+ORDER BY next_retry_at, id
+LIMIT ?
+FOR UPDATE SKIP LOCKED`
+
+	claimImmediateSQL = `SELECT id, ordering_key FROM %s
+WHERE claim_lane = 1 AND next_retry_at IS NULL
+  AND (status = 'pending' OR lease_until <= NOW(6))
+ORDER BY id
+LIMIT ?
+FOR UPDATE SKIP LOCKED`
+)
+
+// ClaimSQL returns the two SELECTs with which the claim chooses its rows (delayed, then
+// due at once), for EXPLAIN. Their one parameter is the limit.
+func (s *Store) ClaimSQL() (delayed, immediate string) {
+	return fmt.Sprintf(claimDelayedSQL, s.messages), fmt.Sprintf(claimImmediateSQL, s.messages)
+}
+
+// heldBack writes the condition, true for a row c that an earlier undelivered message of
+// its key holds back under the ordering rules: pending, claimed, dispatched, or dead where
+// the dead message's topic blocks its key. Topics with ordering off are never held back.
+// The claim, the parking, the recheck and the sweep share it, as in package store.
+func (s *Store) heldBack(q *sqlBuilder, rules store.OrderingRules) {
+	q.sql("(c.ordering_key IS NOT NULL AND NOT (CASE WHEN ").in("c.topic", rules.Listed).
+		sql(" THEN ").in("c.topic", rules.Unordered).
+		sql(" ELSE " + boolSQL(rules.DefaultUnordered) + " END)")
+	q.sql(` AND EXISTS (SELECT 1 FROM `+s.messages+` e
+    WHERE e.ordering_key = c.ordering_key AND e.ordering_seq < c.ordering_seq
+      AND (e.status IN ('pending', 'claimed', 'dispatched')
+        OR (e.status = 'dead' AND NOT (CASE WHEN `).in("e.topic", rules.Listed).
+		sql(" THEN ").in("e.topic", rules.Skipping).
+		sql(" ELSE " + boolSQL(rules.DefaultSkipping) + " END)))))")
+}
+
+// heldBackAmong returns those of ids that are held back, in a statement that sees what
+// committed before it (a consistent read: it locks nothing).
+func (s *Store) heldBackAmong(ctx context.Context, tx *sql.Tx, ids []int64, rules store.OrderingRules) (map[int64]string, error) {
+	out := map[int64]string{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	q := (&sqlBuilder{}).sql(`SELECT c.id, c.ordering_key FROM ` + s.messages + ` c WHERE c.id IN (` + idList(ids) + `) AND `)
+	s.heldBack(q, rules)
+	rows, err := tx.QueryContext(ctx, q.String(), q.args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var key string
+		if err := rows.Scan(&id, &key); err != nil {
+			return nil, err
+		}
+		out[id] = key
+	}
+	return out, rows.Err()
+}
+
+// queryIDs runs a SELECT of ids (a locking one or not) and returns them in its order.
+func queryIDs(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]int64, error) {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+// Claim takes up to limit due rows and leases them for lease, ordering keyed messages by
+// the default rules.
+func (s *Store) Claim(ctx context.Context, limit int, lease time.Duration) ([]store.Claimed, error) {
+	res, err := s.ClaimBatch(ctx, limit, lease, store.OrderingRules{})
+	return res.Claimed, err
+}
+
+// ClaimBatch takes up to limit due rows (pending rows whose next_retry_at has passed or is
+// unset, and claimed rows whose lease has expired; delayed rows first, then the others by
+// id) and leases them for lease under a new claim token, as package store does. A keyed
+// row that an earlier undelivered message of its key holds back (see OrderingRules) is
+// parked instead (held_back), which takes it off the claim's index until its key is
+// released; Parked counts those.
+//
+// It is one READ COMMITTED transaction: the due rows are selected FOR UPDATE SKIP LOCKED,
+// the held-back ones found with a consistent read, both groups updated by id, and the
+// claimed rows read back before the commit. All times are the database clock's. After
+// the commit the keys of the parked rows are looked at again under their park locks (see
+// recheckParked).
+func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, rules store.OrderingRules) (store.ClaimResult, error) {
+	if limit < 1 {
+		return store.ClaimResult{}, fmt.Errorf("claim limit must be at least 1, got %d", limit)
+	}
+	token, err := uuid.NewRandom()
+	if err != nil {
+		return store.ClaimResult{}, fmt.Errorf("new claim token: %w", err)
+	}
+	var (
+		res        store.ClaimResult
+		parkedIDs  []int64
+		parkedKeys []string
+	)
+	delayedSQL, immediateSQL := s.ClaimSQL()
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		res, parkedIDs, parkedKeys = store.ClaimResult{}, nil, nil
+		var ids, keyed []int64
+		choose := func(query string, n int) error {
+			rows, err := tx.QueryContext(ctx, query, n)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var id int64
+				var key sql.NullString
+				if err := rows.Scan(&id, &key); err != nil {
+					return err
+				}
+				ids = append(ids, id)
+				if key.Valid {
+					keyed = append(keyed, id)
+				}
+			}
+			return rows.Err()
+		}
+		if err := choose(delayedSQL, limit); err != nil {
+			return err
+		}
+		if len(ids) < limit {
+			if err := choose(immediateSQL, limit-len(ids)); err != nil {
+				return err
+			}
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		blocked, err := s.heldBackAmong(ctx, tx, keyed, rules)
+		if err != nil {
+			return err
+		}
+		var claim []int64
+		keySeen := map[string]bool{}
+		for _, id := range ids {
+			if key, ok := blocked[id]; ok {
+				parkedIDs = append(parkedIDs, id)
+				if !keySeen[key] {
+					keySeen[key] = true
+					parkedKeys = append(parkedKeys, key)
+				}
+				continue
+			}
+			claim = append(claim, id)
+		}
+		if len(parkedIDs) > 0 {
+			if _, err := tx.ExecContext(ctx, `UPDATE `+s.messages+` SET held_back = TRUE WHERE id IN (`+idList(parkedIDs)+`)`); err != nil {
+				return err
+			}
+		}
+		if len(claim) == 0 {
+			return nil
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE `+s.messages+`
+SET status = 'claimed', claim_token = ?, lease_until = NOW(6) + INTERVAL ? MICROSECOND, updated_at = NOW(6)
+WHERE id IN (`+idList(claim)+`)`, token.String(), micros(lease)); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT id, message_id, topic, retry_times, max_retry_times, redrive_count,
+  created_at, dispatched_at, claim_token, lease_until
+FROM `+s.messages+` WHERE id IN (`+idList(claim)+`)`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		byID := make(map[int64]store.Claimed, len(claim))
+		for rows.Next() {
+			var c store.Claimed
+			if err := rows.Scan(&c.ID, &c.MessageID, &c.Topic, &c.RetryTimes, &c.MaxRetryTimes, &c.RedriveCount,
+				&c.CreatedAt, &c.DispatchedAt, &c.ClaimToken, &c.LeaseUntil); err != nil {
+				return err
+			}
+			byID[c.ID] = c
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, id := range claim {
+			if c, ok := byID[id]; ok {
+				res.Claimed = append(res.Claimed, c)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return store.ClaimResult{}, fmt.Errorf("claim messages: %w", err)
+	}
+	res.Parked = len(parkedIDs)
+	if len(parkedIDs) > 0 {
+		if err := s.recheckParked(ctx, parkedIDs, parkedKeys, rules); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// lockParks takes the park locks of keys, in the keys' byte order, until tx ends: it
+// upserts their rows of outbox_ordering_parks, which locks them.
+func (s *Store) lockParks(ctx context.Context, tx *sql.Tx, keys []string) error {
+	keys = slices.Clone(keys)
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	var b strings.Builder
+	args := make([]any, len(keys))
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?)")
+		args[i] = k
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO `+s.parks+` (ordering_key) VALUES `+b.String()+`
+ON DUPLICATE KEY UPDATE ordering_key = ordering_key`, args...)
+	return err
+}
+
+// recheckParked settles the keys of the rows a claim just parked, once the parking has
+// committed, as package store does. It takes the park locks of the keys and then, in new
+// statements that see every release committed meanwhile: parks every other pending row of
+// those keys that is held back (so a key with many waiting rows is parked at once, not a
+// claim's worth at a time), and unparks the claim's rows that nothing holds back any more.
+// A release (a keyed message sent, dead-lettered or discarded) takes the same lock before
+// it looks for parked rows, so a release that ran while the claim was parking is seen
+// either here or by the release. Rows are locked with SKIP LOCKED: this transaction never
+// waits for a row while it holds park locks, so it cannot deadlock with a release (which
+// holds its row and waits for the park lock).
+func (s *Store) recheckParked(ctx context.Context, ids []int64, keys []string, rules store.OrderingRules) error {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := s.lockParks(ctx, tx, keys); err != nil {
+			return err
+		}
+		// The pending rows of the keys, found with a consistent read and then locked by
+		// their primary key only (see lockByID).
+		q := (&sqlBuilder{}).sql(`SELECT id FROM `+s.messages+` WHERE `).in("ordering_key", keys).
+			sql(` AND status = 'pending' AND held_back = FALSE`)
+		pending, err := queryIDs(ctx, tx, q.String(), q.args...)
+		if err != nil {
+			return err
+		}
+		if pending, err = s.lockByID(ctx, tx, pending, `status = 'pending' AND held_back = FALSE`); err != nil {
+			return err
+		}
+		held, err := s.heldBackAmong(ctx, tx, pending, rules)
+		if err != nil {
+			return err
+		}
+		if len(held) > 0 {
+			park := make([]int64, 0, len(held))
+			for id := range held {
+				park = append(park, id)
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE `+s.messages+` SET held_back = TRUE
+WHERE id IN (`+idList(park)+`) AND status = 'pending' AND held_back = FALSE`); err != nil {
+				return err
+			}
+		}
+		_, err = s.unparkFree(ctx, tx, ids, rules)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("look again at parked messages: %w", err)
+	}
+	return nil
+}
+
+// lockByID locks those of ids whose rows still meet cond, skipping rows other transactions
+// hold, and returns them. It reads the primary key only: a SKIP LOCKED scan of a
+// secondary index keeps its lock on the index entry of each row it skips, which would
+// make the transaction that holds that row wait for this one when it changes the entry,
+// and the two deadlock if this one then changes an entry of that index the other skipped.
+func (s *Store) lockByID(ctx context.Context, tx *sql.Tx, ids []int64, cond string) ([]int64, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	return queryIDs(ctx, tx, `SELECT id FROM `+s.messages+` FORCE INDEX (PRIMARY)
+WHERE id IN (`+idList(ids)+`) AND `+cond+`
+FOR UPDATE SKIP LOCKED`)
+}
+
+// unparkFree unparks those of ids that are parked and that nothing holds back, skipping
+// rows other transactions hold, and returns how many it unparked.
+func (s *Store) unparkFree(ctx context.Context, tx *sql.Tx, ids []int64, rules store.OrderingRules) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	parked, err := s.lockByID(ctx, tx, ids, `held_back = TRUE`)
+	if err != nil {
+		return 0, err
+	}
+	held, err := s.heldBackAmong(ctx, tx, parked, rules)
+	if err != nil {
+		return 0, err
+	}
+	free := slices.DeleteFunc(parked, func(id int64) bool { _, ok := held[id]; return ok })
+	if len(free) == 0 {
+		return 0, nil
+	}
+	res, err := tx.ExecContext(ctx, `UPDATE `+s.messages+` SET held_back = FALSE WHERE id IN (`+idList(free)+`) AND held_back = TRUE`)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// release is the release trigger of package store: when a keyed message has been sent,
+// dead-lettered or discarded, the next parked message of its key may be due. In tx (which
+// moved the row), it takes the key's park lock and unparks the key's first parked row;
+// the claim decides again whether it is held back.
+func (s *Store) release(ctx context.Context, tx *sql.Tx, key string) error {
+	if err := s.lockParks(ctx, tx, []string{key}); err != nil {
+		return fmt.Errorf("release ordering key %q: %w", key, err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE `+s.messages+` SET held_back = FALSE
+WHERE held_back = TRUE AND ordering_key = ?
+ORDER BY ordering_seq
+LIMIT 1`, key); err != nil {
+		return fmt.Errorf("release ordering key %q: %w", key, err)
+	}
+	return nil
+}
+
+// unparkHeadsSQL finds, for each key that has parked rows, its first parked row: the
+// GROUP BY names a leftmost prefix of outbox_messages_held_back_idx and MIN its next
+// column, so it reads the index one probe per key (a loose index scan, "Using index for
+// group-by"), however many rows are parked behind it.
+const unparkHeadsSQL = `SELECT h.id FROM (
+    SELECT ordering_key, MIN(ordering_seq) AS seq FROM %[1]s
+    WHERE held_back = TRUE GROUP BY held_back, ordering_key) k
+JOIN %[1]s h ON h.held_back = TRUE AND h.ordering_key = k.ordering_key AND h.ordering_seq = k.seq`
+
+// Unpark puts back on the claim's path the parked rows that nothing holds back any more
+// (the first parked row of each key): after a change of the topics' ordering settings, a
+// row moved to sent, dead or discarded by hand, or a release that a crash cut short. The
+// store's own transitions release a key's next row when a keyed message is sent,
+// dead-lettered or discarded, so this is a safety net that the relays run now and then. It
+// returns the number of rows unparked.
+func (s *Store) Unpark(ctx context.Context, rules store.OrderingRules) (int64, error) {
+	var n int64
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		heads, err := queryIDs(ctx, tx, fmt.Sprintf(unparkHeadsSQL, s.messages))
+		if err != nil {
+			return err
+		}
+		n, err = s.unparkFree(ctx, tx, heads, rules)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("unpark held-back messages: %w", err)
+	}
+	return n, nil
+}
+
+// nextDueSQL is the earliest "deliver not before" time still ahead, as a wait in
+// microseconds from the database clock's now, read from outbox_messages_deliver_after_idx
+// with one probe.
+const nextDueSQL = `SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), MIN(next_retry_at))
+FROM %s
+WHERE status = 'pending' AND next_retry_at > NOW(6)`
+
+// NextDueSQL returns the statement NextDue runs, for EXPLAIN.
+func (s *Store) NextDueSQL() string { return fmt.Sprintf(nextDueSQL, s.messages) }
+
+// NextDue reports how long it is until the earliest pending message whose next_retry_at
+// is still ahead falls due, by the database clock; ok is false when there is no such
+// message. Messages already due are not counted: the claim takes them.
+func (s *Store) NextDue(ctx context.Context) (wait time.Duration, ok bool, err error) {
+	var us sql.NullInt64
+	if err := s.db.QueryRowContext(ctx, s.NextDueSQL()).Scan(&us); err != nil {
+		return 0, false, fmt.Errorf("find next due message: %w", err)
+	}
+	if !us.Valid {
+		return 0, false, nil
+	}
+	return time.Duration(us.Int64) * time.Microsecond, true, nil
+}
+
+// MarkDispatched records that a workflow owns the claimed row: claimed → dispatched, only
+// while the caller still holds the claim. ok is false when the row has moved on.
+func (s *Store) MarkDispatched(ctx context.Context, id int64, token uuid.UUID) (ok bool, err error) {
+	n, err := s.MarkDispatchedAll(ctx, []store.Claimed{{ID: id, ClaimToken: token}})
+	return n > 0, err
+}
+
+// MarkDispatchedAll is MarkDispatched for many claimed rows in one statement. It returns
+// the number of rows that were still claimed under their token and are now dispatched.
+func (s *Store) MarkDispatchedAll(ctx context.Context, rows []store.Claimed) (int, error) {
+	if len(rows) == 0 {
+		return 0, nil
+	}
+	ids := make([]int64, len(rows))
+	var pairs strings.Builder
+	for i, r := range rows {
+		ids[i] = r.ID
+		if i > 0 {
+			pairs.WriteString(", ")
+		}
+		fmt.Fprintf(&pairs, "(%d, '%s')", r.ID, r.ClaimToken)
+	}
+	res, err := s.db.ExecContext(ctx, `UPDATE `+s.messages+`
+SET status = 'dispatched', claim_token = NULL, lease_until = NULL, dispatched_at = NOW(6), updated_at = NOW(6)
+WHERE id IN (`+idList(ids)+`) AND status = 'claimed' AND (id, claim_token) IN (`+pairs.String()+`)`)
+	if err != nil {
+		return 0, fmt.Errorf("mark %d messages dispatched: %w", len(rows), err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("mark %d messages dispatched: %w", len(rows), err)
+	}
+	return int(n), nil
+}
+
+// RetryClaimAfter leaves a claimed row claimed but ends its lease after d, so that a claim
+// then takes it again soon instead of after the whole lease; only while the caller still
+// holds the claim. ok is false when the row has moved on.
+func (s *Store) RetryClaimAfter(ctx context.Context, id int64, token uuid.UUID, d time.Duration) (ok bool, err error) {
+	return s.exec(ctx, "retry claim", `UPDATE `+s.messages+`
+SET lease_until = NOW(6) + INTERVAL ? MICROSECOND, updated_at = NOW(6)
+WHERE id = ? AND status = 'claimed' AND claim_token = ?`, micros(d), id, token.String())
+}

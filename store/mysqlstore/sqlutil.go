@@ -1,0 +1,149 @@
+package mysqlstore
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/google/uuid"
+
+	"github.com/outbox-go/outbox/store"
+)
+
+// MySQL error numbers the store acts on.
+const (
+	errDuplicateKey = 1062 // ER_DUP_ENTRY
+	errNoSuchTable  = 1146 // ER_NO_SUCH_TABLE
+	errDeadlock     = 1213 // ER_LOCK_DEADLOCK
+)
+
+// idList writes ids as a list of SQL integer literals. The ids come from the database or
+// the caller as int64, so the literals are safe; they are not placeholders because a
+// statement may have at most 65,535 of those.
+func idList(ids []int64) string {
+	var b strings.Builder
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(id, 10))
+	}
+	return b.String()
+}
+
+// uuidList writes ids as a list of SQL string literals: a formatted UUID holds only hex
+// digits and dashes.
+func uuidList(ids []uuid.UUID) string {
+	var b strings.Builder
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('\'')
+		b.WriteString(id.String())
+		b.WriteByte('\'')
+	}
+	return b.String()
+}
+
+// sqlBuilder writes a statement and collects the arguments of its placeholders in order.
+type sqlBuilder struct {
+	b    strings.Builder
+	args []any
+}
+
+func (q *sqlBuilder) sql(s string) *sqlBuilder { q.b.WriteString(s); return q }
+
+// in writes "col IN (?, ...)" with the values of list, or FALSE when list is empty.
+func (q *sqlBuilder) in(col string, list []string) *sqlBuilder {
+	if len(list) == 0 {
+		q.b.WriteString("FALSE")
+		return q
+	}
+	q.b.WriteString(col + " IN (")
+	for i, v := range list {
+		if i > 0 {
+			q.b.WriteString(", ")
+		}
+		q.b.WriteByte('?')
+		q.args = append(q.args, v)
+	}
+	q.b.WriteByte(')')
+	return q
+}
+
+// String returns the statement written so far.
+func (q *sqlBuilder) String() string { return q.b.String() }
+
+// boolSQL is b as a SQL literal.
+func boolSQL(b bool) string {
+	if b {
+		return "TRUE"
+	}
+	return "FALSE"
+}
+
+// isDuplicate reports whether err is a duplicate-key error on the unique index named
+// index. MySQL 8 names the index as table.index, MariaDB as index; the entry's value comes
+// before the index's name in the message, so the name is matched at its end.
+func isDuplicate(err error, table, index string) bool {
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) || me.Number != errDuplicateKey {
+		return false
+	}
+	return strings.HasSuffix(me.Message, "for key '"+index+"'") ||
+		strings.HasSuffix(me.Message, "for key '"+table+"."+index+"'")
+}
+
+// isErrNumber reports whether err is the MySQL error number n.
+func isErrNumber(err error, n uint16) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == n
+}
+
+// checkJSONNumbers reports a number of the JSON text p (valid JSON already) that MySQL's
+// JSON type cannot store: it keeps numbers as doubles (or 64-bit integers), and refuses
+// one beyond the range of a double. PostgreSQL's jsonb stores such numbers, so this is
+// the one payload rule the MySQL store adds.
+func checkJSONNumbers(p []byte) error {
+	inString := false
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if inString {
+			switch c {
+			case '"':
+				inString = false
+			case '\\':
+				i++
+			}
+			continue
+		}
+		switch {
+		case c == '"':
+			inString = true
+		case c == '-' || (c >= '0' && c <= '9'):
+			j := i
+			exp := false
+			for j < len(p) && strings.IndexByte("0123456789+-.eE", p[j]) >= 0 {
+				if p[j] == 'e' || p[j] == 'E' {
+					exp = true
+				}
+				j++
+			}
+			// Without an exponent a number below 309 digits fits a double.
+			if exp || j-i > 308 {
+				if _, err := strconv.ParseFloat(string(p[i:j]), 64); err != nil {
+					num := string(p[i:j])
+					if len(num) > 40 {
+						num = num[:40] + "..."
+					}
+					return &store.ValidationError{Field: "payload", Reason: fmt.Sprintf("number %s is outside the range MySQL's JSON type can store (a double)", num)}
+				}
+			}
+			i = j - 1
+		}
+	}
+	return nil
+}

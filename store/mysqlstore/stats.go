@@ -1,0 +1,109 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/outbox-go/outbox/store"
+)
+
+// Stats reads the counts in one REPEATABLE READ, read-only transaction, so they agree with
+// each other (InnoDB reads every statement of it from one snapshot). Counting by topic
+// reads the whole message table.
+func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
+	st := store.Stats{ByStatus: map[store.Status]int64{}, ByTopic: map[string]map[store.Status]int64{}}
+	for _, status := range store.Statuses {
+		st.ByStatus[status] = 0
+	}
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	if err != nil {
+		return st, fmt.Errorf("stats: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	rows, err := tx.QueryContext(ctx, `SELECT topic, status, COUNT(*) FROM `+s.messages+` GROUP BY topic, status`)
+	if err != nil {
+		return st, fmt.Errorf("stats: count messages: %w", err)
+	}
+	for rows.Next() {
+		var topic string
+		var status store.Status
+		var n int64
+		if err := rows.Scan(&topic, &status, &n); err != nil {
+			rows.Close()
+			return st, fmt.Errorf("stats: count messages: %w", err)
+		}
+		st.ByStatus[status] += n
+		if st.ByTopic[topic] == nil {
+			st.ByTopic[topic] = map[store.Status]int64{}
+		}
+		st.ByTopic[topic][status] = n
+	}
+	if err := rows.Close(); err != nil {
+		return st, fmt.Errorf("stats: count messages: %w", err)
+	}
+	if err := rows.Err(); err != nil {
+		return st, fmt.Errorf("stats: count messages: %w", err)
+	}
+	st.InFlight = st.ByStatus[store.StatusClaimed] + st.ByStatus[store.StatusDispatched]
+
+	// NOW(6) is one value throughout a statement, so the ages and windows agree.
+	var pendingAge, dispatchedAge, claimedAge sql.NullInt64
+	err = tx.QueryRowContext(ctx, `SELECT NOW(6),
+  (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6)) FROM `+s.messages+`
+     WHERE status = 'pending' AND (next_retry_at IS NULL OR next_retry_at <= NOW(6))),
+  (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(COALESCE(dispatched_at, updated_at)), NOW(6)) FROM `+s.messages+`
+     WHERE status = 'dispatched'),
+  (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(updated_at), NOW(6)) FROM `+s.messages+` WHERE status = 'claimed'),
+  (SELECT COUNT(*) FROM `+s.dead+` WHERE redriven_at IS NULL AND discarded_at IS NULL),
+  (SELECT COUNT(*) FROM `+s.dead+` WHERE dead_lettered_at >= NOW(6) - INTERVAL 1 HOUR),
+  (SELECT COUNT(*) FROM `+s.dead+` WHERE dead_lettered_at >= NOW(6) - INTERVAL 1 DAY),
+  (SELECT COUNT(*) FROM `+s.messages+` m
+     WHERE m.status = 'pending' AND m.ordering_key IS NOT NULL AND EXISTS (
+       SELECT 1 FROM `+s.messages+` e WHERE e.ordering_key = m.ordering_key AND e.ordering_seq < m.ordering_seq
+         AND e.status IN ('pending', 'claimed', 'dispatched', 'dead'))),
+  (SELECT COUNT(DISTINCT d.ordering_key) FROM `+s.messages+` d
+     WHERE d.status = 'dead' AND d.ordering_key IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM `+s.messages+` e WHERE e.ordering_key = d.ordering_key AND e.ordering_seq < d.ordering_seq
+         AND e.status IN ('pending', 'claimed', 'dispatched', 'dead'))
+       AND EXISTS (SELECT 1 FROM `+s.messages+` l WHERE l.ordering_key = d.ordering_key AND l.ordering_seq > d.ordering_seq
+         AND l.status = 'pending')),
+  (SELECT COUNT(*) FROM `+s.audit+" WHERE action = 'reconcile' AND `at` >= NOW(6) - INTERVAL 1 DAY)").
+		Scan(&st.At, &pendingAge, &dispatchedAge, &claimedAge, &st.OpenDeadLetters, &st.DeadLettersLastHour, &st.DeadLettersLastDay,
+			&st.HeldBack, &st.KeysBlockedByDead, &st.RepairedLastDay)
+	if err != nil {
+		return st, fmt.Errorf("stats: %w", err)
+	}
+	if pendingAge.Valid {
+		st.OldestPendingAge = max(time.Duration(pendingAge.Int64)*time.Microsecond, 0)
+	}
+	// The oldest of the two: PostgreSQL's now() - LEAST(...), which skips a NULL.
+	if dispatchedAge.Valid || claimedAge.Valid {
+		st.OldestInFlightAge = max(time.Duration(max(dispatchedAge.Int64, claimedAge.Int64))*time.Microsecond, 0)
+	}
+	return st, nil
+}
+
+// backlogSQL counts the rows waiting for a relay: those on the claim's lanes and the
+// held-back ones (pending or claimed), each count read from an index (the lane index and
+// outbox_messages_held_back_idx), not the table's sent rows. The age is that of the
+// oldest row that is due and not held back: lane 1, or lane 2 with next_retry_at passed.
+const backlogSQL = `SELECT
+  (SELECT COUNT(*) FROM %[1]s WHERE claim_lane IN (1, 2))
+  + (SELECT COUNT(*) FROM %[1]s WHERE held_back = TRUE AND status IN ('pending', 'claimed')),
+  (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6)) FROM %[1]s WHERE claim_lane = 1 AND next_retry_at IS NULL),
+  (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6)) FROM %[1]s WHERE claim_lane = 2 AND next_retry_at <= NOW(6))`
+
+// Backlog implements store.Delivery: the rows not yet handed to Temporal and the age of
+// the oldest due one (zero when none).
+func (s *Store) Backlog(ctx context.Context) (pending int64, oldestAge time.Duration, err error) {
+	var immediate, delayed sql.NullInt64
+	if err := s.db.QueryRowContext(ctx, fmt.Sprintf(backlogSQL, s.messages)).Scan(&pending, &immediate, &delayed); err != nil {
+		return 0, 0, fmt.Errorf("read the backlog: %w", err)
+	}
+	if immediate.Valid || delayed.Valid {
+		oldestAge = time.Duration(max(immediate.Int64, delayed.Int64)) * time.Microsecond
+	}
+	return pending, oldestAge, nil
+}

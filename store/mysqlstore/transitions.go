@@ -1,0 +1,212 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/outbox-go/outbox/store"
+)
+
+// MarkSent records a delivered message: pending, claimed or dispatched → sent. ok is false
+// when the row is already terminal or does not exist. It is RecordSent without the metrics.
+func (s *Store) MarkSent(ctx context.Context, messageID uuid.UUID) (ok bool, err error) {
+	sent, err := s.RecordSent(ctx, messageID)
+	return sent != nil, err
+}
+
+// RecordSent is MarkSent returning what metrics need of the row it changed; nil when the
+// row is already terminal or does not exist. When the message has an ordering key, the
+// same transaction releases the key's next parked message.
+func (s *Store) RecordSent(ctx context.Context, messageID uuid.UUID) (*store.Sent, error) {
+	var sent *store.Sent
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		sent, err = s.markSent(ctx, tx, messageID, nil)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return sent, nil
+}
+
+// markSent is the one writer of → sent: pending, claimed or dispatched → sent, in tx. With
+// unchanged, the row moves only while it is still the dispatched row unchanged was read
+// from, not updated since (reconciliation's guard). It releases the message's ordering key
+// and returns what metrics need of the row; nil when no row moved.
+func (s *Store) markSent(ctx context.Context, tx *sql.Tx, messageID uuid.UUID, unchanged *store.Dispatched) (*store.Sent, error) {
+	guard, args := "", []any{messageID.String()}
+	if unchanged != nil {
+		guard = " AND " + stillDispatched
+		args = append(args, unchanged.ID, unchanged.UpdatedAt)
+	}
+	res, err := tx.ExecContext(ctx, `UPDATE `+s.messages+`
+SET status = 'sent', sent_at = NOW(6), claim_token = NULL, lease_until = NULL, updated_at = NOW(6)
+WHERE message_id = ? AND status IN ('pending', 'claimed', 'dispatched')`+guard, args...)
+	if err != nil {
+		return nil, fmt.Errorf("mark message sent: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		if err != nil {
+			return nil, fmt.Errorf("mark message sent: %w", err)
+		}
+		return nil, nil
+	}
+	var (
+		sent store.Sent
+		key  sql.NullString
+		us   int64
+	)
+	if err := tx.QueryRowContext(ctx, `SELECT topic, ordering_key, TIMESTAMPDIFF(MICROSECOND, created_at, sent_at)
+FROM `+s.messages+` WHERE message_id = ?`, messageID.String()).Scan(&sent.Topic, &key, &us); err != nil {
+		return nil, fmt.Errorf("mark message sent: %w", err)
+	}
+	sent.Latency = time.Duration(us) * time.Microsecond
+	if key.Valid {
+		if err := s.release(ctx, tx, key.String); err != nil {
+			return nil, fmt.Errorf("mark message sent: %w", err)
+		}
+	}
+	return &sent, nil
+}
+
+// RecordFailure records a failed delivery attempt on the row: retry_times becomes the
+// number of failed attempts (it never decreases) and last_error the failure.
+func (s *Store) RecordFailure(ctx context.Context, messageID uuid.UUID, failedAttempts int, lastError string) (ok bool, err error) {
+	return s.exec(ctx, "record delivery failure", `UPDATE `+s.messages+`
+SET retry_times = GREATEST(retry_times, ?), last_error = ?, updated_at = NOW(6)
+WHERE message_id = ? AND status IN ('pending', 'claimed', 'dispatched')`, failedAttempts, store.StorableText(lastError), messageID.String())
+}
+
+const rowColumns = `id, message_id, topic, payload, headers, status, retry_times, max_retry_times,
+next_retry_at, last_error, redrive_count, created_at, updated_at, sent_at, ordering_key, ordering_seq`
+
+// rowScanner is a *sql.Row or *sql.Rows.
+type rowScanner interface{ Scan(dest ...any) error }
+
+func scanRow(r rowScanner) (store.Row, error) {
+	var m store.Row
+	var payload, headers []byte
+	err := r.Scan(&m.ID, &m.MessageID, &m.Topic, &payload, &headers, &m.Status, &m.RetryTimes,
+		&m.MaxRetryTimes, &m.NextRetryAt, &m.LastError, &m.RedriveCount, &m.CreatedAt, &m.UpdatedAt, &m.SentAt,
+		&m.OrderingKey, &m.OrderingSeq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return m, store.ErrNotFound
+	}
+	if err != nil {
+		return m, err
+	}
+	m.Payload = payload
+	if len(headers) > 0 {
+		m.Headers = store.ParseHeaders(headers) // headers of another shape are left out, not fatal
+	}
+	return m, nil
+}
+
+// Get loads a message by its message ID. It returns an error wrapping store.ErrNotFound if
+// there is none.
+func (s *Store) Get(ctx context.Context, messageID uuid.UUID) (store.Row, error) {
+	m, err := scanRow(s.db.QueryRowContext(ctx, `SELECT `+rowColumns+` FROM `+s.messages+` WHERE message_id = ?`, messageID.String()))
+	if err != nil {
+		return m, fmt.Errorf("load message %s: %w", messageID, err)
+	}
+	return m, nil
+}
+
+// GetAll loads the messages of messageIDs, by message ID, in one statement. An ID without
+// a row is left out.
+func (s *Store) GetAll(ctx context.Context, messageIDs []uuid.UUID) (map[uuid.UUID]store.Row, error) {
+	out := make(map[uuid.UUID]store.Row, len(messageIDs))
+	if len(messageIDs) == 0 {
+		return out, nil
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT `+rowColumns+` FROM `+s.messages+` WHERE message_id IN (`+uuidList(messageIDs)+`)`)
+	if err != nil {
+		return nil, fmt.Errorf("load %d messages: %w", len(messageIDs), err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		m, err := scanRow(rows)
+		if err != nil {
+			return nil, fmt.Errorf("load %d messages: %w", len(messageIDs), err)
+		}
+		out[m.MessageID] = m
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("load %d messages: %w", len(messageIDs), err)
+	}
+	return out, nil
+}
+
+// DeadLetter writes a dead letter for the message (copying its topic, payload and headers)
+// and moves the row to dead, in one transaction, as package store does: dead letters are
+// keyed by (message ID, run ID), so a second call for the same run changes nothing and
+// succeeds, even when the dead letter has been redriven or discarded meanwhile; a row that
+// is already sent or discarded is left alone and gets no dead letter; ok reports whether
+// the row moved to dead. A keyed message moved to dead releases its key.
+func (s *Store) DeadLetter(ctx context.Context, d store.DeadLetter) (ok bool, err error) {
+	d.LastError = store.StorableText(d.LastError)
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		ok = false
+		var (
+			status    string
+			topic     = d.Topic
+			payload   = []byte("null")
+			headers   []byte
+			createdAt *time.Time
+			key       sql.NullString
+		)
+		err := tx.QueryRowContext(ctx, `SELECT status, topic, payload, headers, created_at, ordering_key FROM `+s.messages+`
+WHERE message_id = ? FOR UPDATE`, d.MessageID.String()).Scan(&status, &topic, &payload, &headers, &createdAt, &key)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			status = ""
+		case err != nil:
+			return err
+		case store.Status(status) == store.StatusSent || store.Status(status) == store.StatusDiscarded:
+			return nil
+		}
+		var headersText *string
+		if headers != nil {
+			h := string(headers)
+			headersText = &h
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO `+s.dead+`
+(message_id, workflow_id, run_id, topic, payload, headers, attempts, last_error, message_created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			d.MessageID.String(), d.WorkflowID, d.RunID, topic, string(payload), headersText, d.Attempts, d.LastError, createdAt)
+		if isDuplicate(err, "outbox_dead_letters", "outbox_dead_letters_message_run_key") {
+			// This run dead-lettered the message already, and that moved the row to dead
+			// in the same transaction. Whatever happened to the row since came later and
+			// stands. (The failed INSERT is undone alone; the transaction goes on.)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE `+s.messages+`
+SET status = 'dead', last_error = ?, claim_token = NULL, lease_until = NULL, updated_at = NOW(6)
+WHERE message_id = ? AND status IN ('pending', 'claimed', 'dispatched')`, d.LastError, d.MessageID.String())
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		ok = n > 0
+		if ok && key.Valid {
+			return s.release(ctx, tx, key.String)
+		}
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("dead-letter message %s: %w", d.MessageID, err)
+	}
+	return ok, nil
+}
