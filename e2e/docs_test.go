@@ -162,6 +162,8 @@ var docRules = []docRule{
 	{match: `^temporal operator search-attribute create --namespace NS --name Outbox(Topic|Status|MessageId) --type Keyword$`,
 		scenario: scQuickStart, subst: []docSubst{{"--namespace NS ", "--namespace default "}}}, // NS: outbox dev's namespace
 	{match: `^make test$`, skip: "is make test itself"},
+	{match: `^go run \./cmd/outbox dev --database mysql$`,
+		skip: "TestDevMySQL runs it with the built binary: a private MariaDB server, an order through the demo delivered, Ctrl-C stopping the server, a restart keeping the data"},
 
 	// docs/benchmarks.md and docs/chaos.md.
 	{match: `^make bench-enqueue\b`, skip: "runs for minutes (each enqueue variant for 3 s, River's included); make test runs the benchmark module's test, which checks each variant"},
@@ -174,6 +176,8 @@ var docRules = []docRule{
 		expect: `(?s)BenchmarkClaim/Sent100000-\d+\s+30\s+\d+ ns/op.*\nok\s+github\.com/outbox-go/outbox/store`},
 	{match: `^go test -run XXX -bench ClaimBesideWaitingRows -benchtime 30x -count 3 \./store$`, scenario: scGo,
 		expect: `(?s)BenchmarkClaimBesideWaitingRows/HeldBack-\d+\s+30\s+\d+ ns/op.*\nok\s+github\.com/outbox-go/outbox/store`},
+	{match: `^cd store/mysqlstore && go test -run XXX -bench (BenchmarkEnqueue -benchtime 3s -count 3|BenchmarkClaim -benchtime 200x -count 2) \.$`,
+		skip: "runs for minutes against MariaDB (each enqueue variant for 3 s; the claim beside 100,000 seeded rows of each kind); make test runs the MySQL store's tests, TestClaimStaysFlat (the claim's plan beside 100,000 sent and held-back rows) included"},
 	{match: `^make chaos\b`, skip: "runs for most of an hour (1,000 messages per fault); make test runs the same suite with 100 messages per fault"},
 	{match: `^OUTBOX_CHAOS_MESSAGES=600 go test -count=1 -v -run 'TestRunKilledDuringDrain\|TestWorkerKilledMidSend\|TestOwnPostgresDown30s' \./chaos/$`,
 		skip: "runs for minutes (600 messages per fault, PostgreSQL down for 30 s in one); make test runs these tests with 100 messages per fault"},

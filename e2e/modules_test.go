@@ -53,7 +53,48 @@ func main() {}
 		require.NotContains(t, mods, "go.temporal.io/server")
 		require.NotContains(t, mods, "github.com/temporalio/ui-server")
 		require.Contains(t, mods, "go.temporal.io/sdk ")
+		require.NotContains(t, mods, "github.com/go-sql-driver/mysql", "a team on PostgreSQL downloads no MySQL driver")
 		goCmd(t, dir, "build", "-o", filepath.Join(dir, "team-worker"), ".")
+	})
+
+	// A team on MySQL requires the mysqlstore module beside the library and builds with
+	// its go.sum alone.
+	t.Run("MySQLConsumer", func(t *testing.T) {
+		dir := t.TempDir()
+		mysqlstore := filepath.Join(root, "store", "mysqlstore")
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte(`module example.com/team
+
+go 1.26.0
+
+require (
+	github.com/outbox-go/outbox v0.0.0-00010101000000-000000000000
+	github.com/outbox-go/outbox/store/mysqlstore v0.0.0-00010101000000-000000000000
+)
+
+replace github.com/outbox-go/outbox => `+root+`
+
+replace github.com/outbox-go/outbox/store/mysqlstore => `+mysqlstore+"\n"), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(`package main
+
+import (
+	_ "github.com/outbox-go/outbox/store"
+	_ "github.com/outbox-go/outbox/store/mysqlstore"
+)
+
+func main() {}
+`), 0o644))
+		var sums []byte
+		for _, d := range []string{root, mysqlstore} {
+			b, err := os.ReadFile(filepath.Join(d, "go.sum"))
+			require.NoError(t, err)
+			sums = append(sums, b...)
+		}
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "go.sum"), sums, 0o644))
+		goCmd(t, dir, "mod", "tidy")
+		mods := goCmd(t, dir, "list", "-m", "all")
+		require.Contains(t, mods, "github.com/go-sql-driver/mysql ")
+		require.NotContains(t, mods, "go.temporal.io/server")
+		goCmd(t, dir, "build", "-o", filepath.Join(dir, "team-app"), ".")
 	})
 
 	t.Run("DeliveryNeedsOnlyTheStandardLibrary", func(t *testing.T) {

@@ -90,7 +90,8 @@ func mysqlStatus(t *testing.T, db *sql.DB, topic string) map[string][2]string {
 // Temporal server, with rows written by the mariadb client the seed's way (only topic and
 // payload, or with the seed's status, retry_times, max_retry_times and next_retry_at).
 // Every accepted row ends sent and reached the downstream; a row the downstream rejects
-// ends dead with the downstream's answer as its reason. Then the worker and the relay are killed
+// ends dead with the downstream's answer as its reason, which outbox dlq list, dlq show and
+// show report, and outbox dlq discard discards. Then the worker and the relay are killed
 // (SIGKILL) while 60 more rows are under way and started again: every row ends sent and
 // reached the downstream, none is lost. The topics keep the default retry policy.
 func TestMySQLDelivery(t *testing.T) {
@@ -153,6 +154,25 @@ INSERT INTO outbox_messages (topic, payload) VALUES ('order.rejected', '{"order_
 	var dead int
 	require.NoError(t, db.QueryRow("SELECT count(*) FROM outbox_dead_letters").Scan(&dead))
 	require.Equal(t, 1, dead)
+
+	// The operators' commands on MySQL: list, show, the delivery story, discard (audited).
+	var rejected string
+	for id := range mysqlStatus(t, db, "order.rejected") {
+		rejected = id
+	}
+	cli := func(args ...string) string {
+		t.Helper()
+		out, code := runOutbox(t, time.Minute, "", env, append(args, "--config", cfgPath)...)
+		require.Equal(t, 0, code, "outbox %s:\n%s", strings.Join(args, " "), out) // 0: ok
+		return out
+	}
+	require.Contains(t, cli("dlq", "list"), rejected)
+	require.Contains(t, cli("dlq", "show", rejected), "order 7 is unknown")
+	require.Contains(t, cli("show", rejected), "order 7 is unknown")
+	cli("dlq", "discard", rejected, "--yes")
+	require.Equal(t, "discarded", mysqlStatus(t, db, "order.rejected")[rejected][0])
+	require.Contains(t, cli("dlq", "show", rejected), "discard")
+	cli("retention", "run")
 
 	// kill -9 of both processes mid-flight: nothing is lost.
 	var values []string

@@ -887,9 +887,10 @@ func (r *Relay) listenOnce(ctx context.Context, channel string, wake chan<- stru
 	}
 }
 
-// channel is the NOTIFY channel the relay listens on, or "" when its database has none.
+// channel is the NOTIFY channel of the relay's store, which it listens on with
+// WakeupNotify; "" when its database has none.
 func (r *Relay) channel() string {
-	if n, ok := r.store.(store.Notifier); ok && r.pool != nil && r.cfg.Wakeup == WakeupNotify {
+	if n, ok := r.store.(store.Notifier); ok {
 		return n.Channel()
 	}
 	return ""

@@ -23,12 +23,18 @@ var migrationName = regexp.MustCompile(`^(\d{4})_[a-z0-9_]+\.up\.sql$`)
 type Migration struct {
 	Version int
 	Name    string
-	SQL     string // with {{schema}} and {{channel}} still in place
+	// SQL is the file's text, with its placeholders ({{schema}}, and {{channel}} on
+	// PostgreSQL) still in place.
+	SQL string
 }
 
 // Migrations returns the embedded migrations in version order.
-func Migrations() ([]Migration, error) {
-	entries, err := fs.ReadDir(migrationFiles, "migrations")
+func Migrations() ([]Migration, error) { return ReadMigrations(migrationFiles, "migrations") }
+
+// ReadMigrations reads the migrations of folder dir of fsys, files named
+// NNNN_name.up.sql, in version order: the form of every store's migrations.
+func ReadMigrations(fsys fs.FS, dir string) ([]Migration, error) {
+	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -39,7 +45,7 @@ func Migrations() ([]Migration, error) {
 			return nil, fmt.Errorf("migration file %q does not match NNNN_name.up.sql", e.Name())
 		}
 		v, _ := strconv.Atoi(m[1])
-		body, err := migrationFiles.ReadFile(path.Join("migrations", e.Name()))
+		body, err := fs.ReadFile(fsys, path.Join(dir, e.Name()))
 		if err != nil {
 			return nil, err
 		}

@@ -224,29 +224,37 @@ func (s *Store) PurgeBatch(ctx context.Context, opts PurgeOptions) (PurgeResult,
 		return nil
 	})
 	if err != nil {
-		return PurgeResult{}, fmt.Errorf("retention: %s old rows: %w", purgeVerb(opts.Archive), err)
+		return PurgeResult{}, PurgeError(opts, err)
 	}
 	res.More = left <= 0
 	return res, nil
 }
 
-func purgeVerb(archive bool) string {
-	if archive {
-		return "archive"
+// PurgeError is a failure of a purge with opts, as every store reports it.
+func PurgeError(opts PurgeOptions, err error) error {
+	verb := "delete"
+	if opts.Archive {
+		verb = "archive"
 	}
-	return "delete"
+	return fmt.Errorf("retention: %s old rows: %w", verb, err)
 }
 
 // Purge runs PurgeBatch until a batch is not full, and returns the total. Each batch is
 // its own short transaction, so a large backlog never holds locks for long. When ctx ends
 // between batches it returns what was removed so far and ctx's error.
 func (s *Store) Purge(ctx context.Context, opts PurgeOptions) (PurgeResult, error) {
+	return PurgeAll(ctx, s.PurgeBatch, opts)
+}
+
+// PurgeAll is a store's Purge: it runs batch until a batch is not full and returns the
+// total, or, when ctx ends between batches, what was removed so far and ctx's error.
+func PurgeAll(ctx context.Context, batch func(context.Context, PurgeOptions) (PurgeResult, error), opts PurgeOptions) (PurgeResult, error) {
 	var total PurgeResult
 	for {
 		if err := ctx.Err(); err != nil {
-			return total, fmt.Errorf("retention: %s old rows: %w", purgeVerb(opts.Archive), err)
+			return total, PurgeError(opts, err)
 		}
-		res, err := s.PurgeBatch(ctx, opts)
+		res, err := batch(ctx, opts)
 		if err != nil {
 			return total, err
 		}

@@ -425,6 +425,9 @@ func checkPod(t *testing.T, where string, spec corev1.PodSpec, sub string, img i
 		switch {
 		case !ok:
 			return "", false
+		case v.ValueFrom != nil && v.ValueFrom.SecretKeyRef != nil && name == "DATABASE_URL":
+			// A value of the form the secret holds: the config checks the URL's form.
+			return "postgres://outbox@from-secret-" + v.ValueFrom.SecretKeyRef.Name + "/outbox", true
 		case v.ValueFrom != nil && v.ValueFrom.SecretKeyRef != nil:
 			return "from-secret-" + v.ValueFrom.SecretKeyRef.Name, true
 		default:

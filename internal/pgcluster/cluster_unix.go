@@ -13,11 +13,11 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
+
+	"github.com/outbox-go/outbox/internal/localserver"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -29,9 +29,7 @@ type Cluster struct {
 	moved   string // why dataDir is not under Options.Dir; empty when it is
 	port    int
 	cred    *syscall.Credential // nil: run as the current user
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	logFile *os.File
+	proc    *localserver.Process
 }
 
 // URL returns the cluster's connection string.
@@ -99,7 +97,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err := c.prepare(ctx, u, o.Logger); err != nil {
 		return nil, err
 	}
-	if c.port, err = choosePort(filepath.Join(o.Dir, "postgres.port"), o.Port); err != nil {
+	if c.port, err = localserver.ChoosePort(filepath.Join(o.Dir, "postgres.port"), o.Port); err != nil {
 		return nil, err
 	}
 	if err := c.start(o.LogPath); err != nil {
@@ -287,108 +285,45 @@ func serverVersion(binDir string) int {
 	return major
 }
 
-// choosePort returns port, else the port of the last run (kept in portFile) when it is
-// free, else any free port; it records the choice in portFile.
-func choosePort(portFile string, port int) (int, error) {
-	if port == 0 {
-		if b, err := os.ReadFile(portFile); err == nil {
-			if p, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && portFree(p) {
-				port = p
-			}
-		}
-	}
-	if port == 0 {
-		var err error
-		if port, err = freePort(); err != nil {
-			return 0, err
-		}
-	}
-	_ = os.WriteFile(portFile, []byte(strconv.Itoa(port)+"\n"), 0o644)
-	return port, nil
-}
-
-// start starts postgres. The parent-death signal fires when the thread that started the
-// child ends, so it starts and waits for the child on one locked thread that lives
-// exactly as long as the child.
+// start starts postgres.
 func (c *Cluster) start(logPath string) error {
-	var err error
-	if c.logFile, err = os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
-		return err
-	}
-	c.cmd = exec.Command(filepath.Join(c.binDir, "postgres"),
+	cmd := exec.Command(filepath.Join(c.binDir, "postgres"),
 		"-D", c.dataDir,
 		"-p", strconv.Itoa(c.port),
 		"-c", "listen_addresses=127.0.0.1",
 		"-c", "unix_socket_directories=",
 		"-c", "max_connections=200",
 	)
-	c.cmd.Dir = "/" // a folder every user may be in
-	c.cmd.Stdout, c.cmd.Stderr = c.logFile, c.logFile
-	c.cmd.SysProcAttr = childAttr(c.cred)
-	c.exited = make(chan struct{})
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer close(c.exited)
-		if err := c.cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		_ = c.cmd.Wait()
-	}()
-	if err := <-started; err != nil {
-		c.logFile.Close()
-		return fmt.Errorf("start postgres: %w", err)
-	}
-	return nil
+	cmd.Dir = "/" // a folder every user may be in
+	cmd.SysProcAttr = childAttr(c.cred)
+	var err error
+	c.proc, err = localserver.Start(cmd, logPath, syscall.SIGINT) // SIGINT: fast shutdown
+	return err
 }
 
 // waitReady waits until the cluster accepts connections.
 func (c *Cluster) waitReady(ctx context.Context, logPath string) error {
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	return c.proc.WaitReady(ctx, logPath, func(ctx context.Context) error {
 		conn, err := pgx.Connect(ctx, c.URL())
 		if err == nil {
 			conn.Close(ctx)
-			return nil
 		}
-		select {
-		case <-c.exited:
-			c.logFile.Close()
-			return fmt.Errorf("postgres exited at start; its log %s ends with:\n%s", logPath, tail(logPath, 10))
-		case <-ctx.Done():
-			c.Stop()
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			c.Stop()
-			return fmt.Errorf("postgres did not accept connections within 60s; see %s", logPath)
-		}
-	}
+		return err
+	})
 }
 
 // Stop shuts the cluster down (fast shutdown), killing it if it takes more than 30 seconds.
 func (c *Cluster) Stop() {
-	if c.cmd == nil || c.cmd.Process == nil {
-		return
+	if c.proc != nil {
+		c.proc.Stop()
 	}
-	_ = c.cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case <-c.exited:
-	case <-time.After(30 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-c.exited
-	}
-	c.logFile.Close()
 }
 
 // Exited is closed when the postgres process has exited.
-func (c *Cluster) Exited() <-chan struct{} { return c.exited }
+func (c *Cluster) Exited() <-chan struct{} { return c.proc.Exited() }
 
 // PID returns the postmaster's process ID.
-func (c *Cluster) PID() int { return c.cmd.Process.Pid }
+func (c *Cluster) PID() int { return c.proc.PID() }
 
 func (c *Cluster) run(ctx context.Context, prog string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, prog), args...)

@@ -9,50 +9,20 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
-	"path"
-	"regexp"
-	"sort"
-	"strconv"
 	"strings"
+
+	"github.com/outbox-go/outbox/store"
 )
 
 //go:embed migrations/*.up.sql
 var migrationFiles embed.FS
 
-var migrationName = regexp.MustCompile(`^(\d{4})_[a-z0-9_]+\.up\.sql$`)
-
-// Migration is one numbered schema change.
-type Migration struct {
-	Version int
-	Name    string
-	// SQL is the file's text, with the placeholders still in place: a mysql client
-	// script, whose DELIMITER lines set what ends a statement.
-	SQL string
-}
+// Migration is one numbered schema change. Its SQL is a mysql client script, whose
+// DELIMITER lines set what ends a statement.
+type Migration = store.Migration
 
 // Migrations returns the embedded migrations in version order.
-func Migrations() ([]Migration, error) {
-	entries, err := fs.ReadDir(migrationFiles, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	var out []Migration
-	for _, e := range entries {
-		m := migrationName.FindStringSubmatch(e.Name())
-		if m == nil {
-			return nil, fmt.Errorf("migration file %q does not match NNNN_name.up.sql", e.Name())
-		}
-		v, _ := strconv.Atoi(m[1])
-		body, err := migrationFiles.ReadFile(path.Join("migrations", e.Name()))
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, Migration{Version: v, Name: e.Name(), SQL: string(body)})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
-	return out, nil
-}
+func Migrations() ([]Migration, error) { return store.ReadMigrations(migrationFiles, "migrations") }
 
 // splitStatements splits a mysql client script into its statements: a statement ends at
 // a line that ends with the delimiter (";" until a DELIMITER line changes it). Lines that

@@ -72,7 +72,7 @@ func (s *Store) PurgeBatch(ctx context.Context, opts store.PurgeOptions) (store.
 		return nil
 	})
 	if err != nil {
-		return store.PurgeResult{}, fmt.Errorf("retention: %s old rows: %w", purgeVerb(opts.Archive), err)
+		return store.PurgeResult{}, store.PurgeError(opts, err)
 	}
 	res.More = left <= 0
 	return res, nil
@@ -182,29 +182,9 @@ LIMIT ?`, micros(age), limit)
 	return r.RowsAffected()
 }
 
-func purgeVerb(archive bool) string {
-	if archive {
-		return "archive"
-	}
-	return "delete"
-}
-
 // Purge runs PurgeBatch until a batch is not full, and returns the total. Each batch is
 // its own short transaction. When ctx ends between batches it returns what was removed so
 // far and ctx's error.
 func (s *Store) Purge(ctx context.Context, opts store.PurgeOptions) (store.PurgeResult, error) {
-	var total store.PurgeResult
-	for {
-		if err := ctx.Err(); err != nil {
-			return total, fmt.Errorf("retention: %s old rows: %w", purgeVerb(opts.Archive), err)
-		}
-		res, err := s.PurgeBatch(ctx, opts)
-		if err != nil {
-			return total, err
-		}
-		total.Add(res)
-		if !res.More {
-			return total, nil
-		}
-	}
+	return store.PurgeAll(ctx, s.PurgeBatch, opts)
 }

@@ -426,10 +426,10 @@ An order with "sku": "POISON" is rejected with 422, so its message is dead-lette
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.withApp(cmd.Context(), false, func(a *app.App) error {
-				if a.Store == nil {
-					return fmt.Errorf("the demo services keep their orders in PostgreSQL; database_url names a %s database", a.Driver.Kind())
+				if err := cfg.UseApp(a); err != nil {
+					return err
 				}
-				cfg.Pool, cfg.Store, cfg.Logger = a.Pool, a.Store, a.Logger
+				cfg.Logger = a.Logger
 				s, err := demo.Start(cmd.Context(), cfg)
 				if err != nil {
 					return err

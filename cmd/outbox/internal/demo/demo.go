@@ -2,12 +2,14 @@
 // work: POST /orders writes an order and its order.created message in one transaction;
 // the inventory service receives the message and reserves stock, once per message ID
 // however often it is delivered. The inventory service can be told to fail a share of its
-// requests, so retries and dead letters can be seen in the Temporal UI.
+// requests, so retries and dead letters can be seen in the Temporal UI. Both keep their
+// tables in the outbox's database, PostgreSQL or MySQL (MariaDB).
 package demo
 
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,11 +22,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outbox-go/outbox/app"
 	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/mysqlstore"
 )
 
 // TopicOrderCreated is the demo's topic.
@@ -34,10 +37,18 @@ const TopicOrderCreated = "order.created"
 // after one attempt.
 const PoisonSKU = "POISON"
 
-// Config configures the demo services.
+// Config configures the demo services. They keep their tables beside the outbox's, in
+// PostgreSQL (Pool and Store) or in MySQL or MariaDB (MySQL, and DB); UseApp sets these
+// from an App.
 type Config struct {
+	// Pool and Store are the PostgreSQL database and its outbox store.
 	Pool  *pgxpool.Pool
 	Store *store.Store
+	// MySQL is the outbox store of a MySQL or MariaDB database, and DB the connections the
+	// demo writes its own rows with (defaults to MySQL.DB()); open a DB of your own with
+	// mysqlstore.Open, which reads times as UTC.
+	MySQL *mysqlstore.Store
+	DB    *sql.DB
 	// OrdersAddr is the order service's listen address. Defaults to 127.0.0.1:8080.
 	OrdersAddr string
 	// InventoryAddr is the inventory service's listen address. Defaults to 127.0.0.1:8081.
@@ -51,6 +62,40 @@ type Config struct {
 	// BrokerTopic makes each order enqueue an order.placed message too (see
 	// BrokerTopics), for a session whose config routes it to a broker.
 	BrokerTopic bool
+}
+
+// UseApp sets the demo's database to a's: Pool and Store on PostgreSQL, MySQL on MySQL or
+// MariaDB. Any other database is an error that names it.
+func (c *Config) UseApp(a *app.App) error {
+	c.Pool, c.Store, c.MySQL, c.DB = nil, nil, nil, nil
+	if a.Store != nil {
+		c.Pool, c.Store = a.Pool, a.Store
+		return nil
+	}
+	if st, ok := a.Driver.(*mysqlstore.Store); ok {
+		c.MySQL = st
+		return nil
+	}
+	kind := "unknown"
+	if a.Driver != nil {
+		kind = a.Driver.Kind()
+	}
+	return fmt.Errorf("the demo services keep their orders in PostgreSQL or MySQL; database_url names a %s database", kind)
+}
+
+// database returns the demo's database as the config names it.
+func (c *Config) database() (database, error) {
+	switch {
+	case c.MySQL != nil && (c.Pool != nil || c.Store != nil):
+		return nil, errors.New("demo config: set Pool and Store (PostgreSQL) or MySQL (MySQL, MariaDB), not both")
+	case c.MySQL != nil:
+		return &mysqlDB{db: cmp.Or(c.DB, c.MySQL.DB()), store: c.MySQL}, nil
+	case c.DB != nil:
+		return nil, errors.New("demo config: DB is set without MySQL, the outbox store the orders enqueue their messages with")
+	case c.Pool != nil && c.Store != nil:
+		return &postgresDB{pool: c.Pool, store: c.Store}, nil
+	}
+	return nil, errors.New("demo config: set Pool and Store (PostgreSQL) or MySQL (MySQL, MariaDB)")
 }
 
 // Topics returns the config that routes the demo's topic to an inventory service at
@@ -78,22 +123,6 @@ type Services struct {
 	done         chan error
 }
 
-const schemaSQL = `
-CREATE TABLE IF NOT EXISTS demo_orders (
-    id         bigserial PRIMARY KEY,
-    sku        text NOT NULL,
-    qty        integer NOT NULL CHECK (qty > 0),
-    created_at timestamptz NOT NULL DEFAULT now()
-);
-CREATE TABLE IF NOT EXISTS demo_reservations (
-    message_id  uuid PRIMARY KEY,
-    order_id    bigint NOT NULL,
-    sku         text NOT NULL,
-    qty         integer NOT NULL,
-    deliveries  integer NOT NULL DEFAULT 1,
-    reserved_at timestamptz NOT NULL DEFAULT now()
-);`
-
 // Start creates the demo tables, binds both listeners and serves until Close.
 func Start(ctx context.Context, cfg Config) (*Services, error) {
 	cfg.OrdersAddr = cmp.Or(cfg.OrdersAddr, "127.0.0.1:8080")
@@ -104,7 +133,11 @@ func Start(ctx context.Context, cfg Config) (*Services, error) {
 	if cfg.FailRate < 0 || cfg.FailRate > 1 {
 		return nil, fmt.Errorf("demo fail rate must be between 0 and 1, got %g", cfg.FailRate)
 	}
-	if _, err := cfg.Pool.Exec(ctx, schemaSQL); err != nil {
+	db, err := cfg.database()
+	if err != nil {
+		return nil, err
+	}
+	if err := db.createTables(ctx); err != nil {
 		return nil, fmt.Errorf("create demo tables: %w", err)
 	}
 	ordersL, err := net.Listen("tcp", cfg.OrdersAddr)
@@ -116,7 +149,7 @@ func Start(ctx context.Context, cfg Config) (*Services, error) {
 		ordersL.Close()
 		return nil, fmt.Errorf("demo inventory service: %w", err)
 	}
-	inv := &inventory{pool: cfg.Pool, log: cfg.Logger}
+	inv := &inventory{db: db, log: cfg.Logger}
 	inv.setFailRate(cfg.FailRate)
 	s := &Services{
 		OrdersURL:    "http://" + ordersL.Addr().String(),
@@ -126,7 +159,7 @@ func Start(ctx context.Context, cfg Config) (*Services, error) {
 	for _, srv := range []struct {
 		l net.Listener
 		h http.Handler
-	}{{ordersL, (&orders{pool: cfg.Pool, store: cfg.Store, teamTopics: cfg.TeamTopics, brokerTopic: cfg.BrokerTopic}).handler()}, {inventoryL, inv.handler()}} {
+	}{{ordersL, (&orders{db: db, teamTopics: cfg.TeamTopics, brokerTopic: cfg.BrokerTopic}).handler()}, {inventoryL, inv.handler()}} {
 		hs := &http.Server{Handler: srv.h, ReadHeaderTimeout: 10 * time.Second}
 		s.servers = append(s.servers, hs)
 		go func() {
@@ -157,8 +190,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 type orders struct {
-	pool        *pgxpool.Pool
-	store       *store.Store
+	db          database
 	teamTopics  bool // enqueue order.points and order.fulfil too
 	brokerTopic bool // enqueue order.placed too
 }
@@ -188,37 +220,30 @@ func (o *orders) create(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("sku must be set and qty at least 1, got sku %q qty %d", req.SKU, req.Qty)})
 		return
 	}
-	var orderID int64
 	var messageID uuid.UUID
 	var teamMessages []uuid.UUID
 	var brokerMessage uuid.UUID
-	err := pgx.BeginFunc(r.Context(), o.pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(r.Context(), `INSERT INTO demo_orders (sku, qty) VALUES ($1, $2) RETURNING id`, req.SKU, req.Qty).Scan(&orderID); err != nil {
-			return err
-		}
+	orderID, err := o.db.createOrder(r.Context(), req.SKU, req.Qty, func(orderID int64, enqueue enqueueFunc) error {
 		payload := orderPayload{OrderID: orderID, SKU: req.SKU, Qty: req.Qty}
-		res, err := o.store.EnqueueJSON(r.Context(), tx, store.Message{Topic: TopicOrderCreated}, payload)
-		messageID = res.MessageID
-		if err != nil {
+		var err error
+		if messageID, err = enqueue(store.Message{Topic: TopicOrderCreated}, payload); err != nil {
 			return err
 		}
 		if o.brokerTopic {
-			res, err := o.store.EnqueueJSON(r.Context(), tx, store.Message{Topic: TopicOrderPlaced, OrderingKey: fmt.Sprintf("order-%d", orderID)}, payload)
-			if err != nil {
+			if brokerMessage, err = enqueue(store.Message{Topic: TopicOrderPlaced, OrderingKey: fmt.Sprintf("order-%d", orderID)}, payload); err != nil {
 				return err
 			}
-			brokerMessage = res.MessageID
 		}
 		if !o.teamTopics {
 			return nil
 		}
 		// The same transaction tells the loyalty and fulfilment teams.
 		for _, topic := range []string{TopicOrderPoints, TopicOrderFulfil} {
-			res, err := o.store.EnqueueJSON(r.Context(), tx, store.Message{Topic: topic}, payload)
+			id, err := enqueue(store.Message{Topic: topic}, payload)
 			if err != nil {
 				return err
 			}
-			teamMessages = append(teamMessages, res.MessageID)
+			teamMessages = append(teamMessages, id)
 		}
 		return nil
 	})
@@ -243,23 +268,20 @@ func (o *orders) get(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "order id must be a number"})
 		return
 	}
-	var sku string
-	var qty int
-	var created time.Time
-	err = o.pool.QueryRow(r.Context(), `SELECT sku, qty, created_at FROM demo_orders WHERE id = $1`, id).Scan(&sku, &qty, &created)
-	if errors.Is(err, pgx.ErrNoRows) {
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such order"})
-		return
-	}
+	ord, found, err := o.db.order(r.Context(), id)
 	if err != nil {
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"order_id": id, "sku": sku, "qty": qty, "created_at": created})
+	if !found {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such order"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"order_id": id, "sku": ord.SKU, "qty": ord.Qty, "created_at": ord.CreatedAt})
 }
 
 type inventory struct {
-	pool     *pgxpool.Pool
+	db       database
 	log      *slog.Logger
 	failRate atomic.Uint64 // the share of requests to fail, in millionths
 }
@@ -306,14 +328,13 @@ func (inv *inventory) receive(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusUnprocessableEntity, map[string]string{"error": "SKU " + PoisonSKU + " cannot be reserved"})
 		return
 	}
-	tag, err := inv.pool.Exec(r.Context(), `INSERT INTO demo_reservations (message_id, order_id, sku, qty) VALUES ($1, $2, $3, $4)
-ON CONFLICT (message_id) DO UPDATE SET deliveries = demo_reservations.deliveries + 1`, key, ev.Payload.OrderID, ev.Payload.SKU, ev.Payload.Qty)
+	rows, err := inv.db.reserve(r.Context(), reservation{MessageID: key, OrderID: ev.Payload.OrderID, SKU: ev.Payload.SKU, Qty: ev.Payload.Qty})
 	if err != nil {
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 		return
 	}
 	inv.log.InfoContext(r.Context(), "Stock reserved", slog.String("message_id", ev.MessageID), slog.Int64("order_id", ev.Payload.OrderID),
-		slog.String("attempt", r.Header.Get("Outbox-Attempt")), slog.Int64("rows", tag.RowsAffected()))
+		slog.String("attempt", r.Header.Get("Outbox-Attempt")), slog.Int64("rows", rows))
 	writeJSON(w, http.StatusOK, map[string]any{"reserved": true, "message_id": ev.MessageID})
 }
 
@@ -324,12 +345,12 @@ func (inv *inventory) check(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "message_id must be a UUID"})
 		return
 	}
-	var n int
-	if err := inv.pool.QueryRow(r.Context(), `SELECT count(*) FROM demo_reservations WHERE message_id = $1`, id).Scan(&n); err != nil {
+	received, err := inv.db.reserved(r.Context(), id)
+	if err != nil {
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 		return
 	}
-	if n == 0 {
+	if !received {
 		writeJSON(w, http.StatusNotFound, map[string]any{"processed": false})
 		return
 	}
@@ -348,24 +369,7 @@ func (inv *inventory) fail(w http.ResponseWriter, r *http.Request) {
 }
 
 func (inv *inventory) list(w http.ResponseWriter, r *http.Request) {
-	rows, err := inv.pool.Query(r.Context(), `SELECT message_id, order_id, sku, qty, deliveries, reserved_at FROM demo_reservations ORDER BY reserved_at DESC LIMIT 100`)
-	if err != nil {
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
-		return
-	}
-	type reservation struct {
-		MessageID  uuid.UUID `json:"message_id"`
-		OrderID    int64     `json:"order_id"`
-		SKU        string    `json:"sku"`
-		Qty        int       `json:"qty"`
-		Deliveries int       `json:"deliveries"`
-		ReservedAt time.Time `json:"reserved_at"`
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (reservation, error) {
-		var v reservation
-		err := r.Scan(&v.MessageID, &v.OrderID, &v.SKU, &v.Qty, &v.Deliveries, &v.ReservedAt)
-		return v, err
-	})
+	out, err := inv.db.reservations(r.Context())
 	if err != nil {
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 		return

@@ -1,9 +1,10 @@
 // Package dev is `outbox dev`: the whole system in one process for a developer's machine.
-// It starts a private PostgreSQL cluster (unless DATABASE_URL is set), a Temporal server
-// with its Web UI (unless TEMPORAL_ADDRESS is set: the Temporal CLI's development server
-// when a temporal command is on PATH, else the outbox's own, built on first use; both in a
-// child process), the worker, the relay and the demo services, and on Ctrl-C stops them
-// all, PostgreSQL and Temporal included.
+// It starts a private PostgreSQL cluster, or with --database mysql a private MariaDB (or
+// MySQL) server (unless DATABASE_URL is set), a Temporal server with its Web UI (unless
+// TEMPORAL_ADDRESS is set: the Temporal CLI's development server when a temporal command
+// is on PATH, else the outbox's own, built on first use; both in a child process), the
+// worker, the relay and the demo services, and on Ctrl-C stops them all, the database and
+// Temporal included.
 //
 // This package does not link the Temporal server (package devserver does, for the
 // temporalserver binary), so go run ./cmd/outbox builds only the outbox.
@@ -32,9 +33,11 @@ import (
 	"github.com/outbox-go/outbox/app"
 	"github.com/outbox-go/outbox/cmd/outbox/internal/cli"
 	"github.com/outbox-go/outbox/cmd/outbox/internal/demo"
+	"github.com/outbox-go/outbox/cmd/outbox/internal/mariadbserver"
 	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/internal/pgcluster"
 	"github.com/outbox-go/outbox/starter"
+	"github.com/outbox-go/outbox/store/mysqlstore"
 )
 
 // markerFile marks a folder as a dev folder, so --reset never wipes anything else.
@@ -47,8 +50,12 @@ type Options struct {
 	Ephemeral bool
 	Only      string
 
-	PGBinDir string
-	PGPort   int
+	// Database is the database to run on: config.DatabasePostgres or
+	// config.DatabaseMySQL; empty follows DATABASE_URL, else PostgreSQL.
+	Database  string
+	PGBinDir  string
+	PGPort    int
+	MySQLPort int
 
 	Temporal       TemporalOptions
 	TemporalServer string // auto, cli or builtin
@@ -66,12 +73,19 @@ func Command(env *cli.Env) *cobra.Command {
 	var o Options
 	cmd := &cobra.Command{
 		Use:   "dev",
-		Short: "Run the whole system locally: PostgreSQL, Temporal with its Web UI, worker, relay and a demo",
+		Short: "Run the whole system locally: PostgreSQL or MariaDB, Temporal with its Web UI, worker, relay and a demo",
 		Long: `Runs everything in one process, with no Docker:
 
   PostgreSQL    DATABASE_URL if set, else a private cluster in --dir made with the local
                 PostgreSQL server programs (--pg-bin-dir, OUTBOX_PG_BIN_DIR, PATH, or the
                 usual install folders)
+  or MariaDB    with --database mysql: DATABASE_URL (a mysql:// URL) if set, else a private
+                MariaDB server in --dir (its data in mariadb/, made once with
+                mariadb-install-db; on 127.0.0.1, port --mysql-port or the last run's, root
+                without a password, database outbox) run with the local server programs
+                (mariadbd on PATH or in /usr/sbin, /usr/local/mysql/bin, ...; Oracle
+                MySQL's mysqld when MariaDB is not installed). The demo keeps its tables
+                there too.
   Temporal      TEMPORAL_ADDRESS if set, else a Temporal server in a child process, its
                 state in --dir (--ephemeral: thrown away at exit), frontend on 127.0.0.1:7233
                 and the Web UI on http://127.0.0.1:8233: the Temporal CLI's development server
@@ -82,8 +96,9 @@ func Command(env *cli.Env) *cobra.Command {
   demo          an order service and an inventory service (see outbox demo --help)
 
 Without --config the demo's topic order.created is routed to the demo inventory service.
-Ctrl-C stops everything, PostgreSQL included. --only temporal runs just the Temporal server
-and UI.
+Ctrl-C stops everything, the database server included. --only temporal runs just the
+Temporal server and UI. --database follows DATABASE_URL when not given; given, it must
+name the database DATABASE_URL names.
 
 --temporal-postgres URL keeps the built-in Temporal server's state in PostgreSQL instead
 of SQLite, as a production server does (the postgres12 SQL persistence, for default and
@@ -97,9 +112,13 @@ temporal it is the production-shaped server a benchmark reaches through TEMPORAL
 Drop the two databases to start over.`,
 		Example: `  go run ./cmd/outbox dev
   curl -s -X POST http://127.0.0.1:8080/orders -d '{"sku": "SKU-1", "qty": 2}'
-  open http://127.0.0.1:8233`,
+  open http://127.0.0.1:8233
+  go run ./cmd/outbox dev --database mysql`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("database") {
+				o.Database = "" // follow DATABASE_URL
+			}
 			if o.PGBinDir == "" {
 				o.PGBinDir, _ = env.LookupEnv("OUTBOX_PG_BIN_DIR")
 			}
@@ -110,12 +129,14 @@ Drop the two databases to start over.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Dir, "dir", ".outbox-dev", "folder for PostgreSQL's and Temporal's data and logs")
-	f.BoolVar(&o.Reset, "reset", false, "wipe --dir first (PostgreSQL data included)")
+	f.StringVar(&o.Dir, "dir", ".outbox-dev", "folder for the database's and Temporal's data and logs")
+	f.BoolVar(&o.Reset, "reset", false, "wipe --dir first (the PostgreSQL or MariaDB data included)")
 	f.BoolVar(&o.Ephemeral, "ephemeral", false, "throw Temporal's state away at exit (it is kept on tmpfs when the machine has one)")
 	f.StringVar(&o.Only, "only", "", `run only one part: "temporal" (the server and its UI)`)
 	f.StringVar(&o.PGBinDir, "pg-bin-dir", "", "folder with initdb and postgres (default: $OUTBOX_PG_BIN_DIR, PATH, /usr/lib/postgresql/*/bin, ...)")
+	f.StringVar(&o.Database, "database", config.DatabasePostgres, `the database to run on: "postgres" or "mysql" (a private MariaDB server, or MySQL's when MariaDB is not installed); default: the one DATABASE_URL names, else postgres`)
 	f.IntVar(&o.PGPort, "pg-port", 0, "port of the private PostgreSQL (default: the last one if free, else any free port)")
+	f.IntVar(&o.MySQLPort, "mysql-port", 0, "port of the private MariaDB server of --database mysql (default: the last one if free, else any free port)")
 	o.Temporal.AddFlags(f)
 	f.StringVar(&o.TemporalServer, "temporal-server", ServerAuto, "the Temporal server to run when TEMPORAL_ADDRESS is not set: auto (the Temporal CLI's when a temporal command is on PATH, else the built-in one), cli (temporal server start-dev) or builtin (built from this module on first use)")
 	f.BoolVar(&o.NoDemo, "no-demo", false, "do not run the demo services")
@@ -131,6 +152,9 @@ Drop the two databases to start over.`,
 func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) (err error) {
 	if o.Only != "" && o.Only != "temporal" {
 		return fmt.Errorf(`--only must be "temporal", got %q`, o.Only)
+	}
+	if o.Database != "" && o.Database != config.DatabasePostgres && o.Database != config.DatabaseMySQL {
+		return fmt.Errorf(`--database must be "postgres" or "mysql", got %q`, o.Database)
 	}
 	if o.Broker != "" && o.Broker != "nats" {
 		return fmt.Errorf(`--broker must be "nats", got %q`, o.Broker)
@@ -150,6 +174,9 @@ func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) (err error
 	if err != nil {
 		return err
 	}
+	if o.Database, err = chooseDatabase(o, cfg.DatabaseURL); err != nil {
+		return err
+	}
 	// Resolve the folder once: every child process and file below uses this path, whatever
 	// its working directory.
 	if o.Dir, err = filepath.Abs(o.Dir); err != nil {
@@ -162,7 +189,11 @@ func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) (err error
 	defer s.stop()
 
 	if o.Only == "" {
-		if err := s.startPostgres(ctx); err != nil {
+		start := s.startPostgres
+		if o.Database == config.DatabaseMySQL {
+			start = s.startMySQL
+		}
+		if err := start(ctx); err != nil {
 			return err
 		}
 	}
@@ -198,8 +229,8 @@ func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) (err error
 		return nil
 	case err := <-errs:
 		return err
-	case <-s.pgExited:
-		return errors.New("PostgreSQL exited; see its log in " + s.path("postgres.log"))
+	case <-s.dbExited:
+		return fmt.Errorf("%s exited; see its log in %s", s.dbName, s.path(s.dbLog))
 	case <-s.temporalExited:
 		return errors.New("the Temporal server exited; see its log in " + s.path("temporal.log"))
 	}
@@ -213,7 +244,10 @@ type session struct {
 
 	app        *app.App
 	teamTopics bool // the demo teams' topics are routed; their workers run
-	pgExited   <-chan struct{}
+	// dbExited is closed when the database server outbox dev started has ended; dbName
+	// and dbLog name it and its log file in the dev folder.
+	dbExited      <-chan struct{}
+	dbName, dbLog string
 	// temporalExited is closed when the Temporal server outbox dev started has ended.
 	temporalExited <-chan struct{}
 	stops          []func()
@@ -259,7 +293,7 @@ func (s *session) startPostgres(ctx context.Context) error {
 		return err
 	}
 	s.stops = append(s.stops, pg.Stop)
-	s.pgExited = pg.Exited()
+	s.dbExited, s.dbName, s.dbLog = pg.Exited(), "PostgreSQL", "postgres.log"
 	s.cfg.DatabaseURL = pg.URL()
 	dataDir, moved := pg.DataDir()
 	if moved == "" {
@@ -270,6 +304,53 @@ func (s *session) startPostgres(ctx context.Context) error {
 		s.show("", "(data kept outside %s: %s)", s.path(""), moved)
 	}
 	return nil
+}
+
+// startMySQL starts the private MariaDB (or MySQL) server, unless DATABASE_URL names a
+// database.
+func (s *session) startMySQL(ctx context.Context) error {
+	if s.cfg.DatabaseURL != "" {
+		s.show("MySQL", "DATABASE_URL (%s)", RedactURL(s.cfg.DatabaseURL))
+		return nil
+	}
+	started := time.Now()
+	srv, err := mariadbserver.Start(ctx, mariadbserver.Options{Dir: s.o.Dir, Port: s.o.MySQLPort, LogPath: filepath.Join(s.o.Dir, "mariadb.log"), Logger: s.logger})
+	if err != nil {
+		return fmt.Errorf("--database mysql: %w", err)
+	}
+	s.stops = append(s.stops, srv.Stop)
+	s.dbExited, s.dbName, s.dbLog = srv.Exited(), srv.Product(), "mariadb.log"
+	s.cfg.DatabaseURL = srv.URL()
+	s.show(srv.Product(), "%s  (pid %d, data in %s, log %s, ready in %s)", srv.URL(), srv.PID(), s.path("mariadb"), s.path("mariadb.log"),
+		time.Since(started).Round(100*time.Millisecond))
+	return nil
+}
+
+// serverName names the private server of each database.
+var serverName = map[string]string{config.DatabasePostgres: "PostgreSQL", config.DatabaseMySQL: "MariaDB"}
+
+// chooseDatabase returns the database the session runs on: the one url (DATABASE_URL)
+// names when it is set, which --database must then agree with; else --database, else
+// PostgreSQL. It refuses the other database's port flag.
+func chooseDatabase(o Options, url string) (string, error) {
+	kind := cmp.Or(o.Database, config.DatabasePostgres)
+	if url != "" {
+		named, err := config.DatabaseKind(url)
+		if err != nil {
+			return "", fmt.Errorf("DATABASE_URL: %w", err)
+		}
+		if o.Database != "" && o.Database != named {
+			return "", fmt.Errorf("--database %s, but DATABASE_URL (or database_url of the config) names a %s database (%s): drop --database, or unset DATABASE_URL to run a private %s server", o.Database, named, RedactURL(url), serverName[o.Database])
+		}
+		kind = named
+	}
+	switch {
+	case kind == config.DatabasePostgres && o.MySQLPort != 0:
+		return "", fmt.Errorf("--mysql-port %d is the port of the private MariaDB server of --database mysql, and this run uses PostgreSQL", o.MySQLPort)
+	case kind == config.DatabaseMySQL && o.PGPort != 0:
+		return "", fmt.Errorf("--pg-port %d is the port of the private PostgreSQL cluster, and this run uses MySQL (--database mysql)", o.PGPort)
+	}
+	return kind, nil
 }
 
 // startTemporal starts the Temporal server and its UI (the Temporal CLI's or the built-in
@@ -320,7 +401,7 @@ func (s *session) startTemporal(ctx context.Context) error {
 	return nil
 }
 
-// openOutbox connects the outbox to PostgreSQL and Temporal, migrates the schema and
+// openOutbox connects the outbox to the database and Temporal, migrates the schema and
 // serves the metrics. demoTopics routes the demo's topic when no config file was given.
 func (s *session) openOutbox(ctx context.Context, demoTopics bool) error {
 	if demoTopics && !s.o.NoDemo {
@@ -334,7 +415,7 @@ func (s *session) openOutbox(ctx context.Context, demoTopics bool) error {
 			maps.Copy(s.cfg.Topics, demo.BrokerTopics(s.o.NATSURL))
 		}
 	}
-	a, err := app.Open(ctx, s.cfg, app.Options{Logger: s.logger})
+	a, err := app.Open(ctx, s.cfg, app.Options{Logger: s.logger, Databases: cli.Databases})
 	if err != nil {
 		return err
 	}
@@ -360,7 +441,12 @@ func (s *session) openOutbox(ctx context.Context, demoTopics bool) error {
 
 // startDemo starts the demo's order and inventory services.
 func (s *session) startDemo(ctx context.Context) error {
-	d, err := demo.Start(ctx, demo.Config{Pool: s.app.Pool, Store: s.app.Store, OrdersAddr: s.o.OrdersAddr, InventoryAddr: s.o.InventoryAddr, FailRate: s.o.FailRate, Logger: s.logger, TeamTopics: s.teamTopics, BrokerTopic: s.o.Broker != ""})
+	cfg := demo.Config{OrdersAddr: s.o.OrdersAddr, InventoryAddr: s.o.InventoryAddr, FailRate: s.o.FailRate, Logger: s.logger, TeamTopics: s.teamTopics, BrokerTopic: s.o.Broker != ""}
+	// PostgreSQL's pool and store, or MySQL's store (whose connections the demo shares).
+	if err := cfg.UseApp(s.app); err != nil {
+		return err
+	}
+	d, err := demo.Start(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -462,8 +548,15 @@ func loopback(addr string) string {
 	return net.JoinHostPort(host, port)
 }
 
-// RedactURL describes a connection string without its password.
+// RedactURL describes a connection string, PostgreSQL's or MySQL's, without its password.
 func RedactURL(url string) string {
+	if kind, _ := config.DatabaseKind(url); kind == config.DatabaseMySQL {
+		c, err := mysqlstore.ParseURL(url)
+		if err != nil {
+			return "unparsable"
+		}
+		return fmt.Sprintf("%s@%s/%s", c.User, c.Addr, c.DBName)
+	}
 	c, err := pgx.ParseConfig(url)
 	if err != nil {
 		return "unparsable"
