@@ -82,8 +82,9 @@ type Database struct {
 	Close func()
 }
 
-// Open validates cfg (after defaults), connects to PostgreSQL and checks that it answers.
-// An invalid config is a [ConfigError]; PostgreSQL not answering, an [UnavailableError].
+// Open validates cfg (after defaults), connects to the database database_url names
+// (PostgreSQL, or one of opts.Databases) and checks that it answers. An invalid config is
+// a [ConfigError]; the database not answering, an [UnavailableError].
 func Open(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 	c := cfg.WithDefaults()
 	logger := opts.Logger

@@ -175,7 +175,7 @@ func (a *App) ServeMetrics() (net.Addr, error) {
 // readyTimeout bounds the checks of one /readyz request.
 const readyTimeout = 3 * time.Second
 
-// Ready returns nil when the process can do its work: PostgreSQL answers a ping, Temporal
+// Ready returns nil when the process can do its work: the database answers a ping, Temporal
 // answers a health check, the search attributes exist unless they are turned off, and
 // Temporal does not refuse every workflow start of the relay.
 // Otherwise it returns the first reason it is not.

@@ -835,8 +835,13 @@ func (c *Config) Validate(sinks ...string) error {
 	}
 	if kind, err := DatabaseKind(c.DatabaseURL); err != nil {
 		bad("database_url", "%v", err)
-	} else if kind == DatabaseMySQL && c.Schema != "public" {
-		bad("schema", "%q applies to PostgreSQL only: on MySQL the outbox tables live in the database that database_url names; leave schema unset", c.Schema)
+	} else if kind == DatabaseMySQL {
+		if c.Schema != "public" {
+			bad("schema", "%q applies to PostgreSQL only: on MySQL the outbox tables live in the database that database_url names; leave schema unset", c.Schema)
+		}
+		if c.Relay.Wakeup == string(starter.WakeupNotify) {
+			bad("relay.wakeup", "notify listens to PostgreSQL's NOTIFY, which MySQL does not have: use poll (the default), and relay.poll_interval for how often")
+		}
 	}
 	// The relay's and the reconciler's limits are starter's; their errors name the field,
 	// mapped here to its key (reconcile_interval sets two fields: one line for both).

@@ -33,7 +33,7 @@ func TestDatabaseKind(t *testing.T) {
 	}
 }
 
-func TestValidateSchemaOnMySQL(t *testing.T) {
+func TestValidateOnMySQL(t *testing.T) {
 	c := config.Config{DatabaseURL: "mysql://root@127.0.0.1:3306/app", Schema: "outbox"}
 	c = c.WithDefaults()
 	err := c.Validate()
@@ -41,6 +41,9 @@ func TestValidateSchemaOnMySQL(t *testing.T) {
 	c.Schema = ""
 	c = c.WithDefaults()
 	require.NotContains(t, errString(c.Validate()), "schema")
+
+	c.Relay.Wakeup = "notify"
+	require.ErrorContains(t, c.Validate(), "relay.wakeup: notify listens to PostgreSQL's NOTIFY")
 }
 
 func errString(err error) string {

@@ -236,7 +236,8 @@ func lastingRefusal(err error) bool {
 }
 
 // New returns a relay that claims rows through st, listens for notifications on a
-// connection from pool, and starts workflows with c.
+// connection from pool (with WakeupNotify, when st is a store.Notifier; pool may be nil for
+// a database without notifications, and the relay polls), and starts workflows with c.
 func New(st store.Delivery, pool *pgxpool.Pool, c Starter, cfg Config) (*Relay, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
