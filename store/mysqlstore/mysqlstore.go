@@ -36,8 +36,9 @@
 //     which rolls back that statement alone: Enqueue reports the duplicate and the
 //     caller's transaction goes on, as with PostgreSQL's ON CONFLICT DO NOTHING.
 //   - InnoDB breaks a deadlock by rolling a whole transaction back; the store's own
-//     transactions run again when that happens (up to five attempts). Enqueue runs in the caller's
-//     transaction, so its deadlock error goes to the caller (see ErrOrderingDeadlock).
+//     transactions run again when that happens (up to five attempts). Enqueue runs in the
+//     caller's transaction, so its deadlock error goes to the caller (see
+//     ErrOrderingDeadlock).
 //   - Times are TIMESTAMP(6) in UTC, read and written by the database clock (NOW(6));
 //     TIMESTAMP ends in January 2038.
 package mysqlstore
