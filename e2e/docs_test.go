@@ -492,10 +492,26 @@ func requireFreePorts(t *testing.T, what string, ports ...int) {
 	for _, port := range ports {
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
-			t.Fatalf("%s needs port %d, which the docs' commands name, and it is taken: %v", what, port, err)
+			t.Fatalf("%s needs port %d, which the docs' commands name, and it is taken: %v%s", what, port, err, portHolder(port))
 		}
 		l.Close()
 	}
+}
+
+// portHolder names the process listening on port, as ss reports it, for an error message;
+// it is empty when ss cannot tell.
+func portHolder(port int) string {
+	out, err := exec.Command("ss", "-Hltnp", fmt.Sprintf("sport = :%d", port)).Output()
+	if err != nil || len(bytes.TrimSpace(out)) == 0 {
+		return ""
+	}
+	holder := string(bytes.TrimSpace(out))
+	if m := regexp.MustCompile(`pid=(\d+)`).FindStringSubmatch(holder); m != nil {
+		if cmdline, err := os.ReadFile("/proc/" + m[1] + "/cmdline"); err == nil {
+			holder += "\n\tcommand: " + strings.Join(strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00"), " ")
+		}
+	}
+	return "\n\tlistening: " + holder
 }
 
 // requireNothingLeftIn checks that no process runs in dir (outbox dev's folder) and that
