@@ -124,7 +124,6 @@ require (
 	github.com/josharian/intern v1.0.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
-	github.com/lib/pq v1.12.3 // indirect
 	github.com/mailru/easyjson v0.9.2 // indirect
 	github.com/mattn/go-isatty v0.0.22 // indirect
 	github.com/mitchellh/copystructure v1.2.0 // indirect
@@ -228,6 +227,7 @@ require (
 )
 
 require (
+	github.com/lib/pq v1.12.3
 	github.com/nats-io/nats.go v1.55.0
 	github.com/outbox-go/outbox v0.0.0
 	github.com/outbox-go/outbox/store/mysqlstore v0.0.0
@@ -240,4 +240,5 @@ require (
 // The library is the module at the root of this repository; its MySQL store, a module of
 // its own in store/mysqlstore.
 replace github.com/outbox-go/outbox => ..
+
 replace github.com/outbox-go/outbox/store/mysqlstore => ../store/mysqlstore

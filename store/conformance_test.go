@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-go/outbox/internal/testdb"
 	"github.com/outbox-go/outbox/store"
@@ -25,6 +26,13 @@ func TestConformance(t *testing.T) {
 var insertColumns = []string{"topic", "payload", "status", "retry_times", "max_retry_times", "next_retry_at", "ordering_key"}
 
 func newPostgresTarget(t *testing.T) storetest.Target {
+	target, _, _ := postgresTarget(t)
+	return target
+}
+
+// postgresTarget is the PostgreSQL store on a schema of its own, with the business code
+// on pgx, and the pool and store it uses.
+func postgresTarget(t *testing.T) (storetest.Target, *pgxpool.Pool, *store.Store) {
 	pool, st := testdb.Schema(t)
 	messages := pgx.Identifier{st.Schema(), "outbox_messages"}.Sanitize()
 	return storetest.Target{
@@ -66,5 +74,5 @@ func newPostgresTarget(t *testing.T) storetest.Target {
 			})
 		},
 		Dialect: "postgres",
-	}
+	}, pool, st
 }

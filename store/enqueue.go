@@ -15,7 +15,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outbox-go/outbox/internal/tracing"
@@ -414,10 +413,11 @@ func (s *Store) idempotencyHolders(ctx context.Context, db DB, keys []string) (m
 var ErrOrderingDeadlock = errors.New("two transactions enqueued the same ordering keys in opposite orders and deadlocked; PostgreSQL aborted this one: retry the transaction, and enqueue a transaction's keyed messages with one EnqueueBatch call (it takes their keys in a fixed order) or always in the same key order")
 
 // enqueueError wraps an INSERT's error with what the caller needs to act on it. The
-// *pgconn.PgError stays reachable with errors.As.
+// driver's error (*pgconn.PgError with pgx, *pq.Error with lib/pq) stays reachable with
+// errors.As.
 func enqueueError(topic, orderingKey string, err error) error {
-	var pgErr *pgconn.PgError
-	if orderingKey != "" && errors.As(err, &pgErr) && pgErr.Code == "40P01" {
+	var sqlErr interface{ SQLState() string }
+	if orderingKey != "" && errors.As(err, &sqlErr) && sqlErr.SQLState() == "40P01" {
 		return fmt.Errorf("enqueue %s message with ordering key %q: %w (%w)", topic, orderingKey, ErrOrderingDeadlock, err)
 	}
 	return fmt.Errorf("enqueue %s message: %w", topic, err)
