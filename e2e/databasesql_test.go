@@ -115,7 +115,7 @@ func TestDatabaseSQLDelivery(t *testing.T) {
 		require.ErrorIs(t, aborted.err, store.ErrOrderingDeadlock)
 		var pqErr *pq.Error
 		require.ErrorAs(t, aborted.err, &pqErr)
-		require.Equal(t, pq.ErrorCode("40P01"), pqErr.Code)
+		require.Equal(t, "40P01", pqErr.SQLState())
 		require.NoError(t, aborted.tx.Rollback())
 		require.NoError(t, (<-results).err, "the other transaction went on once the aborted one ended")
 	})
