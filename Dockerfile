@@ -18,10 +18,15 @@ ENV GOTOOLCHAIN=local \
     GOWORK=off
 WORKDIR /src
 # The library's requirements, the command's cobra (its command tree,
-# cmd/outbox/internal/cli) and the MySQL store's driver are all that a nodev build needs.
+# cmd/outbox/internal/cli) and the MySQL store's driver are all that a nodev build needs;
+# the store driver, the URL redactor and the trace helpers are modules of this repository
+# the others replace.
 COPY go.mod go.sum ./
 COPY cmd/outbox/go.mod cmd/outbox/go.sum ./cmd/outbox/
 COPY store/mysqlstore/go.mod store/mysqlstore/go.sum ./store/mysqlstore/
+COPY store/storedriver/go.mod store/storedriver/go.sum ./store/storedriver/
+COPY internal/redact/go.mod ./internal/redact/
+COPY internal/tracing/go.mod internal/tracing/go.sum ./internal/tracing/
 RUN --mount=type=cache,target=/go/pkg/mod \
     go mod download && \
     cd cmd/outbox && go mod download github.com/spf13/cobra github.com/spf13/pflag github.com/go-sql-driver/mysql filippo.io/edwards25519

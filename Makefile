@@ -10,9 +10,11 @@ WORKFLOWCHECK := go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0
 # benchmark against River (a module of its own so River stays out of the library's graph;
 # its one test checks the benchmark's variants, its benchmark runs with make bench-enqueue),
 # the test of the Kubernetes manifests in deploy/kubernetes (a module of its own so the
-# Kubernetes API types stay out of the library's graph), and the MySQL store (a module of
-# its own so a team on PostgreSQL never downloads the MySQL driver).
-MODULES = ./... ./cmd/outbox/... ./e2e/... ./benchmarks/enqueue/... ./deploy/kubernetes/... ./store/mysqlstore/...
+# Kubernetes API types stay out of the library's graph), the MySQL store (a module of its
+# own so a team on PostgreSQL never downloads the MySQL driver), and what both stores
+# share, the store driver, the URL redactor and the trace helpers (modules of their own
+# so a team on MySQL never downloads the PostgreSQL driver).
+MODULES = ./... ./cmd/outbox/... ./e2e/... ./benchmarks/enqueue/... ./deploy/kubernetes/... ./store/mysqlstore/... ./store/storedriver/... ./internal/redact/... ./internal/tracing/...
 # Every package with tests but e2e, which links the Temporal server and runs without -race.
 # (Packages without tests are left out: go test would still build them with -race, and
 # cmd/outbox/internal/temporalserver links the whole server; lint's go vet checks them.)
@@ -62,6 +64,9 @@ tidy: ## go mod tidy in each module
 	cd benchmarks/enqueue && GOWORK=off go mod tidy
 	cd deploy/kubernetes && GOWORK=off go mod tidy
 	cd store/mysqlstore && GOWORK=off go mod tidy
+	cd store/storedriver && GOWORK=off go mod tidy
+	cd internal/redact && GOWORK=off go mod tidy
+	cd internal/tracing && GOWORK=off go mod tidy
 
 .PHONY: bench
 bench: ## Run the store benchmarks (see docs/benchmarks.md)

@@ -6,6 +6,9 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/nats-io/nats.go v1.55.0
+	github.com/outbox-go/outbox/internal/redact v0.0.0
+	github.com/outbox-go/outbox/internal/tracing v0.0.0
+	github.com/outbox-go/outbox/store/storedriver v0.0.0
 	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/client_model v0.6.2
 	github.com/rabbitmq/amqp091-go v1.16.0
@@ -83,3 +86,9 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260526163538-3dc84a4a5aaa // indirect
 	google.golang.org/grpc v1.83.2 // indirect
 )
+
+replace github.com/outbox-go/outbox/store/storedriver => ./store/storedriver
+
+replace github.com/outbox-go/outbox/internal/redact => ./internal/redact
+
+replace github.com/outbox-go/outbox/internal/tracing => ./internal/tracing

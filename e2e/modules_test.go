@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,7 +29,7 @@ go 1.26.0
 
 require github.com/outbox-go/outbox v0.0.0-00010101000000-000000000000
 
-replace github.com/outbox-go/outbox => `+root+"\n"), 0o644))
+`+sharedReplaces(root)+`replace github.com/outbox-go/outbox => `+root+"\n"), 0o644))
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(`package main
 
 import (
@@ -57,8 +58,9 @@ func main() {}
 		goCmd(t, dir, "build", "-o", filepath.Join(dir, "team-worker"), ".")
 	})
 
-	// A team on MySQL requires the mysqlstore module beside the library and builds with
-	// its go.sum alone.
+	// A team on MySQL requires the mysqlstore module alone: the PostgreSQL driver and the
+	// library module (which requires it) stay out of its module graph, and it builds with
+	// the go.sum of the modules it requires.
 	t.Run("MySQLConsumer", func(t *testing.T) {
 		dir := t.TempDir()
 		mysqlstore := filepath.Join(root, "store", "mysqlstore")
@@ -66,25 +68,40 @@ func main() {}
 
 go 1.26.0
 
-require (
-	github.com/outbox-go/outbox v0.0.0-00010101000000-000000000000
-	github.com/outbox-go/outbox/store/mysqlstore v0.0.0-00010101000000-000000000000
-)
+require github.com/outbox-go/outbox/store/mysqlstore v0.0.0-00010101000000-000000000000
 
-replace github.com/outbox-go/outbox => `+root+`
-
-replace github.com/outbox-go/outbox/store/mysqlstore => `+mysqlstore+"\n"), 0o644))
+`+sharedReplaces(root)+`replace github.com/outbox-go/outbox/store/mysqlstore => `+mysqlstore+"\n"), 0o644))
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(`package main
 
 import (
-	_ "github.com/outbox-go/outbox/store"
-	_ "github.com/outbox-go/outbox/store/mysqlstore"
+	"context"
+	"encoding/json"
+
+	"github.com/outbox-go/outbox/store/mysqlstore"
 )
 
-func main() {}
+func main() {
+	ctx := context.Background()
+	db, err := mysqlstore.Open(ctx, "mysql://app@127.0.0.1:3306/app")
+	if err != nil {
+		panic(err)
+	}
+	st, err := mysqlstore.New(db, mysqlstore.Config{})
+	if err != nil {
+		panic(err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		panic(err)
+	}
+	if _, err := st.Enqueue(ctx, tx, mysqlstore.Message{Topic: "order.created", Payload: json.RawMessage(`+"`{}`"+`)}); err != nil {
+		panic(err)
+	}
+	_ = tx.Commit()
+}
 `), 0o644))
 		var sums []byte
-		for _, d := range []string{root, mysqlstore} {
+		for _, d := range []string{mysqlstore, filepath.Join(root, "store", "storedriver")} {
 			b, err := os.ReadFile(filepath.Join(d, "go.sum"))
 			require.NoError(t, err)
 			sums = append(sums, b...)
@@ -93,7 +110,9 @@ func main() {}
 		goCmd(t, dir, "mod", "tidy")
 		mods := goCmd(t, dir, "list", "-m", "all")
 		require.Contains(t, mods, "github.com/go-sql-driver/mysql ")
-		require.NotContains(t, mods, "go.temporal.io/server")
+		require.NotContains(t, mods, "github.com/jackc/pgx", "a team on MySQL downloads no PostgreSQL driver")
+		require.NotContains(t, mods, "github.com/outbox-go/outbox ", "nor the library module")
+		require.NotContains(t, mods, "go.temporal.io/")
 		goCmd(t, dir, "build", "-o", filepath.Join(dir, "team-app"), ".")
 	})
 
@@ -220,4 +239,15 @@ func TestSinksDependOnTheContractOnly(t *testing.T) {
 			require.True(t, allowed(dep), "%s depends on %s, a part above the sinks", sink, dep)
 		}
 	}
+}
+
+// sharedReplaces are the replace directives a consumer's go.mod needs for the modules the
+// library and the MySQL store require from this repository (the store driver, the URL
+// redactor and the trace helpers): published versions would need none.
+func sharedReplaces(root string) string {
+	var b strings.Builder
+	for _, dir := range []string{"store/storedriver", "internal/redact", "internal/tracing"} {
+		fmt.Fprintf(&b, "replace github.com/outbox-go/outbox/%s => %s\n\n", dir, filepath.Join(root, filepath.FromSlash(dir)))
+	}
+	return b.String()
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/outbox-go/outbox/internal/testdb"
 	"github.com/outbox-go/outbox/store"
-	"github.com/outbox-go/outbox/store/storetest"
+	"github.com/outbox-go/outbox/store/storedriver/storetest"
 )
 
 // TestConformanceDatabaseSQL runs the conformance suite with the business code on

@@ -6,43 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
-
-// NotDeadError reports an operator action on a message that is not dead-lettered.
-type NotDeadError struct {
-	MessageID uuid.UUID
-	Status    Status
-}
-
-func (e *NotDeadError) Error() string {
-	hint := ""
-	switch e.Status {
-	case StatusPending, StatusClaimed, StatusDispatched:
-		hint = " (it is being delivered; was it redriven already?)"
-	case StatusSent:
-		hint = " (it was delivered)"
-	case StatusDiscarded:
-		hint = " (an operator gave up on it)"
-	}
-	return fmt.Sprintf("message %s is %s, not dead%s: only dead-lettered messages can be redriven or discarded", e.MessageID, e.Status, hint)
-}
-
-// DeadLetterFilter selects dead letters. The zero value selects every open one.
-type DeadLetterFilter struct {
-	// Topic, when set, selects one topic.
-	Topic string
-	// Since, when set, selects dead letters written at or after it.
-	Since time.Time
-	// Limit caps the rows returned; 0 means 100.
-	Limit int
-	// IncludeClosed also returns dead letters already redriven or discarded. By default
-	// only open ones are returned: those whose message is still dead.
-	IncludeClosed bool
-}
 
 const deadLetterColumns = `d.id, d.message_id, d.workflow_id, d.run_id, d.topic, d.payload, d.headers, d.attempts,
 d.last_error, d.message_created_at, d.dead_lettered_at, d.redriven_at, d.redriven_by, d.discarded_at, d.discarded_by`
@@ -113,16 +80,6 @@ func (s *Store) DeadLetterRunIDs(ctx context.Context, messageID uuid.UUID) ([]st
 	return ids, nil
 }
 
-// AuditEntry is one operator action on a message.
-type AuditEntry struct {
-	MessageID    uuid.UUID
-	DeadLetterID *int64
-	Action       string // "redrive", "discard" or "reconcile"
-	Actor        string
-	At           time.Time
-	Detail       *string // what reconciliation found
-}
-
 // Audit returns the operator actions on a message, oldest first.
 func (s *Store) Audit(ctx context.Context, messageID uuid.UUID) ([]AuditEntry, error) {
 	rows, err := s.db.Query(ctx, `SELECT message_id, dead_letter_id, action, actor, at, detail FROM `+s.audit+`
@@ -138,13 +95,6 @@ WHERE message_id = $1 ORDER BY at, id`, messageID)
 		return nil, fmt.Errorf("read audit of %s: %w", messageID, err)
 	}
 	return out, nil
-}
-
-// Redriven is the outcome of a redrive.
-type Redriven struct {
-	MessageID    uuid.UUID
-	Topic        string
-	RedriveCount int
 }
 
 // Redrive puts a dead-lettered message back to be delivered again: dead → pending, with

@@ -84,3 +84,11 @@ func IsDeploymentMissing(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
 }
+
+// Kind implements Delivery.
+func (s *Store) Kind() string { return "postgres" }
+
+var (
+	_ Driver   = (*Store)(nil)
+	_ Notifier = (*Store)(nil)
+)

@@ -1,230 +1,25 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outbox-go/outbox/internal/tracing"
+	"github.com/outbox-go/outbox/store/storedriver"
 )
-
-// Message is what business code enqueues.
-type Message struct {
-	// Topic routes the message to its handler, e.g. "order.created". It must match
-	// TopicPattern.
-	Topic string
-	// Payload is the message body: any JSON value, at most Config.MaxPayloadBytes.
-	Payload json.RawMessage
-	// Headers are carried with the message to its handler (trace context, for example).
-	Headers map[string]string
-	// MaxRetryTimes, when set, is the number of retries after the first attempt (0 to
-	// 100); it overrides the topic's max_attempts. Nil uses the topic's policy.
-	MaxRetryTimes *int
-	// MessageID is the message's idempotency key. Zero means a new UUIDv7.
-	MessageID uuid.UUID
-	// OrderingKey, when set, delivers the message after every earlier committed message
-	// with the same key (any topic): an order's created, paid and cancelled events in
-	// commit order. At most 200 bytes. Messages without a key are never held back.
-	OrderingKey string
-	// DeliverAfter is the earliest time the message is delivered (its next_retry_at);
-	// the relay hands it over once the database clock has passed it. Zero means now. At
-	// most one year ahead; a time in the past means now.
-	DeliverAfter time.Time
-	// IdempotencyKey, when set, is a key the application chooses for the message, such as
-	// "order-42-created": while a row with the key is in the table, another Enqueue with it
-	// writes nothing and reports Enqueued.Duplicate, without an error, so the caller's
-	// transaction goes on. At most 200 bytes of text. Retention frees a key with its row.
-	IdempotencyKey string
-}
-
-// TopicPattern is the form a topic must have.
-var TopicPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,200}$`)
-
-// MaxRetryTimesLimit is the largest value of max_retry_times.
-const MaxRetryTimesLimit = 100
-
-// ValidationError reports a message that cannot be enqueued. Nothing was written.
-type ValidationError struct {
-	Field  string // "topic", "payload", "headers", "max_retry_times", "ordering_key", "deliver_after" or "idempotency_key"
-	Reason string // what was wrong, with the value
-}
-
-func (e *ValidationError) Error() string {
-	return fmt.Sprintf("invalid outbox message: %s %s", e.Field, e.Reason)
-}
 
 // Validate checks msg against the store's limits and returns a *ValidationError naming the
 // first field that is wrong.
 func (s *Store) Validate(msg Message) error {
-	return validate(msg, s.cfg.MaxPayloadBytes)
-}
-
-func validate(msg Message, maxPayload int) error {
-	if !TopicPattern.MatchString(msg.Topic) {
-		return &ValidationError{"topic", fmt.Sprintf("must match %s, got %s", TopicPattern, quoteShort(msg.Topic))}
-	}
-	if err := validatePayload(msg.Payload, maxPayload); err != nil {
-		return err
-	}
-	for k, v := range msg.Headers {
-		if k == "" || strings.ContainsRune(k, 0) || strings.ContainsRune(v, 0) || !utf8.ValidString(k) || !utf8.ValidString(v) {
-			return &ValidationError{"headers", fmt.Sprintf("must have non-empty UTF-8 keys and values without NUL characters, got %s: %s", quoteShort(k), quoteShort(v))}
-		}
-	}
-	if k := msg.OrderingKey; len(k) > 200 || strings.ContainsRune(k, 0) || !utf8.ValidString(k) || (k != "" && strings.TrimSpace(k) == "") {
-		return &ValidationError{"ordering_key", fmt.Sprintf("must be at most 200 bytes of text, not blank and without NUL, got %s", quoteShort(k))}
-	}
-	if k := msg.IdempotencyKey; len(k) > 200 || strings.ContainsRune(k, 0) || !utf8.ValidString(k) || (k != "" && strings.TrimSpace(k) == "") {
-		return &ValidationError{"idempotency_key", fmt.Sprintf("must be at most 200 bytes of text, not blank and without NUL, got %s", quoteShort(k))}
-	}
-	if r := msg.MaxRetryTimes; r != nil && (*r < 0 || *r > MaxRetryTimesLimit) {
-		return &ValidationError{"max_retry_times", fmt.Sprintf("must be between 0 and %d, got %d", MaxRetryTimesLimit, *r)}
-	}
-	if t := msg.DeliverAfter; !t.IsZero() {
-		now := time.Now()
-		if t.After(now.AddDate(1, 0, 0)) {
-			return &ValidationError{"deliver_after", fmt.Sprintf("must be at most 1 year ahead, got %s (%s from now)",
-				t.Format(time.RFC3339), t.Sub(now).Round(time.Second))}
-		}
-	}
-	return nil
-}
-
-// ValidatePayload checks that p is one JSON value of at most maxBytes bytes that
-// PostgreSQL's jsonb can store: UTF-8, no \u0000 and no lone UTF-16 surrogate escape in
-// any string, and numbers within the range of numeric.
-func ValidatePayload(p []byte, maxBytes int) error { return validatePayload(p, maxBytes) }
-
-func validatePayload(p []byte, maxBytes int) error {
-	if len(bytes.TrimSpace(p)) == 0 {
-		return &ValidationError{"payload", "must be a JSON value, got nothing"}
-	}
-	if len(p) > maxBytes {
-		return &ValidationError{"payload", fmt.Sprintf("must be at most %d bytes, got %d bytes", maxBytes, len(p))}
-	}
-	if !utf8.Valid(p) {
-		return &ValidationError{"payload", "must be UTF-8 text, got invalid UTF-8"}
-	}
-	if !json.Valid(p) {
-		return &ValidationError{"payload", fmt.Sprintf("must be valid JSON, got %s", quoteShort(string(p)))}
-	}
-	return checkJSONForJSONB(p)
-}
-
-// checkJSONForJSONB walks valid JSON text once for what jsonb refuses although JSON allows
-// it.
-func checkJSONForJSONB(p []byte) error {
-	bad := func(format string, args ...any) error {
-		return &ValidationError{"payload", fmt.Sprintf(format, args...)}
-	}
-	inString := false
-	for i := 0; i < len(p); i++ {
-		c := p[i]
-		if inString {
-			switch c {
-			case '"':
-				inString = false
-			case '\\':
-				i++
-				if p[i] != 'u' {
-					continue
-				}
-				r := hex4(p[i+1 : i+5])
-				i += 4
-				switch {
-				case r == 0:
-					return bad(`must not contain \u0000 (PostgreSQL jsonb cannot store it), found at byte %d`, i-5)
-				case r >= 0xD800 && r < 0xDC00:
-					if i+6 < len(p) && p[i+1] == '\\' && p[i+2] == 'u' {
-						if low := hex4(p[i+3 : i+7]); low >= 0xDC00 && low < 0xE000 {
-							i += 6
-							continue
-						}
-					}
-					return bad(`must not contain a lone UTF-16 surrogate escape (\u%04x at byte %d): PostgreSQL jsonb refuses it`, r, i-5)
-				case r >= 0xDC00 && r < 0xE000:
-					return bad(`must not contain a lone UTF-16 surrogate escape (\u%04x at byte %d): PostgreSQL jsonb refuses it`, r, i-5)
-				}
-			}
-			continue
-		}
-		switch {
-		case c == '"':
-			inString = true
-		case c == '-' || (c >= '0' && c <= '9'):
-			j := i
-			for j < len(p) && strings.IndexByte("0123456789+-.eE", p[j]) >= 0 {
-				j++
-			}
-			if !numericFits(p[i:j]) {
-				return bad("number %s is outside the range PostgreSQL's jsonb can store", quoteShort(string(p[i:j])))
-			}
-			i = j - 1
-		}
-	}
-	return nil
-}
-
-func hex4(b []byte) rune {
-	var r rune
-	for _, c := range b {
-		r <<= 4
-		switch {
-		case c >= '0' && c <= '9':
-			r |= rune(c - '0')
-		case c >= 'a' && c <= 'f':
-			r |= rune(c-'a') + 10
-		case c >= 'A' && c <= 'F':
-			r |= rune(c-'A') + 10
-		}
-	}
-	return r
-}
-
-// numericFits reports whether a JSON number fits PostgreSQL's numeric: at most 131072
-// digits before the decimal point and 16383 after it.
-func numericFits(num []byte) bool {
-	s := strings.TrimPrefix(string(num), "-")
-	mant, exp, _ := strings.Cut(strings.ToLower(s), "e")
-	intPart, frac, _ := strings.Cut(mant, ".")
-	intPart = strings.TrimLeft(intPart, "0")
-	if strings.Trim(intPart+frac, "0") == "" {
-		return true // zero, whatever the exponent
-	}
-	e := 0
-	if exp != "" {
-		v, err := strconv.Atoi(exp)
-		if err != nil || v > 1_000_000 || v < -1_000_000 {
-			return false
-		}
-		e = v
-	}
-	before := len(intPart) + e
-	if intPart == "" { // 0.000123: leading zeros of the fraction do not count
-		before = e - (len(frac) - len(strings.TrimLeft(frac, "0")))
-	}
-	after := len(strings.TrimRight(frac, "0")) - e
-	return before <= 131072 && after <= 16383
-}
-
-func quoteShort(s string) string {
-	const max = 80
-	if len(s) > max {
-		return fmt.Sprintf("%q... (%d bytes)", s[:max], len(s))
-	}
-	return fmt.Sprintf("%q", s)
+	return storedriver.Validate(msg, s.cfg.MaxPayloadBytes)
 }
 
 // enqueuePlainSQL is Enqueue's INSERT of a message with neither an ordering key nor an
@@ -255,19 +50,6 @@ RETURNING ordering_seq`
 // byIdempotencyKeySQL finds the messages that hold idempotency keys.
 const byIdempotencyKeySQL = `SELECT idempotency_key, message_id FROM %s WHERE idempotency_key = ANY($1)`
 
-// Enqueued is what EnqueueMessage wrote.
-type Enqueued struct {
-	MessageID uuid.UUID
-	// OrderingSeq is the message's place among the messages of its ordering key: greater
-	// than the number of every message of the key that committed before it (numbers come
-	// from one sequence, so they have gaps); 0 without a key.
-	OrderingSeq int64
-	// Duplicate reports that a row with the message's IdempotencyKey was already in the
-	// table, so nothing was written; MessageID is then that row's message ID (zero when
-	// the caller's snapshot cannot see it, as at REPEATABLE READ when it committed later).
-	Duplicate bool
-}
-
 // Enqueue validates msg and inserts it as a pending row with one INSERT on db, which is
 // normally the caller's business transaction (a pgx.Tx): the message commits or rolls
 // back with the business rows. It returns the message ID, the idempotency key every
@@ -293,11 +75,11 @@ func (s *Store) Enqueue(ctx context.Context, db DB, msg Message) (uuid.UUID, err
 // *ValidationError and writes nothing.
 func (s *Store) EnqueueJSON(ctx context.Context, db DB, msg Message, v any) (Enqueued, error) {
 	if msg.Payload != nil {
-		return Enqueued{}, &ValidationError{"payload", "is set, and EnqueueJSON sets it from its value: leave Message.Payload empty"}
+		return Enqueued{}, &ValidationError{Field: "payload", Reason: "is set, and EnqueueJSON sets it from its value: leave Message.Payload empty"}
 	}
 	payload, err := json.Marshal(v)
 	if err != nil {
-		return Enqueued{}, &ValidationError{"payload", fmt.Sprintf("cannot be marshalled from a %T: %v", v, err)}
+		return Enqueued{}, &ValidationError{Field: "payload", Reason: fmt.Sprintf("cannot be marshalled from a %T: %v", v, err)}
 	}
 	msg.Payload = payload
 	return s.EnqueueMessage(ctx, db, msg)
@@ -405,12 +187,6 @@ func (s *Store) idempotencyHolders(ctx context.Context, db DB, keys []string) (m
 	_, err = pgx.ForEachRow(rows, []any{&key, &id}, func() error { held[key] = id; return nil })
 	return held, err
 }
-
-// ErrOrderingDeadlock is what an Enqueue error wraps when PostgreSQL aborted the
-// transaction because it and another one enqueued the same ordering keys in opposite
-// orders. Retry the transaction; enqueue a transaction's keyed messages with one
-// EnqueueBatch call, or always in the same key order, to avoid it.
-var ErrOrderingDeadlock = errors.New("two transactions enqueued the same ordering keys in opposite orders and deadlocked; PostgreSQL aborted this one: retry the transaction, and enqueue a transaction's keyed messages with one EnqueueBatch call (it takes their keys in a fixed order) or always in the same key order")
 
 // enqueueError wraps an INSERT's error with what the caller needs to act on it. The
 // driver's error (*pgconn.PgError with pgx, *pq.Error with lib/pq) stays reachable with
@@ -572,24 +348,4 @@ func (s *Store) NextDue(ctx context.Context) (wait time.Duration, ok bool, err e
 		return 0, false, nil
 	}
 	return time.Duration(*micros) * time.Microsecond, true, nil
-}
-
-// Row is one outbox_messages row as the relay and the activities see it.
-type Row struct {
-	ID            int64
-	MessageID     uuid.UUID
-	Topic         string
-	Payload       json.RawMessage
-	Headers       map[string]string
-	Status        Status
-	RetryTimes    int
-	MaxRetryTimes *int
-	NextRetryAt   *time.Time
-	LastError     *string
-	RedriveCount  int
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
-	SentAt        *time.Time
-	OrderingKey   *string
-	OrderingSeq   *int64
 }

@@ -5,18 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
-
-// Dispatched is a row a workflow owns.
-type Dispatched struct {
-	ID           int64
-	MessageID    uuid.UUID
-	Topic        string
-	DispatchedAt time.Time
-	UpdatedAt    time.Time
-}
 
 // ClaimStaleDispatched takes up to limit rows that have been dispatched, and not updated,
 // for longer than age (by the database clock), least recently updated first: the rows
@@ -50,21 +40,6 @@ RETURNING m.id, m.message_id, m.topic, m.dispatched_at, m.updated_at`, age.Secon
 	}
 	return out, nil
 }
-
-// ReconcileOutcome is what reconciliation found for a dispatched row, as recorded in the
-// audit trail.
-type ReconcileOutcome string
-
-// Reconcile outcomes.
-const (
-	// ReconcileRunning: the workflow is still running; the row is left as it is.
-	ReconcileRunning ReconcileOutcome = "running"
-	// ReconcileRecordedSent: the workflow completed but the row was not recorded sent.
-	ReconcileRecordedSent ReconcileOutcome = "recorded_sent"
-	// ReconcileHandedOverAgain: the workflow is missing or closed without delivering; the
-	// row is pending again and a relay starts a new run.
-	ReconcileHandedOverAgain ReconcileOutcome = "handed_over_again"
-)
 
 // Repair applies a reconciliation outcome to a dispatched row in one transaction, only if
 // the row has not changed since it was read (same status and updated_at), and audits it

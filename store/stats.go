@@ -8,39 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Stats is a snapshot of the outbox tables.
-type Stats struct {
-	// ByStatus counts messages per status; every status is present.
-	ByStatus map[Status]int64 `json:"by_status"`
-	// ByTopic counts messages per topic and status (statuses with no message left out).
-	ByTopic map[string]map[Status]int64 `json:"by_topic"`
-	// OldestPendingAge is the age of the oldest pending message that is due (zero when
-	// there is none): how long the relays are behind.
-	OldestPendingAge time.Duration `json:"oldest_pending_age_ns"`
-	// InFlight counts messages handed to Temporal (or being handed) but not finished:
-	// claimed and dispatched.
-	InFlight int64 `json:"in_flight"`
-	// OldestInFlightAge is the time since the oldest in-flight message was handed over
-	// (dispatched_at; for a claimed one, since it was claimed). Reconciliation's checks
-	// do not reset it, so a run that never finishes keeps growing older here.
-	OldestInFlightAge time.Duration `json:"oldest_in_flight_age_ns"`
-	// OpenDeadLetters counts dead letters neither redriven nor discarded.
-	OpenDeadLetters int64 `json:"open_dead_letters"`
-	// DeadLettersLastHour and DeadLettersLastDay count dead letters written in that time.
-	DeadLettersLastHour int64 `json:"dead_letters_last_hour"`
-	DeadLettersLastDay  int64 `json:"dead_letters_last_day"`
-	// HeldBack counts pending messages waiting behind an earlier undelivered message of
-	// their ordering key.
-	HeldBack int64 `json:"held_back"`
-	// KeysBlockedByDead counts ordering keys whose earliest undelivered message is dead
-	// while later messages of the key wait (unless its topic skips dead messages).
-	KeysBlockedByDead int64 `json:"keys_blocked_by_dead"`
-	// RepairedLastDay counts rows reconciliation repaired in the last day.
-	RepairedLastDay int64 `json:"repaired_last_day"`
-	// At is the database time of the snapshot.
-	At time.Time `json:"at"`
-}
-
 // Stats reads the counts in one repeatable-read transaction, so they agree with each
 // other. Counting by topic reads the whole message table.
 func (s *Store) Stats(ctx context.Context) (Stats, error) {

@@ -34,43 +34,15 @@ package store
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"regexp"
 	"sync/atomic"
 
 	"github.com/google/uuid"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/propagation"
 )
-
-// Status is a message's status, as stored in outbox_messages.status.
-type Status string
-
-// Message statuses.
-const (
-	StatusPending    Status = "pending"
-	StatusClaimed    Status = "claimed"
-	StatusDispatched Status = "dispatched"
-	StatusSent       Status = "sent"
-	StatusDead       Status = "dead"
-	StatusDiscarded  Status = "discarded"
-)
-
-// Statuses lists every status in the order a message moves through them.
-var Statuses = []Status{StatusPending, StatusClaimed, StatusDispatched, StatusSent, StatusDead, StatusDiscarded}
-
-// DefaultMaxPayloadBytes is the payload size limit when Config.MaxPayloadBytes is zero.
-const DefaultMaxPayloadBytes = 256 << 10
-
-// HardMaxPayloadBytes is the largest payload limit that may be configured: Temporal refuses
-// payloads of 2 MB, and an activity that hosts a topic handler receives the payload.
-const HardMaxPayloadBytes = 2_000_000 - 64<<10
-
-// ErrNotFound is returned when a message or dead letter does not exist.
-var ErrNotFound = errors.New("not found")
 
 // DB is what the functions of this package need to run queries: a *pgxpool.Pool, a
 // *pgx.Conn and a pgx.Tx all satisfy it, so [Store.Enqueue] joins the caller's transaction.

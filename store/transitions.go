@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -10,30 +9,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
-
-// Claimed is a row a relay has claimed: it holds the row's lease until LeaseUntil and
-// proves it with ClaimToken.
-type Claimed struct {
-	ID            int64
-	MessageID     uuid.UUID
-	Topic         string
-	RetryTimes    int
-	MaxRetryTimes *int
-	RedriveCount  int
-	CreatedAt     time.Time
-	// DispatchedAt is when a workflow last took the message over; nil for a message
-	// handed over for the first time.
-	DispatchedAt *time.Time
-	ClaimToken   uuid.UUID
-	LeaseUntil   time.Time
-}
-
-// MayHaveBeenSent reports whether an earlier delivery of the message may have reached the
-// downstream: it was handed over to a workflow before, failed an attempt before, or was
-// redriven. Its next run then asks check-processed before it sends.
-func (c Claimed) MayHaveBeenSent() bool {
-	return c.DispatchedAt != nil || c.RetryTimes > 0 || c.RedriveCount > 0
-}
 
 // The claim: one short statement. It reads two indexes whose predicates its conditions
 // repeat, so the planner walks them and nothing else: rows due at once in id order, and
@@ -90,24 +65,8 @@ UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        (SELECT array_agg(id) FROM parked), (SELECT array_agg(DISTINCT ordering_key) FROM parked)`
 
-// OrderingRules are the per-topic ordering settings the claim applies. The zero value
-// orders every keyed message and lets a dead message block its key.
-type OrderingRules struct {
-	// Listed are the topics the settings below name one by one; every other topic takes
-	// the defaults.
-	Listed []string
-	// Unordered are the listed topics whose messages are never held back by their key.
-	Unordered []string
-	// DefaultUnordered applies to topics not listed.
-	DefaultUnordered bool
-	// Skipping are the listed topics whose dead messages do not block their key: later
-	// messages of the key are delivered anyway.
-	Skipping []string
-	// DefaultSkipping applies to topics not listed.
-	DefaultSkipping bool
-}
-
-func (o OrderingRules) args() []any {
+// orderingArgs are the claim's parameters for rules.
+func orderingArgs(o OrderingRules) []any {
 	nonNil := func(s []string) []string {
 		if s == nil {
 			return []string{}
@@ -118,7 +77,7 @@ func (o OrderingRules) args() []any {
 }
 
 // ClaimSQL returns the claim statement for this store's table, for EXPLAIN. Its
-// parameters are the claim token, the lease in seconds, the limit and OrderingRules.args.
+// parameters are the claim token, the lease in seconds, the limit and orderingArgs.
 func (s *Store) ClaimSQL() string { return fmt.Sprintf(claimSQL, s.messages) }
 
 // Claim takes up to limit due rows (pending rows whose next_retry_at has passed, and
@@ -134,16 +93,6 @@ func (s *Store) ClaimOrdered(ctx context.Context, limit int, lease time.Duration
 	return res.Claimed, err
 }
 
-// ClaimResult is what one claim did.
-type ClaimResult struct {
-	// Claimed are the rows now leased to the caller.
-	Claimed []Claimed
-	// Parked counts the keyed rows the claim found held back behind an earlier message of
-	// their key and took off its path. Claimed plus Parked equal to the limit means more
-	// rows may be due.
-	Parked int
-}
-
 // ClaimBatch is ClaimOrdered that also reports the rows it parked.
 func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, rules OrderingRules) (ClaimResult, error) {
 	if limit < 1 {
@@ -153,7 +102,7 @@ func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, 
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("new claim token: %w", err)
 	}
-	args := append([]any{token, lease.Seconds(), limit}, rules.args()...)
+	args := append([]any{token, lease.Seconds(), limit}, orderingArgs(rules)...)
 	rows, err := s.db.Query(ctx, s.ClaimSQL(), args...)
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("claim messages: %w", err)
@@ -212,10 +161,10 @@ func (s *Store) recheckParked(ctx context.Context, ids []int64, keys []string, r
 		if _, err := tx.Exec(ctx, lockKeysSQL, s.cfg.Schema+".outbox_messages.park", keys); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, fmt.Sprintf(parkKeysSQL, s.messages), append([]any{keys}, rules.args()...)...); err != nil {
+		if _, err := tx.Exec(ctx, fmt.Sprintf(parkKeysSQL, s.messages), append([]any{keys}, orderingArgs(rules)...)...); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, fmt.Sprintf(recheckParkedSQL, s.messages), append([]any{ids}, rules.args()...)...)
+		_, err := tx.Exec(ctx, fmt.Sprintf(recheckParkedSQL, s.messages), append([]any{ids}, orderingArgs(rules)...)...)
 		return err
 	})
 	if err != nil {
@@ -225,7 +174,7 @@ func (s *Store) recheckParked(ctx context.Context, ids []int64, keys []string, r
 }
 
 // heldBack returns the condition, true for a row c that an earlier undelivered message of
-// its key holds back under the ordering rules, whose OrderingRules.args are the
+// its key holds back under the ordering rules, whose orderingArgs are the
 // statement's parameters $p to $p+4. The claim, the parking and the unparking share it.
 func heldBack(p int) string {
 	listed, unordered, defUnordered, skipping, defSkipping := p, p+1, p+2, p+3, p+4
@@ -272,7 +221,7 @@ WHERE m.id = c.id AND m.held_back
 // row when a keyed message is sent, dead-lettered or discarded, so this is a safety net
 // that the relays run now and then. It returns the number of rows unparked.
 func (s *Store) Unpark(ctx context.Context, rules OrderingRules) (int64, error) {
-	tag, err := s.db.Exec(ctx, fmt.Sprintf(unparkSQL, s.messages), rules.args()...)
+	tag, err := s.db.Exec(ctx, fmt.Sprintf(unparkSQL, s.messages), orderingArgs(rules)...)
 	if err != nil {
 		return 0, fmt.Errorf("unpark held-back messages: %w", err)
 	}
@@ -333,13 +282,6 @@ WHERE id = $1 AND status = 'claimed' AND claim_token = $2`, id, token, d.Seconds
 func (s *Store) MarkSent(ctx context.Context, messageID uuid.UUID) (ok bool, err error) {
 	sent, err := s.markSent(ctx, s.db, messageID, nil)
 	return sent != nil, err
-}
-
-// Sent describes a message that RecordSent moved to sent.
-type Sent struct {
-	Topic string
-	// Latency is from the row's created_at (its transaction's start) to sent_at.
-	Latency time.Duration
 }
 
 // RecordSent is MarkSent returning what metrics need of the row it changed, in the same
@@ -434,16 +376,6 @@ func (s *Store) GetAll(ctx context.Context, messageIDs []uuid.UUID) (map[uuid.UU
 	return out, nil
 }
 
-// DeadLetter is the record of a message whose delivery gave up.
-type DeadLetter struct {
-	MessageID  uuid.UUID
-	Topic      string // used when the message row no longer exists
-	WorkflowID string
-	RunID      string
-	Attempts   int
-	LastError  string
-}
-
 // DeadLetter writes a dead letter for the message (copying its topic, payload and headers)
 // and moves the row to dead, in one transaction. Dead letters are keyed by (message ID, run
 // ID): a run dead-letters its message once, and a second call for the same run (a retried
@@ -495,25 +427,6 @@ WHERE message_id = $1 AND status IN ('pending', 'claimed', 'dispatched')`, d.Mes
 		return false, fmt.Errorf("dead-letter message %s: %w", d.MessageID, err)
 	}
 	return ok, nil
-}
-
-// DeadLetterRecord is one row of outbox_dead_letters.
-type DeadLetterRecord struct {
-	ID               int64
-	MessageID        uuid.UUID
-	WorkflowID       string
-	RunID            string
-	Topic            string
-	Payload          json.RawMessage
-	Headers          map[string]string
-	Attempts         int
-	LastError        string
-	MessageCreatedAt *time.Time
-	DeadLetteredAt   time.Time
-	RedrivenAt       *time.Time
-	RedrivenBy       *string
-	DiscardedAt      *time.Time
-	DiscardedBy      *string
 }
 
 // DeadLetters returns the dead letters of a message, oldest first.

@@ -26,6 +26,9 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/nexus-rpc/nexus-proto-annotations v0.1.0 // indirect
 	github.com/nexus-rpc/sdk-go v0.7.0 // indirect
+	github.com/outbox-go/outbox/internal/redact v0.0.0 // indirect
+	github.com/outbox-go/outbox/internal/tracing v0.0.0 // indirect
+	github.com/outbox-go/outbox/store/storedriver v0.0.0 // indirect
 	github.com/prometheus/client_golang v1.23.2 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/common v0.67.5 // indirect
@@ -62,3 +65,9 @@ require (
 // The library is the module at the root of this repository. River is required here
 // only, so that it stays out of the library's module graph.
 replace github.com/outbox-go/outbox => ../..
+
+replace github.com/outbox-go/outbox/store/storedriver => ../../store/storedriver
+
+replace github.com/outbox-go/outbox/internal/redact => ../../internal/redact
+
+replace github.com/outbox-go/outbox/internal/tracing => ../../internal/tracing

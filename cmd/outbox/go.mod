@@ -5,6 +5,9 @@ go 1.26.8
 require (
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.13.0
+	github.com/outbox-go/outbox/internal/redact v0.0.0
+	github.com/outbox-go/outbox/internal/tracing v0.0.0 // indirect
+	github.com/outbox-go/outbox/store/storedriver v0.0.0 // indirect
 	github.com/prometheus/client_golang v1.23.2 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/spf13/cobra v1.10.2
@@ -253,4 +256,11 @@ require (
 // The library is the module at the root of this repository; its MySQL store, a module of
 // its own in store/mysqlstore.
 replace github.com/outbox-go/outbox => ../..
+
 replace github.com/outbox-go/outbox/store/mysqlstore => ../../store/mysqlstore
+
+replace github.com/outbox-go/outbox/store/storedriver => ../../store/storedriver
+
+replace github.com/outbox-go/outbox/internal/redact => ../../internal/redact
+
+replace github.com/outbox-go/outbox/internal/tracing => ../../internal/tracing

@@ -36,6 +36,9 @@ require (
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/nexus-rpc/nexus-proto-annotations v0.1.0 // indirect
 	github.com/nexus-rpc/sdk-go v0.7.0 // indirect
+	github.com/outbox-go/outbox/internal/redact v0.0.0 // indirect
+	github.com/outbox-go/outbox/internal/tracing v0.0.0 // indirect
+	github.com/outbox-go/outbox/store/storedriver v0.0.0 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/prometheus/client_golang v1.23.2 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
@@ -79,3 +82,9 @@ require (
 )
 
 replace github.com/outbox-go/outbox => ../..
+
+replace github.com/outbox-go/outbox/store/storedriver => ../../store/storedriver
+
+replace github.com/outbox-go/outbox/internal/redact => ../../internal/redact
+
+replace github.com/outbox-go/outbox/internal/tracing => ../../internal/tracing

@@ -11,8 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/store/mysqlstore"
+	"github.com/outbox-go/outbox/store/storedriver"
 )
 
 // seedRows inserts n rows into outbox_messages in one statement; values are SQL
@@ -79,12 +79,12 @@ func TestClaimStaysFlat(t *testing.T) {
 	}
 	require.True(t, loose, "the sweep finds each key's first parked row with a loose index scan")
 	began := time.Now()
-	n, err := st.Unpark(ctx, store.OrderingRules{})
+	n, err := st.Unpark(ctx, storedriver.OrderingRules{})
 	require.NoError(t, err)
 	t.Logf("sweep of 100 keys with 1,000 parked rows each: %s, unparked %d", time.Since(began), n)
 
 	began = time.Now()
-	res, err := st.ClaimBatch(ctx, 200, time.Minute, store.OrderingRules{})
+	res, err := st.ClaimBatch(ctx, 200, time.Minute, storedriver.OrderingRules{})
 	require.NoError(t, err)
 	require.Len(t, res.Claimed, 200)
 	t.Logf("claim of 200 rows beside 100,000 sent and 100,000 held-back rows: %s", time.Since(began))
@@ -165,7 +165,7 @@ func BenchmarkClaim(b *testing.B) {
 			// The first claims park the held-back rows (the recheck parks a key's rows at
 			// once); the benchmark measures the claims after that.
 			for {
-				res, err := st.ClaimBatch(ctx, 100, time.Minute, store.OrderingRules{})
+				res, err := st.ClaimBatch(ctx, 100, time.Minute, storedriver.OrderingRules{})
 				require.NoError(b, err)
 				resetClaimed(b, db)
 				if res.Parked == 0 {
@@ -243,11 +243,11 @@ func BenchmarkEnqueue(b *testing.B) {
 					return err
 				},
 				func(tx *sql.Tx) error { // outbox message
-					_, err := st.Enqueue(ctx, tx, store.Message{Topic: "order.created", Payload: payload})
+					_, err := st.Enqueue(ctx, tx, storedriver.Message{Topic: "order.created", Payload: payload})
 					return err
 				},
 				func(tx *sql.Tx) error { // outbox message with an ordering key (a new key each time)
-					_, err := st.Enqueue(ctx, tx, store.Message{Topic: "order.created", Payload: payload,
+					_, err := st.Enqueue(ctx, tx, storedriver.Message{Topic: "order.created", Payload: payload,
 						OrderingKey: fmt.Sprintf("order-%d", seq.Add(1))})
 					return err
 				},

@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/storedriver"
 )
 
 // The claim reads outbox_messages_claim_idx: lane 2 (delayed rows, in next_retry_at order
@@ -44,7 +44,7 @@ func (s *Store) ClaimSQL() (delayed, immediate string) {
 // its key holds back under the ordering rules: pending, claimed, dispatched, or dead where
 // the dead message's topic blocks its key. Topics with ordering off are never held back.
 // The claim, the parking, the recheck and the sweep share it, as in package store.
-func (s *Store) heldBack(q *sqlBuilder, rules store.OrderingRules) {
+func (s *Store) heldBack(q *sqlBuilder, rules storedriver.OrderingRules) {
 	q.sql("(c.ordering_key IS NOT NULL AND NOT (CASE WHEN ").in("c.topic", rules.Listed).
 		sql(" THEN ").in("c.topic", rules.Unordered).
 		sql(" ELSE " + boolSQL(rules.DefaultUnordered) + " END)")
@@ -58,7 +58,7 @@ func (s *Store) heldBack(q *sqlBuilder, rules store.OrderingRules) {
 
 // heldBackAmong returns those of ids that are held back, in a statement that sees what
 // committed before it (a consistent read: it locks nothing).
-func (s *Store) heldBackAmong(ctx context.Context, tx *sql.Tx, ids []int64, rules store.OrderingRules) (map[int64]string, error) {
+func (s *Store) heldBackAmong(ctx context.Context, tx *sql.Tx, ids []int64, rules storedriver.OrderingRules) (map[int64]string, error) {
 	out := map[int64]string{}
 	if len(ids) == 0 {
 		return out, nil
@@ -101,8 +101,8 @@ func queryIDs(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]int
 
 // Claim takes up to limit due rows and leases them for lease, ordering keyed messages by
 // the default rules.
-func (s *Store) Claim(ctx context.Context, limit int, lease time.Duration) ([]store.Claimed, error) {
-	res, err := s.ClaimBatch(ctx, limit, lease, store.OrderingRules{})
+func (s *Store) Claim(ctx context.Context, limit int, lease time.Duration) ([]storedriver.Claimed, error) {
+	res, err := s.ClaimBatch(ctx, limit, lease, storedriver.OrderingRules{})
 	return res.Claimed, err
 }
 
@@ -118,22 +118,22 @@ func (s *Store) Claim(ctx context.Context, limit int, lease time.Duration) ([]st
 // claimed rows read back before the commit. All times are the database clock's. After
 // the commit the keys of the parked rows are looked at again under their park locks (see
 // recheckParked).
-func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, rules store.OrderingRules) (store.ClaimResult, error) {
+func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, rules storedriver.OrderingRules) (storedriver.ClaimResult, error) {
 	if limit < 1 {
-		return store.ClaimResult{}, fmt.Errorf("claim limit must be at least 1, got %d", limit)
+		return storedriver.ClaimResult{}, fmt.Errorf("claim limit must be at least 1, got %d", limit)
 	}
 	token, err := uuid.NewRandom()
 	if err != nil {
-		return store.ClaimResult{}, fmt.Errorf("new claim token: %w", err)
+		return storedriver.ClaimResult{}, fmt.Errorf("new claim token: %w", err)
 	}
 	var (
-		res        store.ClaimResult
+		res        storedriver.ClaimResult
 		parkedIDs  []int64
 		parkedKeys []string
 	)
 	delayedSQL, immediateSQL := s.ClaimSQL()
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		res, parkedIDs, parkedKeys = store.ClaimResult{}, nil, nil
+		res, parkedIDs, parkedKeys = storedriver.ClaimResult{}, nil, nil
 		var ids, keyed []int64
 		choose := func(query string, n int) error {
 			rows, err := tx.QueryContext(ctx, query, n)
@@ -202,9 +202,9 @@ FROM `+s.messages+` WHERE id IN (`+idList(claim)+`)`)
 			return err
 		}
 		defer rows.Close()
-		byID := make(map[int64]store.Claimed, len(claim))
+		byID := make(map[int64]storedriver.Claimed, len(claim))
 		for rows.Next() {
-			var c store.Claimed
+			var c storedriver.Claimed
 			if err := rows.Scan(&c.ID, &c.MessageID, &c.Topic, &c.RetryTimes, &c.MaxRetryTimes, &c.RedriveCount,
 				&c.CreatedAt, &c.DispatchedAt, &c.ClaimToken, &c.LeaseUntil); err != nil {
 				return err
@@ -222,7 +222,7 @@ FROM `+s.messages+` WHERE id IN (`+idList(claim)+`)`)
 		return nil
 	})
 	if err != nil {
-		return store.ClaimResult{}, fmt.Errorf("claim messages: %w", err)
+		return storedriver.ClaimResult{}, fmt.Errorf("claim messages: %w", err)
 	}
 	res.Parked = len(parkedIDs)
 	if len(parkedIDs) > 0 {
@@ -263,7 +263,7 @@ ON DUPLICATE KEY UPDATE ordering_key = ordering_key`, args...)
 // either here or by the release. Rows are locked with SKIP LOCKED: this transaction never
 // waits for a row while it holds park locks, so it cannot deadlock with a release (which
 // holds its row and waits for the park lock).
-func (s *Store) recheckParked(ctx context.Context, ids []int64, keys []string, rules store.OrderingRules) error {
+func (s *Store) recheckParked(ctx context.Context, ids []int64, keys []string, rules storedriver.OrderingRules) error {
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		if err := s.lockParks(ctx, tx, keys); err != nil {
 			return err
@@ -318,7 +318,7 @@ FOR UPDATE SKIP LOCKED`)
 
 // unparkFree unparks those of ids that are parked and that nothing holds back, skipping
 // rows other transactions hold, and returns how many it unparked.
-func (s *Store) unparkFree(ctx context.Context, tx *sql.Tx, ids []int64, rules store.OrderingRules) (int64, error) {
+func (s *Store) unparkFree(ctx context.Context, tx *sql.Tx, ids []int64, rules storedriver.OrderingRules) (int64, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
@@ -373,7 +373,7 @@ JOIN %[1]s h ON h.held_back = TRUE AND h.ordering_key = k.ordering_key AND h.ord
 // store's own transitions release a key's next row when a keyed message is sent,
 // dead-lettered or discarded, so this is a safety net that the relays run now and then. It
 // returns the number of rows unparked.
-func (s *Store) Unpark(ctx context.Context, rules store.OrderingRules) (int64, error) {
+func (s *Store) Unpark(ctx context.Context, rules storedriver.OrderingRules) (int64, error) {
 	var n int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		heads, err := queryIDs(ctx, tx, fmt.Sprintf(unparkHeadsSQL, s.messages))
@@ -416,13 +416,13 @@ func (s *Store) NextDue(ctx context.Context) (wait time.Duration, ok bool, err e
 // MarkDispatched records that a workflow owns the claimed row: claimed → dispatched, only
 // while the caller still holds the claim. ok is false when the row has moved on.
 func (s *Store) MarkDispatched(ctx context.Context, id int64, token uuid.UUID) (ok bool, err error) {
-	n, err := s.MarkDispatchedAll(ctx, []store.Claimed{{ID: id, ClaimToken: token}})
+	n, err := s.MarkDispatchedAll(ctx, []storedriver.Claimed{{ID: id, ClaimToken: token}})
 	return n > 0, err
 }
 
 // MarkDispatchedAll is MarkDispatched for many claimed rows in one statement. It returns
 // the number of rows that were still claimed under their token and are now dispatched.
-func (s *Store) MarkDispatchedAll(ctx context.Context, rows []store.Claimed) (int, error) {
+func (s *Store) MarkDispatchedAll(ctx context.Context, rows []storedriver.Claimed) (int, error) {
 	if len(rows) == 0 {
 		return 0, nil
 	}

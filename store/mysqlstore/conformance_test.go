@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outbox-go/outbox/store"
-	"github.com/outbox-go/outbox/store/storetest"
+	"github.com/outbox-go/outbox/store/storedriver"
+	"github.com/outbox-go/outbox/store/storedriver/storetest"
 )
 
 // TestConformance runs the conformance suite every store implementation passes against
@@ -32,7 +32,7 @@ func newMySQLTarget(t *testing.T) storetest.Target {
 				return err
 			}
 			defer func() { _ = tx.Rollback() }()
-			if err := fn(func(ctx context.Context, msg store.Message) (store.Enqueued, error) {
+			if err := fn(func(ctx context.Context, msg storedriver.Message) (storedriver.Enqueued, error) {
 				return st.EnqueueMessage(ctx, tx, msg)
 			}); err != nil {
 				return err

@@ -10,17 +10,17 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/storedriver"
 )
 
 const deadLetterColumns = `d.id, d.message_id, d.workflow_id, d.run_id, d.topic, d.payload, d.headers, d.attempts,
 d.last_error, d.message_created_at, d.dead_lettered_at, d.redriven_at, d.redriven_by, d.discarded_at, d.discarded_by`
 
-func scanDeadLetters(rows *sql.Rows) ([]store.DeadLetterRecord, error) {
+func scanDeadLetters(rows *sql.Rows) ([]storedriver.DeadLetterRecord, error) {
 	defer rows.Close()
-	var out []store.DeadLetterRecord
+	var out []storedriver.DeadLetterRecord
 	for rows.Next() {
-		var d store.DeadLetterRecord
+		var d storedriver.DeadLetterRecord
 		var payload, headers []byte
 		if err := rows.Scan(&d.ID, &d.MessageID, &d.WorkflowID, &d.RunID, &d.Topic, &payload, &headers, &d.Attempts,
 			&d.LastError, &d.MessageCreatedAt, &d.DeadLetteredAt, &d.RedrivenAt, &d.RedrivenBy, &d.DiscardedAt, &d.DiscardedBy); err != nil {
@@ -36,7 +36,7 @@ func scanDeadLetters(rows *sql.Rows) ([]store.DeadLetterRecord, error) {
 }
 
 // ListDeadLetters returns dead letters matching f, newest first.
-func (s *Store) ListDeadLetters(ctx context.Context, f store.DeadLetterFilter) ([]store.DeadLetterRecord, error) {
+func (s *Store) ListDeadLetters(ctx context.Context, f storedriver.DeadLetterFilter) ([]storedriver.DeadLetterRecord, error) {
 	if f.Limit == 0 {
 		f.Limit = 100
 	}
@@ -72,7 +72,7 @@ LIMIT ?`, args...)
 }
 
 // DeadLetters returns the dead letters of a message, oldest first.
-func (s *Store) DeadLetters(ctx context.Context, messageID uuid.UUID) ([]store.DeadLetterRecord, error) {
+func (s *Store) DeadLetters(ctx context.Context, messageID uuid.UUID) ([]storedriver.DeadLetterRecord, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT `+deadLetterColumns+` FROM `+s.dead+` d WHERE d.message_id = ? ORDER BY d.id`, messageID.String())
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters of %s: %w", messageID, err)
@@ -109,16 +109,16 @@ func (s *Store) DeadLetterRunIDs(ctx context.Context, messageID uuid.UUID) ([]st
 
 // Audit returns the operator actions on a message (and reconciliation's repairs), oldest
 // first.
-func (s *Store) Audit(ctx context.Context, messageID uuid.UUID) ([]store.AuditEntry, error) {
+func (s *Store) Audit(ctx context.Context, messageID uuid.UUID) ([]storedriver.AuditEntry, error) {
 	rows, err := s.db.QueryContext(ctx, "SELECT message_id, dead_letter_id, action, actor, `at`, detail FROM "+s.audit+
 		" WHERE message_id = ? ORDER BY `at`, id", messageID.String())
 	if err != nil {
 		return nil, fmt.Errorf("read audit of %s: %w", messageID, err)
 	}
 	defer rows.Close()
-	var out []store.AuditEntry
+	var out []storedriver.AuditEntry
 	for rows.Next() {
-		var a store.AuditEntry
+		var a storedriver.AuditEntry
 		if err := rows.Scan(&a.MessageID, &a.DeadLetterID, &a.Action, &a.Actor, &a.At, &a.Detail); err != nil {
 			return nil, fmt.Errorf("read audit of %s: %w", messageID, err)
 		}
@@ -134,10 +134,10 @@ func (s *Store) Audit(ctx context.Context, messageID uuid.UUID) ([]store.AuditEn
 // retry_times reset and redrive_count incremented; its open dead letter is marked
 // redriven by actor, and the action is audited, in one transaction. Of concurrent
 // redrives of one message exactly one succeeds; the others, and a redrive of a message
-// that is not dead, return a *store.NotDeadError. A missing message returns an error
-// wrapping store.ErrNotFound. The relays poll, so nothing is notified.
-func (s *Store) Redrive(ctx context.Context, messageID uuid.UUID, actor string) (store.Redriven, error) {
-	r := store.Redriven{MessageID: messageID}
+// that is not dead, return a *storedriver.NotDeadError. A missing message returns an error
+// wrapping storedriver.ErrNotFound. The relays poll, so nothing is notified.
+func (s *Store) Redrive(ctx context.Context, messageID uuid.UUID, actor string) (storedriver.Redriven, error) {
+	r := storedriver.Redriven{MessageID: messageID}
 	err := s.operate(ctx, messageID, actor, "redrive", `UPDATE `+s.messages+`
 SET status = 'pending', retry_times = 0, next_retry_at = NULL, claim_token = NULL, lease_until = NULL,
     dispatched_at = NULL, sent_at = NULL, redrive_count = redrive_count + 1, updated_at = NOW(6)
@@ -146,7 +146,7 @@ WHERE message_id = ? AND status = 'dead'`, "redriven", func(tx *sql.Tx) error {
 			Scan(&r.Topic, &r.RedriveCount)
 	})
 	if err != nil {
-		return store.Redriven{}, fmt.Errorf("redrive: %w", err)
+		return storedriver.Redriven{}, fmt.Errorf("redrive: %w", err)
 	}
 	return r, nil
 }
@@ -154,7 +154,7 @@ WHERE message_id = ? AND status = 'dead'`, "redriven", func(tx *sql.Tx) error {
 // Discard records that an operator gave up on a dead-lettered message: dead → discarded,
 // its open dead letter marked discarded by actor, the action audited, and for a keyed
 // message its key released, in one transaction. A message that is not dead returns a
-// *store.NotDeadError; a missing one an error wrapping store.ErrNotFound.
+// *storedriver.NotDeadError; a missing one an error wrapping storedriver.ErrNotFound.
 func (s *Store) Discard(ctx context.Context, messageID uuid.UUID, actor string) error {
 	err := s.operate(ctx, messageID, actor, "discard", `UPDATE `+s.messages+`
 SET status = 'discarded', updated_at = NOW(6)
@@ -181,7 +181,7 @@ func (s *Store) operate(ctx context.Context, messageID uuid.UUID, actor, action,
 	if strings.TrimSpace(actor) == "" {
 		return errors.New("actor must name who acts (a user or a tool), got an empty string")
 	}
-	actor = store.StorableText(actor)
+	actor = storedriver.StorableText(actor)
 	return s.inTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, messageSQL, messageID.String())
 		if err != nil {
@@ -192,15 +192,15 @@ func (s *Store) operate(ctx context.Context, messageID uuid.UUID, actor, action,
 			return err
 		}
 		if n == 0 {
-			var status store.Status
+			var status storedriver.Status
 			err := tx.QueryRowContext(ctx, `SELECT status FROM `+s.messages+` WHERE message_id = ?`, messageID.String()).Scan(&status)
 			if errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("message %s: %w", messageID, store.ErrNotFound)
+				return fmt.Errorf("message %s: %w", messageID, storedriver.ErrNotFound)
 			}
 			if err != nil {
 				return err
 			}
-			return &store.NotDeadError{MessageID: messageID, Status: status}
+			return &storedriver.NotDeadError{MessageID: messageID, Status: status}
 		}
 		if err := after(tx); err != nil {
 			return err

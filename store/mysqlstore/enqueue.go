@@ -13,12 +13,13 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/outbox-go/outbox/internal/tracing"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/storedriver"
 )
 
 // ErrOrderingDeadlock is what an Enqueue error wraps when InnoDB rolled the caller's
 // transaction back because it and another one enqueued the same ordering keys in opposite
-// orders. errors.Is also matches it with store.ErrOrderingDeadlock, the PostgreSQL store's.
+// orders. errors.Is also matches it with storedriver.ErrOrderingDeadlock, which is the
+// PostgreSQL store's store.ErrOrderingDeadlock.
 var ErrOrderingDeadlock error = orderingDeadlock{}
 
 type orderingDeadlock struct{}
@@ -28,8 +29,8 @@ func (orderingDeadlock) Error() string {
 	return "two transactions enqueued the same ordering keys in opposite orders and deadlocked; InnoDB rolled this one back: retry the transaction, and enqueue a transaction's keyed messages with one EnqueueBatch call (it takes their keys in a fixed order) or always in the same key order"
 }
 
-// Is matches store.ErrOrderingDeadlock, so callers test for either store's error alike.
-func (orderingDeadlock) Is(target error) bool { return target == store.ErrOrderingDeadlock }
+// Is matches storedriver.ErrOrderingDeadlock, so callers test for either store's error alike.
+func (orderingDeadlock) Is(target error) bool { return target == storedriver.ErrOrderingDeadlock }
 
 // enqueueError wraps an INSERT's error with what the caller needs to act on it. The
 // *mysql.MySQLError stays reachable with errors.As.
@@ -67,7 +68,7 @@ func (r *insertRow) args() []any {
 }
 
 // prepare validates msg and turns it into the values of its row.
-func (s *Store) prepare(ctx context.Context, msg store.Message) (insertRow, error) {
+func (s *Store) prepare(ctx context.Context, msg Message) (insertRow, error) {
 	if err := s.Validate(msg); err != nil {
 		return insertRow{}, err
 	}
@@ -103,27 +104,27 @@ func (s *Store) prepare(ctx context.Context, msg store.Message) (insertRow, erro
 // Enqueue validates msg and inserts it as a pending row with one INSERT on db, which is
 // normally the caller's business transaction (a *sql.Tx): the message commits or rolls
 // back with the business rows. It returns the message ID, the idempotency key every
-// delivery carries. An invalid message returns a *store.ValidationError and writes
+// delivery carries. An invalid message returns a *ValidationError and writes
 // nothing.
 //
 // When ctx carries a span, its trace context is added to the message's headers (see
 // Config.Propagator); headers that msg sets itself are kept. A message with
 // msg.DeliverAfter set is delivered once that time has passed.
-func (s *Store) Enqueue(ctx context.Context, db DB, msg store.Message) (uuid.UUID, error) {
+func (s *Store) Enqueue(ctx context.Context, db DB, msg Message) (uuid.UUID, error) {
 	res, err := s.EnqueueMessage(ctx, db, msg)
 	return res.MessageID, err
 }
 
 // EnqueueJSON is EnqueueMessage with v, marshalled with encoding/json, as msg's payload. A
 // value that does not marshal, or a msg that sets Payload too, returns a
-// *store.ValidationError and writes nothing.
-func (s *Store) EnqueueJSON(ctx context.Context, db DB, msg store.Message, v any) (store.Enqueued, error) {
+// *ValidationError and writes nothing.
+func (s *Store) EnqueueJSON(ctx context.Context, db DB, msg Message, v any) (Enqueued, error) {
 	if msg.Payload != nil {
-		return store.Enqueued{}, &store.ValidationError{Field: "payload", Reason: "is set, and EnqueueJSON sets it from its value: leave Message.Payload empty"}
+		return Enqueued{}, &ValidationError{Field: "payload", Reason: "is set, and EnqueueJSON sets it from its value: leave Message.Payload empty"}
 	}
 	payload, err := json.Marshal(v)
 	if err != nil {
-		return store.Enqueued{}, &store.ValidationError{Field: "payload", Reason: fmt.Sprintf("cannot be marshalled from a %T: %v", v, err)}
+		return Enqueued{}, &ValidationError{Field: "payload", Reason: fmt.Sprintf("cannot be marshalled from a %T: %v", v, err)}
 	}
 	msg.Payload = payload
 	return s.EnqueueMessage(ctx, db, msg)
@@ -146,27 +147,27 @@ func (s *Store) EnqueueJSON(ctx context.Context, db DB, msg store.Message, v any
 // keeps a shared lock on the holder's index entry until the transaction ends, so
 // retention does not remove the holder meanwhile; the relay and the worker, which do not
 // change the key, are not held up.
-func (s *Store) EnqueueMessage(ctx context.Context, db DB, msg store.Message) (store.Enqueued, error) {
+func (s *Store) EnqueueMessage(ctx context.Context, db DB, msg Message) (Enqueued, error) {
 	r, err := s.prepare(ctx, msg)
 	if err != nil {
-		return store.Enqueued{}, err
+		return Enqueued{}, err
 	}
 	_, err = db.ExecContext(ctx, `INSERT INTO `+s.messages+` `+insertColumns+` VALUES `+insertValues, r.args()...)
 	if r.idempotencyKey != nil && isDuplicate(err, "outbox_messages", "outbox_messages_idempotency_key_idx") {
 		held, err := s.idempotencyHolders(ctx, db, []string{*r.idempotencyKey})
 		if err != nil {
-			return store.Enqueued{}, enqueueError(msg.Topic, msg.OrderingKey, err)
+			return Enqueued{}, enqueueError(msg.Topic, msg.OrderingKey, err)
 		}
-		return store.Enqueued{MessageID: held[*r.idempotencyKey], Duplicate: true}, nil
+		return Enqueued{MessageID: held[*r.idempotencyKey], Duplicate: true}, nil
 	}
 	if err != nil {
-		return store.Enqueued{}, enqueueError(msg.Topic, msg.OrderingKey, err)
+		return Enqueued{}, enqueueError(msg.Topic, msg.OrderingKey, err)
 	}
-	res := store.Enqueued{MessageID: r.id}
+	res := Enqueued{MessageID: r.id}
 	if r.orderingKey != nil {
 		// The trigger numbered the row; the caller's transaction sees its own row.
 		if err := db.QueryRowContext(ctx, `SELECT ordering_seq FROM `+s.messages+` WHERE message_id = ?`, r.id.String()).Scan(&res.OrderingSeq); err != nil {
-			return store.Enqueued{}, enqueueError(msg.Topic, msg.OrderingKey, err)
+			return Enqueued{}, enqueueError(msg.Topic, msg.OrderingKey, err)
 		}
 	}
 	return res, nil
@@ -197,14 +198,14 @@ func (s *Store) idempotencyHolders(ctx context.Context, db DB, keys []string) (m
 // their order: a key's messages are numbered in the order given. It first locks the
 // counter rows of the batch's ordering keys in one fixed order (the keys' byte order), so
 // two transactions that enqueue the same keys with EnqueueBatch never deadlock, whatever
-// order their messages come in. An invalid message returns a *store.ValidationError
+// order their messages come in. An invalid message returns a *ValidationError
 // naming its index, and nothing is written. The results are in the order of msgs.
 //
 // A message whose idempotency key a row already holds, or an earlier message of the batch
 // has, is not written and is reported as Duplicate. When a row written meanwhile by
 // another transaction takes a key the batch's statement meets, the statement is undone and
 // the messages are inserted one at a time, in order.
-func (s *Store) EnqueueBatch(ctx context.Context, db DB, msgs []store.Message) ([]store.Enqueued, error) {
+func (s *Store) EnqueueBatch(ctx context.Context, db DB, msgs []Message) ([]Enqueued, error) {
 	if len(msgs) == 0 {
 		return nil, nil
 	}
@@ -219,14 +220,14 @@ func (s *Store) EnqueueBatch(ctx context.Context, db DB, msgs []store.Message) (
 	for i, msg := range msgs {
 		r, err := s.prepare(ctx, msg)
 		if err != nil {
-			var verr *store.ValidationError
+			var verr *ValidationError
 			if errors.As(err, &verr) {
-				return nil, &store.ValidationError{Field: fmt.Sprintf("messages[%d].%s", i, verr.Field), Reason: verr.Reason}
+				return nil, &ValidationError{Field: fmt.Sprintf("messages[%d].%s", i, verr.Field), Reason: verr.Reason}
 			}
 			return nil, err
 		}
 		if _, dup := byID[r.id]; dup {
-			return nil, &store.ValidationError{Field: fmt.Sprintf("messages[%d].message_id", i), Reason: fmt.Sprintf("repeats %s, which an earlier message of the batch has", r.id)}
+			return nil, &ValidationError{Field: fmt.Sprintf("messages[%d].message_id", i), Reason: fmt.Sprintf("repeats %s, which an earlier message of the batch has", r.id)}
 		}
 		byID[r.id] = i
 		rows[i] = r
@@ -243,7 +244,7 @@ func (s *Store) EnqueueBatch(ctx context.Context, db DB, msgs []store.Message) (
 			keys = append(keys, *r.orderingKey)
 		}
 	}
-	fail := func(err error) ([]store.Enqueued, error) {
+	fail := func(err error) ([]Enqueued, error) {
 		if len(keys) > 0 && isErrNumber(err, errDeadlock) {
 			return nil, fmt.Errorf("enqueue %d messages: %w (%w)", len(msgs), ErrOrderingDeadlock, err)
 		}
@@ -266,7 +267,7 @@ ON DUPLICATE KEY UPDATE last_seq = last_seq`, args...); err != nil {
 		}
 	}
 
-	out := make([]store.Enqueued, len(msgs))
+	out := make([]Enqueued, len(msgs))
 	written := make([]bool, len(msgs))
 	var (
 		values strings.Builder
@@ -312,7 +313,7 @@ ON DUPLICATE KEY UPDATE last_seq = last_seq`, args...); err != nil {
 	for i, r := range rows {
 		switch {
 		case written[i]:
-			out[i] = store.Enqueued{MessageID: r.id}
+			out[i] = Enqueued{MessageID: r.id}
 			if r.orderingKey != nil {
 				keyed = append(keyed, r.id)
 			}
@@ -350,7 +351,7 @@ ON DUPLICATE KEY UPDATE last_seq = last_seq`, args...); err != nil {
 		}
 		for i, ok := range written {
 			if !ok {
-				out[i] = store.Enqueued{MessageID: held[*rows[i].idempotencyKey], Duplicate: true}
+				out[i] = Enqueued{MessageID: held[*rows[i].idempotencyKey], Duplicate: true}
 			}
 		}
 	}

@@ -12,8 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/store/mysqlstore"
+	"github.com/outbox-go/outbox/store/storedriver"
 )
 
 // defaultURL is the server the tests use when TEST_MYSQL_URL is not set.
@@ -67,7 +67,7 @@ func newStore(t testing.TB) (*mysqlstore.Store, *sql.DB) {
 }
 
 // enqueue enqueues msg in a transaction of its own.
-func enqueue(t testing.TB, st *mysqlstore.Store, db *sql.DB, msg store.Message) store.Enqueued {
+func enqueue(t testing.TB, st *mysqlstore.Store, db *sql.DB, msg storedriver.Message) storedriver.Enqueued {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := db.BeginTx(ctx, nil)
@@ -78,12 +78,12 @@ func enqueue(t testing.TB, st *mysqlstore.Store, db *sql.DB, msg store.Message) 
 	return res
 }
 
-func msg(topic, payload string) store.Message {
-	return store.Message{Topic: topic, Payload: []byte(payload)}
+func msg(topic, payload string) storedriver.Message {
+	return storedriver.Message{Topic: topic, Payload: []byte(payload)}
 }
 
-func keyed(topic, key, payload string) store.Message {
-	return store.Message{Topic: topic, Payload: []byte(payload), OrderingKey: key}
+func keyed(topic, key, payload string) storedriver.Message {
+	return storedriver.Message{Topic: topic, Payload: []byte(payload), OrderingKey: key}
 }
 
 func mustExec(t testing.TB, db *sql.DB, query string, args ...any) {
@@ -92,14 +92,14 @@ func mustExec(t testing.TB, db *sql.DB, query string, args ...any) {
 	require.NoError(t, err, query)
 }
 
-func status(t testing.TB, st *mysqlstore.Store, id interface{ String() string }) store.Status {
+func status(t testing.TB, st *mysqlstore.Store, id interface{ String() string }) storedriver.Status {
 	t.Helper()
 	var s string
 	require.NoError(t, st.DB().QueryRowContext(context.Background(), `SELECT status FROM outbox_messages WHERE message_id = ?`, id.String()).Scan(&s))
-	return store.Status(s)
+	return storedriver.Status(s)
 }
 
-func claimAll(t testing.TB, st *mysqlstore.Store, rules store.OrderingRules) []store.Claimed {
+func claimAll(t testing.TB, st *mysqlstore.Store, rules storedriver.OrderingRules) []storedriver.Claimed {
 	t.Helper()
 	res, err := st.ClaimBatch(context.Background(), 1000, time.Minute, rules)
 	require.NoError(t, err)

@@ -11,7 +11,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/storedriver"
 )
 
 //go:embed migrations/*.up.sql
@@ -19,10 +19,12 @@ var migrationFiles embed.FS
 
 // Migration is one numbered schema change. Its SQL is a mysql client script, whose
 // DELIMITER lines set what ends a statement.
-type Migration = store.Migration
+type Migration = storedriver.Migration
 
 // Migrations returns the embedded migrations in version order.
-func Migrations() ([]Migration, error) { return store.ReadMigrations(migrationFiles, "migrations") }
+func Migrations() ([]Migration, error) {
+	return storedriver.ReadMigrations(migrationFiles, "migrations")
+}
 
 // splitStatements splits a mysql client script into its statements: a statement ends at
 // a line that ends with the delimiter (";" until a DELIMITER line changes it). Lines that

@@ -1,6 +1,6 @@
 // Package mysqlstore is the outbox store on MySQL 8.0+ and MariaDB 10.6+: the same tables,
 // statuses and guarded transitions as package store (the PostgreSQL store), behind the
-// same interface, store.Driver. The relay, the worker and the commands run on either.
+// same interface, storedriver.Driver. The relay, the worker and the commands run on either.
 //
 // Business code calls [Store.Enqueue] (or [Store.EnqueueMessage], [Store.EnqueueBatch])
 // with its own *sql.Tx, so the message commits or rolls back with the business rows:
@@ -8,7 +8,7 @@
 //	tx, err := db.BeginTx(ctx, nil)
 //	...
 //	if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id) VALUES (?)`, 42); err != nil { ... }
-//	if _, err := st.Enqueue(ctx, tx, store.Message{Topic: "order.created", Payload: payload}); err != nil { ... }
+//	if _, err := st.Enqueue(ctx, tx, mysqlstore.Message{Topic: "order.created", Payload: payload}); err != nil { ... }
 //	err = tx.Commit()
 //
 // # Differences from PostgreSQL
@@ -57,7 +57,16 @@ import (
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/propagation"
 
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/storedriver"
+)
+
+// The message business code enqueues, what Enqueue reports, and the error an invalid
+// message returns: package storedriver's types, which package store (PostgreSQL) names
+// too, so business code on MySQL imports this package alone.
+type (
+	Message         = storedriver.Message
+	Enqueued        = storedriver.Enqueued
+	ValidationError = storedriver.ValidationError
 )
 
 // Kind is what [Store.Kind] returns.
@@ -74,22 +83,22 @@ type DB interface {
 // Config configures a Store.
 type Config struct {
 	// MaxPayloadBytes limits the size of a message payload. Defaults to
-	// store.DefaultMaxPayloadBytes (256 KiB); at most store.HardMaxPayloadBytes.
+	// storedriver.DefaultMaxPayloadBytes (256 KiB); at most storedriver.HardMaxPayloadBytes.
 	MaxPayloadBytes int
 	// Propagator writes the trace context of the enqueuing span into a message's headers,
-	// as store.Config.Propagator does. Defaults to the global propagator, falling back to
+	// as store.Config.Propagator does (package store, PostgreSQL). Defaults to the global propagator, falling back to
 	// W3C traceparent and tracestate when that writes no traceparent.
 	Propagator propagation.TextMapPropagator
 }
 
 func (c Config) withDefaults() Config {
-	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, store.DefaultMaxPayloadBytes)
+	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, storedriver.DefaultMaxPayloadBytes)
 	return c
 }
 
 func (c Config) validate() error {
-	if c.MaxPayloadBytes < 1 || c.MaxPayloadBytes > store.HardMaxPayloadBytes {
-		return fmt.Errorf("max payload bytes must be between 1 and %d, got %d", store.HardMaxPayloadBytes, c.MaxPayloadBytes)
+	if c.MaxPayloadBytes < 1 || c.MaxPayloadBytes > storedriver.HardMaxPayloadBytes {
+		return fmt.Errorf("max payload bytes must be between 1 and %d, got %d", storedriver.HardMaxPayloadBytes, c.MaxPayloadBytes)
 	}
 	return nil
 }
@@ -101,10 +110,6 @@ type Store struct {
 	db     *sql.DB
 	schema string // the database that holds the tables, as DATABASE() named it
 
-	// validator is a PostgreSQL store used only for its Validate, the one validation of a
-	// message every store shares; it never runs a query.
-	validator *store.Store
-
 	// Quoted, database-qualified table names.
 	messages, dead, audit, orderingKeys, parks, deployment, migrations string
 	messagesArchive, deadArchive                                       string
@@ -112,7 +117,7 @@ type Store struct {
 	deploymentID atomic.Pointer[uuid.UUID] // read once by DeploymentID
 }
 
-var _ store.Driver = (*Store)(nil)
+var _ storedriver.Driver = (*Store)(nil)
 
 // New returns a Store on db's current database (DATABASE()), which it reads once. db must
 // read times as UTC: open it with [Open], or give its DSN parseTime=true, loc=UTC and
@@ -126,10 +131,6 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("mysqlstore: the database is nil: open one with mysqlstore.Open")
 	}
-	validator, err := store.New(nil, store.Config{MaxPayloadBytes: cfg.MaxPayloadBytes, Propagator: cfg.Propagator})
-	if err != nil {
-		return nil, fmt.Errorf("mysqlstore config: %w", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	schema, err := checkConnection(ctx, db)
@@ -141,7 +142,6 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		cfg:             cfg,
 		db:              db,
 		schema:          schema,
-		validator:       validator,
 		messages:        q("outbox_messages"),
 		dead:            q("outbox_dead_letters"),
 		audit:           q("outbox_audit"),
@@ -194,7 +194,7 @@ func checkConnection(ctx context.Context, db *sql.DB) (string, error) {
 // quoteIdent quotes a MySQL identifier.
 func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
 
-// Kind implements store.Driver: "mysql", for MySQL and MariaDB alike.
+// Kind implements storedriver.Driver: "mysql", for MySQL and MariaDB alike.
 func (s *Store) Kind() string { return Kind }
 
 // Schema returns the database that holds the outbox tables.
@@ -204,17 +204,14 @@ func (s *Store) Schema() string { return s.schema }
 func (s *Store) DB() *sql.DB { return s.db }
 
 // MaxPayloadBytes returns the payload size limit of this store: Config.MaxPayloadBytes, or
-// store.DefaultMaxPayloadBytes.
+// storedriver.DefaultMaxPayloadBytes.
 func (s *Store) MaxPayloadBytes() int { return s.cfg.MaxPayloadBytes }
 
 // Validate checks msg against the store's limits, as package store does, and returns a
-// *store.ValidationError naming the first field that is wrong. A MySQL JSON column also
+// *ValidationError naming the first field that is wrong. A MySQL JSON column also
 // refuses numbers outside the range of a double, so the payload may not hold one.
-func (s *Store) Validate(msg store.Message) error {
-	if err := s.validator.Validate(msg); err != nil {
-		return err
-	}
-	return checkJSONNumbers(msg.Payload)
+func (s *Store) Validate(msg Message) error {
+	return storedriver.ValidateWith(msg, s.cfg.MaxPayloadBytes, doubleNumbers)
 }
 
 // readCommitted is the isolation of the store's own transactions: no gap locks, and each

@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/store/mysqlstore"
+	"github.com/outbox-go/outbox/store/storedriver"
 )
 
 func TestParseURL(t *testing.T) {
@@ -101,14 +101,14 @@ func TestNewChecksTheConnection(t *testing.T) {
 	_, err = mysqlstore.New(db3, mysqlstore.Config{})
 	require.ErrorContains(t, err, "names no database")
 
-	_, err = mysqlstore.New(openDB(t, dsn), mysqlstore.Config{MaxPayloadBytes: store.HardMaxPayloadBytes + 1})
+	_, err = mysqlstore.New(openDB(t, dsn), mysqlstore.Config{MaxPayloadBytes: storedriver.HardMaxPayloadBytes + 1})
 	require.ErrorContains(t, err, "max payload bytes")
 
 	st, err := mysqlstore.New(openDB(t, dsn), mysqlstore.Config{})
 	require.NoError(t, err)
 	assert.Equal(t, cfg.DBName, st.Schema())
 	assert.Equal(t, "mysql", st.Kind())
-	assert.Equal(t, store.DefaultMaxPayloadBytes, st.MaxPayloadBytes())
+	assert.Equal(t, storedriver.DefaultMaxPayloadBytes, st.MaxPayloadBytes())
 }
 
 func must[T any](v T, err error) T {
@@ -174,7 +174,7 @@ VALUES ('order.paid', '{"id":2}', 'pending', 2, 5, NOW(6) - INTERVAL 1 SECOND)`)
 	mustExec(t, db, `INSERT INTO outbox_messages (topic, payload, next_retry_at) VALUES ('order.later', '{"id":3}', NOW(6) + INTERVAL 1 HOUR)`)
 	mustExec(t, db, `INSERT INTO outbox_messages (topic, payload, status) VALUES ('order.old', '{"id":4}', 'sent')`)
 
-	claimed := claimAll(t, st, store.OrderingRules{})
+	claimed := claimAll(t, st, storedriver.OrderingRules{})
 	require.Len(t, claimed, 2)
 	assert.Equal(t, "order.paid", claimed[0].Topic, "delayed rows that are due come first")
 	assert.Equal(t, 2, claimed[0].RetryTimes)
@@ -187,7 +187,7 @@ VALUES ('order.paid', '{"id":2}', 'pending', 2, 5, NOW(6) - INTERVAL 1 SECOND)`)
 	}
 	row, err := st.Get(ctx, claimed[1].MessageID)
 	require.NoError(t, err)
-	assert.Equal(t, store.StatusClaimed, row.Status)
+	assert.Equal(t, storedriver.StatusClaimed, row.Status)
 	assert.JSONEq(t, `{"id":1}`, string(row.Payload))
 	assert.Nil(t, row.OrderingKey)
 
@@ -229,11 +229,11 @@ func TestEnqueueInRolledBackTransactionWritesNothing(t *testing.T) {
 	require.NoError(t, tx.Rollback())
 
 	_, err = st.Get(ctx, id)
-	require.ErrorIs(t, err, store.ErrNotFound)
+	require.ErrorIs(t, err, storedriver.ErrNotFound)
 	var n int
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT COUNT(*) FROM outbox_ordering_keys`).Scan(&n))
 	assert.Zero(t, n, "the key's counter row rolled back too")
-	assert.Empty(t, claimAll(t, st, store.OrderingRules{}))
+	assert.Empty(t, claimAll(t, st, storedriver.OrderingRules{}))
 
 	// Committed, the message and the business row are there together.
 	tx, err = db.BeginTx(ctx, nil)
@@ -246,7 +246,7 @@ func TestEnqueueInRolledBackTransactionWritesNothing(t *testing.T) {
 	assert.Equal(t, int64(1), res.OrderingSeq, "the rolled-back number was given back")
 	row, err := st.Get(ctx, res.MessageID)
 	require.NoError(t, err)
-	assert.Equal(t, store.StatusPending, row.Status)
+	assert.Equal(t, storedriver.StatusPending, row.Status)
 	assert.Equal(t, 7, int(row.MessageID.Version()))
 }
 
@@ -254,7 +254,7 @@ func TestEnqueueValidates(t *testing.T) {
 	ctx := context.Background()
 	st, db := newStore(t)
 	retries := 101
-	for name, m := range map[string]store.Message{
+	for name, m := range map[string]storedriver.Message{
 		"topic":           msg("bad topic", `{}`),
 		"payload":         msg("a", `{`),
 		"max_retry_times": {Topic: "a", Payload: []byte(`{}`), MaxRetryTimes: &retries},
@@ -264,7 +264,7 @@ func TestEnqueueValidates(t *testing.T) {
 		"nul":             msg("a", `{"s": "\u0000"}`),
 	} {
 		_, err := st.Enqueue(ctx, db, m)
-		var verr *store.ValidationError
+		var verr *storedriver.ValidationError
 		require.ErrorAs(t, err, &verr, name)
 		want := name
 		if name == "double range" || name == "nul" {
@@ -279,7 +279,7 @@ func TestEnqueueValidates(t *testing.T) {
 
 	// Headers, a set message ID, JSONEnqueue.
 	id := uuid.New()
-	res, err := st.EnqueueJSON(ctx, db, store.Message{Topic: "a", MessageID: id, Headers: map[string]string{"k": "v"}}, map[string]int{"x": 1})
+	res, err := st.EnqueueJSON(ctx, db, storedriver.Message{Topic: "a", MessageID: id, Headers: map[string]string{"k": "v"}}, map[string]int{"x": 1})
 	require.NoError(t, err)
 	assert.Equal(t, id, res.MessageID)
 	row, err := st.Get(ctx, id)
@@ -287,7 +287,7 @@ func TestEnqueueValidates(t *testing.T) {
 	assert.Equal(t, map[string]string{"k": "v"}, row.Headers)
 	assert.JSONEq(t, `{"x":1}`, string(row.Payload))
 	// The same message ID again is an error, not a duplicate.
-	_, err = st.Enqueue(ctx, db, store.Message{Topic: "a", Payload: []byte(`{}`), MessageID: id})
+	_, err = st.Enqueue(ctx, db, storedriver.Message{Topic: "a", Payload: []byte(`{}`), MessageID: id})
 	require.Error(t, err)
 }
 
@@ -295,7 +295,7 @@ func TestIdempotencyKey(t *testing.T) {
 	ctx := context.Background()
 	st, db := newStore(t)
 	mustExec(t, db, `CREATE TABLE orders (id BIGINT PRIMARY KEY)`)
-	first := enqueue(t, st, db, store.Message{Topic: "order.created", Payload: []byte(`{}`), IdempotencyKey: "order-42-created"})
+	first := enqueue(t, st, db, storedriver.Message{Topic: "order.created", Payload: []byte(`{}`), IdempotencyKey: "order-42-created"})
 	assert.False(t, first.Duplicate)
 
 	// A duplicate in a business transaction: reported, and the transaction goes on.
@@ -303,14 +303,14 @@ func TestIdempotencyKey(t *testing.T) {
 	require.NoError(t, err)
 	_, err = tx.ExecContext(ctx, `INSERT INTO orders (id) VALUES (42)`)
 	require.NoError(t, err)
-	dup, err := st.EnqueueMessage(ctx, tx, store.Message{Topic: "order.created", Payload: []byte(`{}`), IdempotencyKey: "order-42-created", OrderingKey: "o"})
+	dup, err := st.EnqueueMessage(ctx, tx, storedriver.Message{Topic: "order.created", Payload: []byte(`{}`), IdempotencyKey: "order-42-created", OrderingKey: "o"})
 	require.NoError(t, err)
 	assert.True(t, dup.Duplicate)
 	assert.Equal(t, first.MessageID, dup.MessageID)
-	other, err := st.EnqueueMessage(ctx, tx, store.Message{Topic: "order.created", Payload: []byte(`{}`), IdempotencyKey: "Order-42-created"})
+	other, err := st.EnqueueMessage(ctx, tx, storedriver.Message{Topic: "order.created", Payload: []byte(`{}`), IdempotencyKey: "Order-42-created"})
 	require.NoError(t, err)
 	assert.False(t, other.Duplicate, "keys compare byte by byte")
-	spaced, err := st.EnqueueMessage(ctx, tx, store.Message{Topic: "order.created", Payload: []byte(`{}`), IdempotencyKey: "order-42-created "})
+	spaced, err := st.EnqueueMessage(ctx, tx, storedriver.Message{Topic: "order.created", Payload: []byte(`{}`), IdempotencyKey: "order-42-created "})
 	require.NoError(t, err)
 	assert.False(t, spaced.Duplicate, "a trailing space makes another key")
 	require.NoError(t, tx.Commit())
@@ -321,7 +321,7 @@ func TestIdempotencyKey(t *testing.T) {
 	assert.Equal(t, 3, n)
 
 	// A batch: a key held by a row, a key repeated within the batch, new keys.
-	out, err := st.EnqueueBatch(ctx, db, []store.Message{
+	out, err := st.EnqueueBatch(ctx, db, []storedriver.Message{
 		{Topic: "b", Payload: []byte(`1`), IdempotencyKey: "order-42-created"},
 		{Topic: "b", Payload: []byte(`2`), IdempotencyKey: "new-1", OrderingKey: "k"},
 		{Topic: "b", Payload: []byte(`3`), IdempotencyKey: "new-1", OrderingKey: "k"},
@@ -330,29 +330,29 @@ func TestIdempotencyKey(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Len(t, out, 5)
-	assert.Equal(t, store.Enqueued{MessageID: first.MessageID, Duplicate: true}, out[0])
+	assert.Equal(t, storedriver.Enqueued{MessageID: first.MessageID, Duplicate: true}, out[0])
 	assert.False(t, out[1].Duplicate)
 	assert.Equal(t, int64(1), out[1].OrderingSeq)
-	assert.Equal(t, store.Enqueued{MessageID: out[1].MessageID, Duplicate: true}, out[2])
+	assert.Equal(t, storedriver.Enqueued{MessageID: out[1].MessageID, Duplicate: true}, out[2])
 	assert.Equal(t, int64(2), out[3].OrderingSeq)
 	assert.False(t, out[4].Duplicate)
 
 	// Retention frees a key with its row.
 	mustExec(t, db, `UPDATE outbox_messages SET status = 'sent', sent_at = NOW(6) - INTERVAL 2 HOUR WHERE message_id = ?`, first.MessageID.String())
-	_, err = st.Purge(ctx, store.PurgeOptions{SentAfter: time.Hour, DiscardedAfter: time.Hour})
+	_, err = st.Purge(ctx, storedriver.PurgeOptions{SentAfter: time.Hour, DiscardedAfter: time.Hour})
 	require.NoError(t, err)
-	again := enqueue(t, st, db, store.Message{Topic: "order.created", Payload: []byte(`{}`), IdempotencyKey: "order-42-created"})
+	again := enqueue(t, st, db, storedriver.Message{Topic: "order.created", Payload: []byte(`{}`), IdempotencyKey: "order-42-created"})
 	assert.False(t, again.Duplicate)
 }
 
 func TestEnqueueBatchOrdersItsKeys(t *testing.T) {
 	ctx := context.Background()
 	st, db := newStore(t)
-	var msgs []store.Message
+	var msgs []storedriver.Message
 	for i := range 6 {
 		msgs = append(msgs, keyed("t", []string{"b", "a"}[i%2], fmt.Sprintf(`{"i":%d}`, i)))
 	}
-	msgs = append(msgs, store.Message{Topic: "t", Payload: []byte(`{}`), DeliverAfter: time.Now().Add(time.Hour)})
+	msgs = append(msgs, storedriver.Message{Topic: "t", Payload: []byte(`{}`), DeliverAfter: time.Now().Add(time.Hour)})
 	out, err := st.EnqueueBatch(ctx, db, msgs)
 	require.NoError(t, err)
 	seqs := []int64{}
@@ -361,8 +361,8 @@ func TestEnqueueBatchOrdersItsKeys(t *testing.T) {
 	}
 	assert.Equal(t, []int64{1, 1, 2, 2, 3, 3, 0}, seqs)
 
-	_, err = st.EnqueueBatch(ctx, db, []store.Message{msg("t", `{}`), msg("bad topic", `{}`)})
-	var verr *store.ValidationError
+	_, err = st.EnqueueBatch(ctx, db, []storedriver.Message{msg("t", `{}`), msg("bad topic", `{}`)})
+	var verr *storedriver.ValidationError
 	require.ErrorAs(t, err, &verr)
 	assert.Equal(t, "messages[1].topic", verr.Field)
 
@@ -378,7 +378,7 @@ func TestEnqueueBatchOrdersItsKeys(t *testing.T) {
 					errs[w] = err
 					return
 				}
-				batch := []store.Message{keyed("t", "x", `{}`), keyed("t", "y", `{}`)}
+				batch := []storedriver.Message{keyed("t", "x", `{}`), keyed("t", "y", `{}`)}
 				if w == 1 {
 					batch[0], batch[1] = batch[1], batch[0]
 				}
@@ -420,7 +420,7 @@ func TestOrderingDeadlockIsExplained(t *testing.T) {
 	err = errors.Join(e1, e2)
 	require.Error(t, err)
 	assert.ErrorIs(t, err, mysqlstore.ErrOrderingDeadlock)
-	assert.ErrorIs(t, err, store.ErrOrderingDeadlock)
+	assert.ErrorIs(t, err, storedriver.ErrOrderingDeadlock)
 }
 
 func TestOrderingWithConcurrentWriters(t *testing.T) {
@@ -454,9 +454,9 @@ func TestOrderingWithConcurrentWriters(t *testing.T) {
 	require.NoError(t, errors.Join(errs...))
 
 	// Delivered one at a time in ordering_seq order, each writer's messages in its order.
-	var delivered []store.Row
+	var delivered []storedriver.Row
 	for len(delivered) < writers*each {
-		claimed := claimAll(t, st, store.OrderingRules{})
+		claimed := claimAll(t, st, storedriver.OrderingRules{})
 		require.Len(t, claimed, 1, "a key's messages are handed over one at a time")
 		row, err := st.Get(ctx, claimed[0].MessageID)
 		require.NoError(t, err)
@@ -478,7 +478,7 @@ func TestOrderingWithConcurrentWriters(t *testing.T) {
 		}
 		last[p.W] = p.I
 	}
-	assert.Empty(t, claimAll(t, st, store.OrderingRules{}))
+	assert.Empty(t, claimAll(t, st, storedriver.OrderingRules{}))
 }
 
 func TestOrderedWriterWaitsForTheFirst(t *testing.T) {
@@ -488,7 +488,7 @@ func TestOrderedWriterWaitsForTheFirst(t *testing.T) {
 	require.NoError(t, err)
 	r1, err := st.EnqueueMessage(ctx, tx1, keyed("t", "k", `1`))
 	require.NoError(t, err)
-	done := make(chan store.Enqueued)
+	done := make(chan storedriver.Enqueued)
 	go func() {
 		tx2, err := db.BeginTx(ctx, nil)
 		if err != nil {
@@ -524,7 +524,7 @@ func TestParkAndRelease(t *testing.T) {
 	c := enqueue(t, st, db, keyed("order.shipped", "o1", `3`))
 	free := enqueue(t, st, db, msg("unkeyed", `4`))
 
-	res, err := st.ClaimBatch(ctx, 10, time.Minute, store.OrderingRules{})
+	res, err := st.ClaimBatch(ctx, 10, time.Minute, storedriver.OrderingRules{})
 	require.NoError(t, err)
 	require.Len(t, res.Claimed, 2)
 	assert.Equal(t, a.MessageID, res.Claimed[0].MessageID)
@@ -539,41 +539,41 @@ func TestParkAndRelease(t *testing.T) {
 	assert.Greater(t, age, time.Duration(0))
 
 	// Nothing due while a is not delivered; sending a releases b.
-	assert.Empty(t, claimAll(t, st, store.OrderingRules{}))
+	assert.Empty(t, claimAll(t, st, storedriver.OrderingRules{}))
 	sent, err := st.RecordSent(ctx, a.MessageID)
 	require.NoError(t, err)
 	require.NotNil(t, sent)
 	assert.Equal(t, "order.created", sent.Topic)
 	assert.Greater(t, sent.Latency, time.Duration(0))
-	claimed := claimAll(t, st, store.OrderingRules{})
+	claimed := claimAll(t, st, storedriver.OrderingRules{})
 	require.Len(t, claimed, 1)
 	assert.Equal(t, b.MessageID, claimed[0].MessageID)
 
 	// A dead b blocks c; a topic that skips dead messages does not; discarding b releases c.
-	ok, err := st.DeadLetter(ctx, store.DeadLetter{MessageID: b.MessageID, WorkflowID: "wf", RunID: "run-1", Attempts: 3, LastError: "boom"})
+	ok, err := st.DeadLetter(ctx, storedriver.DeadLetter{MessageID: b.MessageID, WorkflowID: "wf", RunID: "run-1", Attempts: 3, LastError: "boom"})
 	require.NoError(t, err)
 	require.True(t, ok)
-	assert.Empty(t, claimAll(t, st, store.OrderingRules{}))
-	skipping := store.OrderingRules{Listed: []string{"order.paid"}, Skipping: []string{"order.paid"}}
+	assert.Empty(t, claimAll(t, st, storedriver.OrderingRules{}))
+	skipping := storedriver.OrderingRules{Listed: []string{"order.paid"}, Skipping: []string{"order.paid"}}
 	n, err := st.Unpark(ctx, skipping)
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), n, "the sweep unparks c under rules that skip b's topic")
 	mustExec(t, db, `UPDATE outbox_messages SET held_back = TRUE WHERE message_id = ?`, c.MessageID.String())
-	n, err = st.Unpark(ctx, store.OrderingRules{})
+	n, err = st.Unpark(ctx, storedriver.OrderingRules{})
 	require.NoError(t, err)
 	assert.Zero(t, n)
 	require.NoError(t, st.Discard(ctx, b.MessageID, "alice"))
-	claimed = claimAll(t, st, store.OrderingRules{})
+	claimed = claimAll(t, st, storedriver.OrderingRules{})
 	require.Len(t, claimed, 1)
 	assert.Equal(t, c.MessageID, claimed[0].MessageID)
 
 	// An unordered topic is never held back.
 	d := enqueue(t, st, db, keyed("audit.log", "o1", `5`))
-	claimed = claimAll(t, st, store.OrderingRules{Listed: []string{"audit.log"}, Unordered: []string{"audit.log"}})
+	claimed = claimAll(t, st, storedriver.OrderingRules{Listed: []string{"audit.log"}, Unordered: []string{"audit.log"}})
 	require.Len(t, claimed, 1)
 	assert.Equal(t, d.MessageID, claimed[0].MessageID)
 	e := enqueue(t, st, db, keyed("other", "o1", `6`))
-	res, err = st.ClaimBatch(ctx, 10, time.Minute, store.OrderingRules{DefaultUnordered: true})
+	res, err = st.ClaimBatch(ctx, 10, time.Minute, storedriver.OrderingRules{DefaultUnordered: true})
 	require.NoError(t, err)
 	require.Len(t, res.Claimed, 1)
 	assert.Equal(t, e.MessageID, res.Claimed[0].MessageID)
@@ -587,9 +587,9 @@ func TestDelayedDelivery(t *testing.T) {
 	assert.False(t, ok)
 
 	now := enqueue(t, st, db, msg("now", `1`))
-	later := enqueue(t, st, db, store.Message{Topic: "later", Payload: []byte(`2`), DeliverAfter: time.Now().Add(time.Hour)})
-	past := enqueue(t, st, db, store.Message{Topic: "past", Payload: []byte(`3`), DeliverAfter: time.Now().Add(-time.Minute)})
-	ancient := enqueue(t, st, db, store.Message{Topic: "ancient", Payload: []byte(`4`), DeliverAfter: time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC)})
+	later := enqueue(t, st, db, storedriver.Message{Topic: "later", Payload: []byte(`2`), DeliverAfter: time.Now().Add(time.Hour)})
+	past := enqueue(t, st, db, storedriver.Message{Topic: "past", Payload: []byte(`3`), DeliverAfter: time.Now().Add(-time.Minute)})
+	ancient := enqueue(t, st, db, storedriver.Message{Topic: "ancient", Payload: []byte(`4`), DeliverAfter: time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC)})
 
 	wait, ok, err := st.NextDue(ctx)
 	require.NoError(t, err)
@@ -601,14 +601,14 @@ func TestDelayedDelivery(t *testing.T) {
 	require.NotNil(t, row.NextRetryAt)
 	assert.WithinDuration(t, time.Now().Add(time.Hour), *row.NextRetryAt, 10*time.Second)
 
-	claimed := claimAll(t, st, store.OrderingRules{})
+	claimed := claimAll(t, st, storedriver.OrderingRules{})
 	var ids []uuid.UUID
 	for _, c := range claimed {
 		ids = append(ids, c.MessageID)
 	}
 	assert.Equal(t, []uuid.UUID{ancient.MessageID, past.MessageID, now.MessageID}, ids, "due delayed rows first, by time, then the others")
 	mustExec(t, db, `UPDATE outbox_messages SET next_retry_at = NOW(6) - INTERVAL 1 SECOND WHERE message_id = ?`, later.MessageID.String())
-	claimed = claimAll(t, st, store.OrderingRules{})
+	claimed = claimAll(t, st, storedriver.OrderingRules{})
 	require.Len(t, claimed, 1)
 	assert.Equal(t, later.MessageID, claimed[0].MessageID)
 }
@@ -617,7 +617,7 @@ func TestConcurrentClaimsAreDisjoint(t *testing.T) {
 	ctx := context.Background()
 	st, db := newStore(t)
 	const total = 300
-	var msgs []store.Message
+	var msgs []storedriver.Message
 	for i := range total {
 		m := msg("t", fmt.Sprintf(`{"i":%d}`, i))
 		if i%3 == 0 {
@@ -635,7 +635,7 @@ func TestConcurrentClaimsAreDisjoint(t *testing.T) {
 	for w := range 4 {
 		wg.Go(func() {
 			for {
-				res, err := st.ClaimBatch(ctx, 7, time.Minute, store.OrderingRules{})
+				res, err := st.ClaimBatch(ctx, 7, time.Minute, storedriver.OrderingRules{})
 				if err != nil {
 					errs[w] = err
 					return
@@ -664,7 +664,7 @@ func TestTransitions(t *testing.T) {
 	st, db := newStore(t)
 	a := enqueue(t, st, db, msg("t", `1`))
 	b := enqueue(t, st, db, msg("t", `2`))
-	claimed := claimAll(t, st, store.OrderingRules{})
+	claimed := claimAll(t, st, storedriver.OrderingRules{})
 	require.Len(t, claimed, 2)
 
 	// Another actor's token does not move the row.
@@ -679,17 +679,17 @@ func TestTransitions(t *testing.T) {
 	ok, err = st.RetryClaimAfter(ctx, claimed[1].ID, claimed[1].ClaimToken, -time.Second)
 	require.NoError(t, err)
 	assert.True(t, ok)
-	again := claimAll(t, st, store.OrderingRules{})
+	again := claimAll(t, st, storedriver.OrderingRules{})
 	require.Len(t, again, 1)
 	assert.Equal(t, b.MessageID, again[0].MessageID)
 	assert.NotEqual(t, claimed[1].ClaimToken, again[0].ClaimToken)
-	n, err := st.MarkDispatchedAll(ctx, []store.Claimed{claimed[0], claimed[1]})
+	n, err := st.MarkDispatchedAll(ctx, []storedriver.Claimed{claimed[0], claimed[1]})
 	require.NoError(t, err)
 	assert.Equal(t, 1, n, "the old token of b no longer holds it")
 	n, err = st.MarkDispatchedAll(ctx, again)
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
-	assert.Equal(t, store.StatusDispatched, status(t, st, a.MessageID))
+	assert.Equal(t, storedriver.StatusDispatched, status(t, st, a.MessageID))
 
 	ok, err = st.RecordFailure(ctx, a.MessageID, 2, "downstream said \x00 no \xff")
 	require.NoError(t, err)
@@ -714,7 +714,7 @@ func TestTransitions(t *testing.T) {
 	ok, err = st.RecordFailure(ctx, a.MessageID, 3, "late")
 	require.NoError(t, err)
 	assert.False(t, ok, "a late failure never moves a sent row")
-	ok, err = st.DeadLetter(ctx, store.DeadLetter{MessageID: a.MessageID, RunID: "r", WorkflowID: "w", LastError: "late"})
+	ok, err = st.DeadLetter(ctx, storedriver.DeadLetter{MessageID: a.MessageID, RunID: "r", WorkflowID: "w", LastError: "late"})
 	require.NoError(t, err)
 	assert.False(t, ok)
 	dls, err := st.DeadLetters(ctx, a.MessageID)
@@ -722,7 +722,7 @@ func TestTransitions(t *testing.T) {
 	assert.Empty(t, dls, "a sent row gets no dead letter")
 	row, err = st.Get(ctx, a.MessageID)
 	require.NoError(t, err)
-	assert.Equal(t, store.StatusSent, row.Status)
+	assert.Equal(t, storedriver.StatusSent, row.Status)
 	require.NotNil(t, row.SentAt)
 
 	rows, err := st.GetAll(ctx, []uuid.UUID{a.MessageID, b.MessageID, uuid.New()})
@@ -732,17 +732,17 @@ func TestTransitions(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, rows)
 	_, err = st.Get(ctx, uuid.New())
-	require.ErrorIs(t, err, store.ErrNotFound)
+	require.ErrorIs(t, err, storedriver.ErrNotFound)
 
-	_, err = st.ClaimBatch(ctx, 0, time.Minute, store.OrderingRules{})
+	_, err = st.ClaimBatch(ctx, 0, time.Minute, storedriver.OrderingRules{})
 	require.Error(t, err)
 }
 
 func TestDeadLetterRedriveDiscard(t *testing.T) {
 	ctx := context.Background()
 	st, db := newStore(t)
-	m := enqueue(t, st, db, store.Message{Topic: "t", Payload: []byte(`{"a":1}`), Headers: map[string]string{"h": "v"}})
-	d := store.DeadLetter{MessageID: m.MessageID, Topic: "ignored", WorkflowID: "wf-1", RunID: "run-1", Attempts: 4, LastError: strings.Repeat("x", 10000)}
+	m := enqueue(t, st, db, storedriver.Message{Topic: "t", Payload: []byte(`{"a":1}`), Headers: map[string]string{"h": "v"}})
+	d := storedriver.DeadLetter{MessageID: m.MessageID, Topic: "ignored", WorkflowID: "wf-1", RunID: "run-1", Attempts: 4, LastError: strings.Repeat("x", 10000)}
 	ok, err := st.DeadLetter(ctx, d)
 	require.NoError(t, err)
 	assert.True(t, ok)
@@ -755,29 +755,29 @@ func TestDeadLetterRedriveDiscard(t *testing.T) {
 	assert.Equal(t, "t", dls[0].Topic)
 	assert.JSONEq(t, `{"a":1}`, string(dls[0].Payload))
 	assert.Equal(t, map[string]string{"h": "v"}, dls[0].Headers)
-	assert.LessOrEqual(t, len(dls[0].LastError), store.MaxErrorTextBytes)
+	assert.LessOrEqual(t, len(dls[0].LastError), storedriver.MaxErrorTextBytes)
 	require.NotNil(t, dls[0].MessageCreatedAt)
 
 	// Not dead: a *NotDeadError; missing: ErrNotFound; no actor: an error.
 	other := enqueue(t, st, db, msg("t", `{}`))
 	_, err = st.Redrive(ctx, other.MessageID, "alice")
-	var nd *store.NotDeadError
+	var nd *storedriver.NotDeadError
 	require.ErrorAs(t, err, &nd)
-	assert.Equal(t, store.StatusPending, nd.Status)
-	require.ErrorIs(t, st.Discard(ctx, uuid.New(), "alice"), store.ErrNotFound)
+	assert.Equal(t, storedriver.StatusPending, nd.Status)
+	require.ErrorIs(t, st.Discard(ctx, uuid.New(), "alice"), storedriver.ErrNotFound)
 	_, err = st.Redrive(ctx, m.MessageID, " ")
 	require.Error(t, err)
 
-	list, err := st.ListDeadLetters(ctx, store.DeadLetterFilter{})
+	list, err := st.ListDeadLetters(ctx, storedriver.DeadLetterFilter{})
 	require.NoError(t, err)
 	require.Len(t, list, 1)
-	list, err = st.ListDeadLetters(ctx, store.DeadLetterFilter{Topic: "other"})
+	list, err = st.ListDeadLetters(ctx, storedriver.DeadLetterFilter{Topic: "other"})
 	require.NoError(t, err)
 	assert.Empty(t, list)
-	list, err = st.ListDeadLetters(ctx, store.DeadLetterFilter{Since: time.Now().Add(-time.Minute)})
+	list, err = st.ListDeadLetters(ctx, storedriver.DeadLetterFilter{Since: time.Now().Add(-time.Minute)})
 	require.NoError(t, err)
 	assert.Len(t, list, 1)
-	_, err = st.ListDeadLetters(ctx, store.DeadLetterFilter{Limit: -1})
+	_, err = st.ListDeadLetters(ctx, storedriver.DeadLetterFilter{Limit: -1})
 	require.Error(t, err)
 
 	// Concurrent redrives: exactly one wins.
@@ -798,19 +798,19 @@ func TestDeadLetterRedriveDiscard(t *testing.T) {
 	assert.Equal(t, 1, wins)
 	row, err := st.Get(ctx, m.MessageID)
 	require.NoError(t, err)
-	assert.Equal(t, store.StatusPending, row.Status)
+	assert.Equal(t, storedriver.StatusPending, row.Status)
 	assert.Equal(t, 1, row.RedriveCount)
 	assert.Zero(t, row.RetryTimes)
-	list, err = st.ListDeadLetters(ctx, store.DeadLetterFilter{})
+	list, err = st.ListDeadLetters(ctx, storedriver.DeadLetterFilter{})
 	require.NoError(t, err)
 	assert.Empty(t, list, "the dead letter is closed")
-	list, err = st.ListDeadLetters(ctx, store.DeadLetterFilter{IncludeClosed: true})
+	list, err = st.ListDeadLetters(ctx, storedriver.DeadLetterFilter{IncludeClosed: true})
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	require.NotNil(t, list[0].RedrivenBy)
 
 	// A second run gives up; the operator discards.
-	ok, err = st.DeadLetter(ctx, store.DeadLetter{MessageID: m.MessageID, WorkflowID: "wf-1", RunID: "run-2", LastError: "again"})
+	ok, err = st.DeadLetter(ctx, storedriver.DeadLetter{MessageID: m.MessageID, WorkflowID: "wf-1", RunID: "run-2", LastError: "again"})
 	require.NoError(t, err)
 	assert.True(t, ok)
 	runs, err := st.DeadLetterRunIDs(ctx, m.MessageID)
@@ -819,8 +819,8 @@ func TestDeadLetterRedriveDiscard(t *testing.T) {
 	require.NoError(t, st.Discard(ctx, m.MessageID, "bob"))
 	err = st.Discard(ctx, m.MessageID, "bob")
 	require.ErrorAs(t, err, &nd)
-	assert.Equal(t, store.StatusDiscarded, nd.Status)
-	ok, err = st.DeadLetter(ctx, store.DeadLetter{MessageID: m.MessageID, RunID: "run-3", WorkflowID: "wf-1"})
+	assert.Equal(t, storedriver.StatusDiscarded, nd.Status)
+	ok, err = st.DeadLetter(ctx, storedriver.DeadLetter{MessageID: m.MessageID, RunID: "run-3", WorkflowID: "wf-1"})
 	require.NoError(t, err)
 	assert.False(t, ok)
 
@@ -837,7 +837,7 @@ func TestDeadLetterRedriveDiscard(t *testing.T) {
 
 	// A dead letter for a message row that does not exist keeps the caller's topic.
 	gone := uuid.New()
-	ok, err = st.DeadLetter(ctx, store.DeadLetter{MessageID: gone, Topic: "lost", RunID: "r", WorkflowID: "w", LastError: "x"})
+	ok, err = st.DeadLetter(ctx, storedriver.DeadLetter{MessageID: gone, Topic: "lost", RunID: "r", WorkflowID: "w", LastError: "x"})
 	require.NoError(t, err)
 	assert.False(t, ok)
 	dls, err = st.DeadLetters(ctx, gone)
@@ -853,7 +853,7 @@ func TestReconcile(t *testing.T) {
 	a := enqueue(t, st, db, msg("t", `1`))
 	b := enqueue(t, st, db, keyed("t", "k", `2`))
 	c := enqueue(t, st, db, keyed("t", "k", `3`))
-	claimed := claimAll(t, st, store.OrderingRules{})
+	claimed := claimAll(t, st, storedriver.OrderingRules{})
 	require.Len(t, claimed, 2)
 	_, err := st.MarkDispatchedAll(ctx, claimed)
 	require.NoError(t, err)
@@ -869,24 +869,24 @@ func TestReconcile(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, again, "touched rows wait for age again")
 
-	byID := map[uuid.UUID]store.Dispatched{}
+	byID := map[uuid.UUID]storedriver.Dispatched{}
 	for _, d := range stale {
 		byID[d.MessageID] = d
 		assert.False(t, d.DispatchedAt.IsZero())
 	}
-	ok, err := st.Repair(ctx, byID[a.MessageID], store.ReconcileHandedOverAgain, "workflow missing")
+	ok, err := st.Repair(ctx, byID[a.MessageID], storedriver.ReconcileHandedOverAgain, "workflow missing")
 	require.NoError(t, err)
 	assert.True(t, ok)
-	ok, err = st.Repair(ctx, byID[a.MessageID], store.ReconcileHandedOverAgain, "again")
+	ok, err = st.Repair(ctx, byID[a.MessageID], storedriver.ReconcileHandedOverAgain, "again")
 	require.NoError(t, err)
 	assert.False(t, ok, "the row moved on since it was read")
-	assert.Equal(t, store.StatusPending, status(t, st, a.MessageID))
+	assert.Equal(t, storedriver.StatusPending, status(t, st, a.MessageID))
 
-	ok, err = st.Repair(ctx, byID[b.MessageID], store.ReconcileRecordedSent, "completed")
+	ok, err = st.Repair(ctx, byID[b.MessageID], storedriver.ReconcileRecordedSent, "completed")
 	require.NoError(t, err)
 	assert.True(t, ok)
-	assert.Equal(t, store.StatusSent, status(t, st, b.MessageID))
-	_, err = st.Repair(ctx, byID[b.MessageID], store.ReconcileRunning, "")
+	assert.Equal(t, storedriver.StatusSent, status(t, st, b.MessageID))
+	_, err = st.Repair(ctx, byID[b.MessageID], storedriver.ReconcileRunning, "")
 	require.Error(t, err)
 
 	audit, err := st.Audit(ctx, b.MessageID)
@@ -896,7 +896,7 @@ func TestReconcile(t *testing.T) {
 	assert.Equal(t, "recorded_sent: completed", *audit[0].Detail)
 
 	// b sent releases c, and a is claimable again.
-	claimed = claimAll(t, st, store.OrderingRules{})
+	claimed = claimAll(t, st, storedriver.OrderingRules{})
 	var ids []uuid.UUID
 	for _, cl := range claimed {
 		ids = append(ids, cl.MessageID)
@@ -924,7 +924,7 @@ func TestRetention(t *testing.T) {
 			}
 			for i := range 2 {
 				id := enqueue(t, st, db, msg("t", `{}`)).MessageID
-				_, err := st.DeadLetter(ctx, store.DeadLetter{MessageID: id, RunID: "r", WorkflowID: "w", LastError: "x"})
+				_, err := st.DeadLetter(ctx, storedriver.DeadLetter{MessageID: id, RunID: "r", WorkflowID: "w", LastError: "x"})
 				require.NoError(t, err)
 				if i == 0 {
 					require.NoError(t, st.Discard(ctx, id, "op"))
@@ -949,10 +949,10 @@ VALUES (?, 'w', 'r', 't', '{}', 1, 'x', NOW(6) - INTERVAL 3 DAY)`, uuid.New().St
 			}
 			mustExec(t, db, `UPDATE outbox_messages SET updated_at = NOW(6) - INTERVAL 2 DAY WHERE message_id = ?`, discarded[0].String())
 
-			_, err := st.PurgeBatch(ctx, store.PurgeOptions{SentAfter: time.Second, DiscardedAfter: time.Hour})
+			_, err := st.PurgeBatch(ctx, storedriver.PurgeOptions{SentAfter: time.Second, DiscardedAfter: time.Hour})
 			require.ErrorContains(t, err, "sent_after")
 
-			opts := store.PurgeOptions{SentAfter: 24 * time.Hour, DiscardedAfter: 24 * time.Hour, Archive: archive, Limit: 2}
+			opts := storedriver.PurgeOptions{SentAfter: 24 * time.Hour, DiscardedAfter: 24 * time.Hour, Archive: archive, Limit: 2}
 			res, err := st.Purge(ctx, opts)
 			require.NoError(t, err)
 			assert.Equal(t, int64(5), res.SentMessages)
@@ -994,15 +994,15 @@ func TestStats(t *testing.T) {
 	st, db := newStore(t)
 	stats, err := st.Stats(ctx)
 	require.NoError(t, err)
-	assert.Len(t, stats.ByStatus, len(store.Statuses))
+	assert.Len(t, stats.ByStatus, len(storedriver.Statuses))
 	assert.Zero(t, stats.OldestPendingAge)
 
 	a := enqueue(t, st, db, keyed("a", "k", `1`))
 	enqueue(t, st, db, keyed("a", "k", `2`))
 	enqueue(t, st, db, msg("b", `3`))
-	enqueue(t, st, db, store.Message{Topic: "b", Payload: []byte(`4`), DeliverAfter: time.Now().Add(time.Hour)})
+	enqueue(t, st, db, storedriver.Message{Topic: "b", Payload: []byte(`4`), DeliverAfter: time.Now().Add(time.Hour)})
 	mustExec(t, db, `UPDATE outbox_messages SET created_at = NOW(6) - INTERVAL 10 MINUTE`)
-	_, err = st.DeadLetter(ctx, store.DeadLetter{MessageID: a.MessageID, RunID: "r", WorkflowID: "w", LastError: "x"})
+	_, err = st.DeadLetter(ctx, storedriver.DeadLetter{MessageID: a.MessageID, RunID: "r", WorkflowID: "w", LastError: "x"})
 	require.NoError(t, err)
 	claimed, err := st.Claim(ctx, 10, time.Minute)
 	require.NoError(t, err)
@@ -1010,10 +1010,10 @@ func TestStats(t *testing.T) {
 
 	stats, err = st.Stats(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, int64(2), stats.ByStatus[store.StatusPending])
-	assert.Equal(t, int64(1), stats.ByStatus[store.StatusDead])
-	assert.Equal(t, int64(1), stats.ByStatus[store.StatusClaimed])
-	assert.Equal(t, map[store.Status]int64{store.StatusDead: 1, store.StatusPending: 1}, stats.ByTopic["a"])
+	assert.Equal(t, int64(2), stats.ByStatus[storedriver.StatusPending])
+	assert.Equal(t, int64(1), stats.ByStatus[storedriver.StatusDead])
+	assert.Equal(t, int64(1), stats.ByStatus[storedriver.StatusClaimed])
+	assert.Equal(t, map[storedriver.Status]int64{storedriver.StatusDead: 1, storedriver.StatusPending: 1}, stats.ByTopic["a"])
 	assert.Equal(t, int64(1), stats.InFlight)
 	assert.Equal(t, int64(1), stats.OpenDeadLetters)
 	assert.Equal(t, int64(1), stats.DeadLettersLastHour)
@@ -1048,7 +1048,7 @@ func TestSessionTimeZoneOfTheWriter(t *testing.T) {
 	after := time.Now().Add(time.Hour).Truncate(time.Microsecond)
 	tx, err := writer.BeginTx(ctx, nil)
 	require.NoError(t, err)
-	delayed, err := st.Enqueue(ctx, tx, store.Message{Topic: "t", Payload: []byte(`{}`), DeliverAfter: after})
+	delayed, err := st.Enqueue(ctx, tx, storedriver.Message{Topic: "t", Payload: []byte(`{}`), DeliverAfter: after})
 	require.NoError(t, err)
 	plain, err := st.Enqueue(ctx, tx, msg("t", `{}`))
 	require.NoError(t, err)

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/storedriver"
 )
 
 // ClaimStaleDispatched takes up to limit rows that have been dispatched, and not updated,
@@ -15,8 +15,8 @@ import (
 // take disjoint rows and a row is looked at again only after age has passed once more.
 // The returned UpdatedAt is the touch, which Repair checks. It is one READ COMMITTED
 // transaction: select FOR UPDATE SKIP LOCKED, update by id, read back.
-func (s *Store) ClaimStaleDispatched(ctx context.Context, age time.Duration, limit int) ([]store.Dispatched, error) {
-	var out []store.Dispatched
+func (s *Store) ClaimStaleDispatched(ctx context.Context, age time.Duration, limit int) ([]storedriver.Dispatched, error) {
+	var out []storedriver.Dispatched
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		out = nil
 		ids, err := queryIDs(ctx, tx, `SELECT id FROM `+s.messages+`
@@ -36,9 +36,9 @@ WHERE id IN (`+idList(ids)+`)`)
 			return err
 		}
 		defer rows.Close()
-		byID := make(map[int64]store.Dispatched, len(ids))
+		byID := make(map[int64]storedriver.Dispatched, len(ids))
 		for rows.Next() {
-			var d store.Dispatched
+			var d storedriver.Dispatched
 			var dispatchedAt *time.Time
 			if err := rows.Scan(&d.ID, &d.MessageID, &d.Topic, &dispatchedAt, &d.UpdatedAt); err != nil {
 				return err
@@ -71,20 +71,20 @@ const stillDispatched = "id = ? AND status = 'dispatched' AND updated_at = ?"
 
 // Repair applies a reconciliation outcome to a dispatched row in one transaction, only if
 // the row has not changed since it was read (same status and updated_at), and audits it
-// with detail. ok is false when the row moved on meanwhile. store.ReconcileRecordedSent
-// moves the row to sent, store.ReconcileHandedOverAgain back to pending.
-func (s *Store) Repair(ctx context.Context, d store.Dispatched, outcome store.ReconcileOutcome, detail string) (ok bool, err error) {
+// with detail. ok is false when the row moved on meanwhile. storedriver.ReconcileRecordedSent
+// moves the row to sent, storedriver.ReconcileHandedOverAgain back to pending.
+func (s *Store) Repair(ctx context.Context, d storedriver.Dispatched, outcome storedriver.ReconcileOutcome, detail string) (ok bool, err error) {
 	var move func(tx *sql.Tx) (bool, error)
 	switch outcome {
-	case store.ReconcileRecordedSent:
+	case storedriver.ReconcileRecordedSent:
 		move = func(tx *sql.Tx) (bool, error) {
 			sent, err := s.markSent(ctx, tx, d.MessageID, &d)
 			return sent != nil, err
 		}
-	case store.ReconcileHandedOverAgain:
+	case storedriver.ReconcileHandedOverAgain:
 		move = func(tx *sql.Tx) (bool, error) { return s.handOverAgain(ctx, tx, d) }
 	default:
-		return false, fmt.Errorf("repair outcome must be %s or %s, got %q", store.ReconcileRecordedSent, store.ReconcileHandedOverAgain, outcome)
+		return false, fmt.Errorf("repair outcome must be %s or %s, got %q", storedriver.ReconcileRecordedSent, storedriver.ReconcileHandedOverAgain, outcome)
 	}
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		ok = false
@@ -93,7 +93,7 @@ func (s *Store) Repair(ctx context.Context, d store.Dispatched, outcome store.Re
 			return err
 		}
 		ok = true
-		note := store.StorableText(string(outcome) + ": " + detail)
+		note := storedriver.StorableText(string(outcome) + ": " + detail)
 		return s.writeAudit(ctx, tx, d.MessageID, nil, "reconcile", "relay", &note)
 	})
 	if err != nil {
@@ -106,7 +106,7 @@ func (s *Store) Repair(ctx context.Context, d store.Dispatched, outcome store.Re
 // workflow is missing, or closed without delivering it, over again, in tx and only while
 // the row is as d was read. dispatched_at stays: the next run knows an earlier one may have
 // sent the message. ok is false when the row moved on.
-func (s *Store) handOverAgain(ctx context.Context, tx *sql.Tx, d store.Dispatched) (ok bool, err error) {
+func (s *Store) handOverAgain(ctx context.Context, tx *sql.Tx, d storedriver.Dispatched) (ok bool, err error) {
 	res, err := tx.ExecContext(ctx, `UPDATE `+s.messages+` SET status = 'pending', next_retry_at = NULL, updated_at = NOW(6)
 WHERE `+stillDispatched, d.ID, d.UpdatedAt)
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/storedriver"
 )
 
 // The columns the archive copies: package store's lists (the archive tables have these
@@ -36,18 +36,18 @@ var (
 // Each group is chosen with a SELECT ... FOR UPDATE SKIP LOCKED through a retention index
 // and then copied and deleted by id (MySQL has no data-modifying CTEs). Rows in any other
 // status are never touched.
-func (s *Store) PurgeBatch(ctx context.Context, opts store.PurgeOptions) (store.PurgeResult, error) {
+func (s *Store) PurgeBatch(ctx context.Context, opts storedriver.PurgeOptions) (storedriver.PurgeResult, error) {
 	opts = opts.WithDefaults()
 	if err := opts.Validate(); err != nil {
-		return store.PurgeResult{}, err
+		return storedriver.PurgeResult{}, err
 	}
 	var (
-		res  store.PurgeResult
+		res  storedriver.PurgeResult
 		left int64
 	)
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		res, left = store.PurgeResult{Batches: 1}, int64(opts.Limit)
-		n, dead, err := s.purgeMessages(ctx, tx, store.StatusSent, "sent_at", opts.SentAfter, left, opts.Archive)
+		res, left = storedriver.PurgeResult{Batches: 1}, int64(opts.Limit)
+		n, dead, err := s.purgeMessages(ctx, tx, storedriver.StatusSent, "sent_at", opts.SentAfter, left, opts.Archive)
 		if err != nil {
 			return fmt.Errorf("sent messages: %w", err)
 		}
@@ -55,7 +55,7 @@ func (s *Store) PurgeBatch(ctx context.Context, opts store.PurgeOptions) (store.
 		if left -= n; left <= 0 {
 			return nil
 		}
-		n, dead, err = s.purgeMessages(ctx, tx, store.StatusDiscarded, "updated_at", opts.DiscardedAfter, left, opts.Archive)
+		n, dead, err = s.purgeMessages(ctx, tx, storedriver.StatusDiscarded, "updated_at", opts.DiscardedAfter, left, opts.Archive)
 		if err != nil {
 			return fmt.Errorf("discarded messages: %w", err)
 		}
@@ -72,7 +72,7 @@ func (s *Store) PurgeBatch(ctx context.Context, opts store.PurgeOptions) (store.
 		return nil
 	})
 	if err != nil {
-		return store.PurgeResult{}, store.PurgeError(opts, err)
+		return storedriver.PurgeResult{}, storedriver.PurgeError(opts, err)
 	}
 	res.More = left <= 0
 	return res, nil
@@ -80,7 +80,7 @@ func (s *Store) PurgeBatch(ctx context.Context, opts store.PurgeOptions) (store.
 
 // purgeMessages removes up to limit messages in status whose column col is older than
 // age, with their dead letters, and returns how many messages and dead letters it removed.
-func (s *Store) purgeMessages(ctx context.Context, tx *sql.Tx, status store.Status, col string, age time.Duration, limit int64, archive bool) (msgs, dead int64, err error) {
+func (s *Store) purgeMessages(ctx context.Context, tx *sql.Tx, status storedriver.Status, col string, age time.Duration, limit int64, archive bool) (msgs, dead int64, err error) {
 	rows, err := tx.QueryContext(ctx, `SELECT id, message_id FROM `+s.messages+`
 WHERE status = ? AND `+col+` < NOW(6) - INTERVAL ? MICROSECOND
 ORDER BY `+col+`
@@ -185,6 +185,6 @@ LIMIT ?`, micros(age), limit)
 // Purge runs PurgeBatch until a batch is not full, and returns the total. Each batch is
 // its own short transaction. When ctx ends between batches it returns what was removed so
 // far and ctx's error.
-func (s *Store) Purge(ctx context.Context, opts store.PurgeOptions) (store.PurgeResult, error) {
-	return store.PurgeAll(ctx, s.PurgeBatch, opts)
+func (s *Store) Purge(ctx context.Context, opts storedriver.PurgeOptions) (storedriver.PurgeResult, error) {
+	return storedriver.PurgeAll(ctx, s.PurgeBatch, opts)
 }

@@ -1,15 +1,15 @@
 package mysqlstore
 
 import (
+	"bytes"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/storedriver"
 )
 
 // MySQL error numbers the store acts on.
@@ -103,47 +103,18 @@ func isErrNumber(err error, n uint16) bool {
 	return errors.As(err, &me) && me.Number == n
 }
 
-// checkJSONNumbers reports a number of the JSON text p (valid JSON already) that MySQL's
-// JSON type cannot store: it keeps numbers as doubles (or 64-bit integers), and refuses
-// one beyond the range of a double. PostgreSQL's jsonb stores such numbers, so this is
-// the one payload rule the MySQL store adds.
-func checkJSONNumbers(p []byte) error {
-	inString := false
-	for i := 0; i < len(p); i++ {
-		c := p[i]
-		if inString {
-			switch c {
-			case '"':
-				inString = false
-			case '\\':
-				i++
-			}
-			continue
+// doubleNumbers is the MySQL store's rule for the numbers of a payload: MySQL's JSON type
+// keeps numbers as doubles (or 64-bit integers) and refuses one beyond the range of a
+// double. PostgreSQL's jsonb stores such numbers, so this is the one payload rule the
+// MySQL store adds.
+var doubleNumbers = &storedriver.NumberRule{
+	Fits: func(num []byte) bool {
+		// Without an exponent a number below 309 digits fits a double.
+		if len(num) <= 308 && !bytes.ContainsAny(num, "eE") {
+			return true
 		}
-		switch {
-		case c == '"':
-			inString = true
-		case c == '-' || (c >= '0' && c <= '9'):
-			j := i
-			exp := false
-			for j < len(p) && strings.IndexByte("0123456789+-.eE", p[j]) >= 0 {
-				if p[j] == 'e' || p[j] == 'E' {
-					exp = true
-				}
-				j++
-			}
-			// Without an exponent a number below 309 digits fits a double.
-			if exp || j-i > 308 {
-				if _, err := strconv.ParseFloat(string(p[i:j]), 64); err != nil {
-					num := string(p[i:j])
-					if len(num) > 40 {
-						num = num[:40] + "..."
-					}
-					return &store.ValidationError{Field: "payload", Reason: fmt.Sprintf("number %s is outside the range MySQL's JSON type can store (a double)", num)}
-				}
-			}
-			i = j - 1
-		}
-	}
-	return nil
+		_, err := strconv.ParseFloat(string(num), 64)
+		return err == nil
+	},
+	Range: "MySQL's JSON type can store (a double)",
 }

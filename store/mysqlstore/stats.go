@@ -6,15 +6,15 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/storedriver"
 )
 
 // Stats reads the counts in one REPEATABLE READ, read-only transaction, so they agree with
 // each other (InnoDB reads every statement of it from one snapshot). Counting by topic
 // reads the whole message table.
-func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
-	st := store.Stats{ByStatus: map[store.Status]int64{}, ByTopic: map[string]map[store.Status]int64{}}
-	for _, status := range store.Statuses {
+func (s *Store) Stats(ctx context.Context) (storedriver.Stats, error) {
+	st := storedriver.Stats{ByStatus: map[storedriver.Status]int64{}, ByTopic: map[string]map[storedriver.Status]int64{}}
+	for _, status := range storedriver.Statuses {
 		st.ByStatus[status] = 0
 	}
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
@@ -28,7 +28,7 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 	}
 	for rows.Next() {
 		var topic string
-		var status store.Status
+		var status storedriver.Status
 		var n int64
 		if err := rows.Scan(&topic, &status, &n); err != nil {
 			rows.Close()
@@ -36,7 +36,7 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 		}
 		st.ByStatus[status] += n
 		if st.ByTopic[topic] == nil {
-			st.ByTopic[topic] = map[store.Status]int64{}
+			st.ByTopic[topic] = map[storedriver.Status]int64{}
 		}
 		st.ByTopic[topic][status] = n
 	}
@@ -46,7 +46,7 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 	if err := rows.Err(); err != nil {
 		return st, fmt.Errorf("stats: count messages: %w", err)
 	}
-	st.InFlight = st.ByStatus[store.StatusClaimed] + st.ByStatus[store.StatusDispatched]
+	st.InFlight = st.ByStatus[storedriver.StatusClaimed] + st.ByStatus[storedriver.StatusDispatched]
 
 	// NOW(6) is one value throughout a statement, so the ages and windows agree.
 	var pendingAge, dispatchedAge, claimedAge sql.NullInt64
@@ -95,7 +95,7 @@ const backlogSQL = `SELECT
   (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6)) FROM %[1]s WHERE claim_lane = 1 AND next_retry_at IS NULL),
   (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6)) FROM %[1]s WHERE claim_lane = 2 AND next_retry_at <= NOW(6))`
 
-// Backlog implements store.Delivery: the rows not yet handed to Temporal and the age of
+// Backlog implements storedriver.Delivery: the rows not yet handed to Temporal and the age of
 // the oldest due one (zero when none).
 func (s *Store) Backlog(ctx context.Context) (pending int64, oldestAge time.Duration, err error) {
 	var immediate, delayed sql.NullInt64

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/store/mysqlstore"
+	"github.com/outbox-go/outbox/store/storedriver"
 )
 
 // TestRelaysDeliverEachKeyInOrder runs three relays that claim, hand over and record sent
@@ -26,8 +26,8 @@ func TestRelaysDeliverEachKeyInOrder(t *testing.T) {
 	retried := mysqlstore.DeadlockRetried()
 	defer func() { t.Logf("transactions run again after a deadlock: %d", mysqlstore.DeadlockRetried()-retried) }()
 	const keys, perKey = 4, 30
-	batch := func(from, to int) []store.Message {
-		var msgs []store.Message
+	batch := func(from, to int) []storedriver.Message {
+		var msgs []storedriver.Message
 		for i := from; i < to; i++ {
 			for k := range keys {
 				msgs = append(msgs, keyed("order.event", fmt.Sprintf("order-%d", k), fmt.Sprintf(`{"i":%d}`, i)))
@@ -78,7 +78,7 @@ func TestRelaysDeliverEachKeyInOrder(t *testing.T) {
 				if done {
 					return
 				}
-				res, err := st.ClaimBatch(ctx, 5, time.Minute, store.OrderingRules{})
+				res, err := st.ClaimBatch(ctx, 5, time.Minute, storedriver.OrderingRules{})
 				if err != nil {
 					errs[r] = err
 					return
@@ -143,7 +143,7 @@ func TestEnqueueWritesTraceContext(t *testing.T) {
 		SpanID:     trace.SpanID{1, 2, 3, 4, 5, 6, 7, 8},
 		TraceFlags: trace.FlagsSampled,
 	})
-	id, err := st.Enqueue(trace.ContextWithSpanContext(ctx, sc), db, store.Message{Topic: "t", Payload: []byte(`{}`), Headers: map[string]string{"tenant": "7"}})
+	id, err := st.Enqueue(trace.ContextWithSpanContext(ctx, sc), db, storedriver.Message{Topic: "t", Payload: []byte(`{}`), Headers: map[string]string{"tenant": "7"}})
 	require.NoError(t, err)
 	row, err := st.Get(ctx, id)
 	require.NoError(t, err)

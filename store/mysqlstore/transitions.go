@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/storedriver"
 )
 
 // MarkSent records a delivered message: pending, claimed or dispatched → sent. ok is false
@@ -22,8 +22,8 @@ func (s *Store) MarkSent(ctx context.Context, messageID uuid.UUID) (ok bool, err
 // RecordSent is MarkSent returning what metrics need of the row it changed; nil when the
 // row is already terminal or does not exist. When the message has an ordering key, the
 // same transaction releases the key's next parked message.
-func (s *Store) RecordSent(ctx context.Context, messageID uuid.UUID) (*store.Sent, error) {
-	var sent *store.Sent
+func (s *Store) RecordSent(ctx context.Context, messageID uuid.UUID) (*storedriver.Sent, error) {
+	var sent *storedriver.Sent
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
 		sent, err = s.markSent(ctx, tx, messageID, nil)
@@ -39,7 +39,7 @@ func (s *Store) RecordSent(ctx context.Context, messageID uuid.UUID) (*store.Sen
 // unchanged, the row moves only while it is still the dispatched row unchanged was read
 // from, not updated since (reconciliation's guard). It releases the message's ordering key
 // and returns what metrics need of the row; nil when no row moved.
-func (s *Store) markSent(ctx context.Context, tx *sql.Tx, messageID uuid.UUID, unchanged *store.Dispatched) (*store.Sent, error) {
+func (s *Store) markSent(ctx context.Context, tx *sql.Tx, messageID uuid.UUID, unchanged *storedriver.Dispatched) (*storedriver.Sent, error) {
 	guard, args := "", []any{messageID.String()}
 	if unchanged != nil {
 		guard = " AND " + stillDispatched
@@ -58,7 +58,7 @@ WHERE message_id = ? AND status IN ('pending', 'claimed', 'dispatched')`+guard, 
 		return nil, nil
 	}
 	var (
-		sent store.Sent
+		sent storedriver.Sent
 		key  sql.NullString
 		us   int64
 	)
@@ -80,7 +80,7 @@ FROM `+s.messages+` WHERE message_id = ?`, messageID.String()).Scan(&sent.Topic,
 func (s *Store) RecordFailure(ctx context.Context, messageID uuid.UUID, failedAttempts int, lastError string) (ok bool, err error) {
 	return s.exec(ctx, "record delivery failure", `UPDATE `+s.messages+`
 SET retry_times = GREATEST(retry_times, ?), last_error = ?, updated_at = NOW(6)
-WHERE message_id = ? AND status IN ('pending', 'claimed', 'dispatched')`, failedAttempts, store.StorableText(lastError), messageID.String())
+WHERE message_id = ? AND status IN ('pending', 'claimed', 'dispatched')`, failedAttempts, storedriver.StorableText(lastError), messageID.String())
 }
 
 const rowColumns = `id, message_id, topic, payload, headers, status, retry_times, max_retry_times,
@@ -89,28 +89,28 @@ next_retry_at, last_error, redrive_count, created_at, updated_at, sent_at, order
 // rowScanner is a *sql.Row or *sql.Rows.
 type rowScanner interface{ Scan(dest ...any) error }
 
-func scanRow(r rowScanner) (store.Row, error) {
-	var m store.Row
+func scanRow(r rowScanner) (storedriver.Row, error) {
+	var m storedriver.Row
 	var payload, headers []byte
 	err := r.Scan(&m.ID, &m.MessageID, &m.Topic, &payload, &headers, &m.Status, &m.RetryTimes,
 		&m.MaxRetryTimes, &m.NextRetryAt, &m.LastError, &m.RedriveCount, &m.CreatedAt, &m.UpdatedAt, &m.SentAt,
 		&m.OrderingKey, &m.OrderingSeq)
 	if errors.Is(err, sql.ErrNoRows) {
-		return m, store.ErrNotFound
+		return m, storedriver.ErrNotFound
 	}
 	if err != nil {
 		return m, err
 	}
 	m.Payload = payload
 	if len(headers) > 0 {
-		m.Headers = store.ParseHeaders(headers) // headers of another shape are left out, not fatal
+		m.Headers = storedriver.ParseHeaders(headers) // headers of another shape are left out, not fatal
 	}
 	return m, nil
 }
 
-// Get loads a message by its message ID. It returns an error wrapping store.ErrNotFound if
+// Get loads a message by its message ID. It returns an error wrapping storedriver.ErrNotFound if
 // there is none.
-func (s *Store) Get(ctx context.Context, messageID uuid.UUID) (store.Row, error) {
+func (s *Store) Get(ctx context.Context, messageID uuid.UUID) (storedriver.Row, error) {
 	m, err := scanRow(s.db.QueryRowContext(ctx, `SELECT `+rowColumns+` FROM `+s.messages+` WHERE message_id = ?`, messageID.String()))
 	if err != nil {
 		return m, fmt.Errorf("load message %s: %w", messageID, err)
@@ -120,8 +120,8 @@ func (s *Store) Get(ctx context.Context, messageID uuid.UUID) (store.Row, error)
 
 // GetAll loads the messages of messageIDs, by message ID, in one statement. An ID without
 // a row is left out.
-func (s *Store) GetAll(ctx context.Context, messageIDs []uuid.UUID) (map[uuid.UUID]store.Row, error) {
-	out := make(map[uuid.UUID]store.Row, len(messageIDs))
+func (s *Store) GetAll(ctx context.Context, messageIDs []uuid.UUID) (map[uuid.UUID]storedriver.Row, error) {
+	out := make(map[uuid.UUID]storedriver.Row, len(messageIDs))
 	if len(messageIDs) == 0 {
 		return out, nil
 	}
@@ -149,8 +149,8 @@ func (s *Store) GetAll(ctx context.Context, messageIDs []uuid.UUID) (map[uuid.UU
 // succeeds, even when the dead letter has been redriven or discarded meanwhile; a row that
 // is already sent or discarded is left alone and gets no dead letter; ok reports whether
 // the row moved to dead. A keyed message moved to dead releases its key.
-func (s *Store) DeadLetter(ctx context.Context, d store.DeadLetter) (ok bool, err error) {
-	d.LastError = store.StorableText(d.LastError)
+func (s *Store) DeadLetter(ctx context.Context, d storedriver.DeadLetter) (ok bool, err error) {
+	d.LastError = storedriver.StorableText(d.LastError)
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		ok = false
 		var (
@@ -168,7 +168,7 @@ WHERE message_id = ? FOR UPDATE`, d.MessageID.String()).Scan(&status, &topic, &p
 			status = ""
 		case err != nil:
 			return err
-		case store.Status(status) == store.StatusSent || store.Status(status) == store.StatusDiscarded:
+		case storedriver.Status(status) == storedriver.StatusSent || storedriver.Status(status) == storedriver.StatusDiscarded:
 			return nil
 		}
 		var headersText *string

@@ -1,4 +1,12 @@
-package store
+// Package storedriver holds what every outbox store shares, without a database driver:
+// the interfaces the relay, the worker and the commands use (Delivery, Operations,
+// Driver), the message and its rows, their statuses, and the checks a message passes
+// before any store writes it. Package github.com/outbox-go/outbox/store (PostgreSQL) and
+// package github.com/outbox-go/outbox/store/mysqlstore (MySQL and MariaDB) implement the
+// interfaces; package store names every type of this one too, so code on PostgreSQL
+// imports store alone. It is a module of its own, so that a team on MySQL has no
+// PostgreSQL driver in its module graph, and a team on PostgreSQL no MySQL one.
+package storedriver
 
 import (
 	"context"
@@ -9,14 +17,13 @@ import (
 
 // The outbox talks to its database through the interfaces below, one per audience, so that
 // the relay, the worker and the commands run unchanged on every database the outbox
-// supports. *Store is the PostgreSQL implementation; package
-// github.com/outbox-go/outbox/store/mysqlstore (a module of its own, so that a team on
-// PostgreSQL never downloads a MySQL driver) is the MySQL and MariaDB one. Both pass the
-// shared conformance suite in package storetest.
+// supports. store.Store is the PostgreSQL implementation, mysqlstore.Store the MySQL and
+// MariaDB one. Both pass the shared conformance suite in package
+// github.com/outbox-go/outbox/store/storedriver/storetest.
 //
-// Business code sees neither interface: it calls the Enqueue of its database's store
-// ([Store.Enqueue] with a pgx.Tx, mysqlstore's Enqueue with a *sql.Tx) in its own
-// transaction.
+// Business code sees none of these interfaces: it calls the Enqueue of its database's
+// store (store.Store.Enqueue with a pgx.Tx or store.SQLTx, mysqlstore.Store.Enqueue with
+// a *sql.Tx) in its own transaction.
 
 // Delivery is what the delivery machinery needs from the database: the relay's claim and
 // hand-over, the worker's activities (record sent, record a failure, dead-letter),
@@ -114,11 +121,3 @@ type Notifier interface {
 	// NotifyEnabled reports whether the table's insert trigger sends notifications.
 	NotifyEnabled(ctx context.Context) (bool, error)
 }
-
-// Kind implements Delivery.
-func (s *Store) Kind() string { return "postgres" }
-
-var (
-	_ Driver   = (*Store)(nil)
-	_ Notifier = (*Store)(nil)
-)

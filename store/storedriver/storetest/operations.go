@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/storedriver"
 )
 
 // testRetention pins PurgeBatch and Purge: sent rows older than SentAfter (by sent_at)
@@ -18,16 +18,16 @@ import (
 // letters; rows in any other status and younger rows stay; options below the minimums
 // are refused; with Archive the rows move to the archive tables.
 func testRetention(t *testing.T, h Harness) {
-	opts := func(limit int, archive bool) store.PurgeOptions {
-		return store.PurgeOptions{SentAfter: 24 * time.Hour, DiscardedAfter: 24 * time.Hour, Limit: limit, Archive: archive}
+	opts := func(limit int, archive bool) storedriver.PurgeOptions {
+		return storedriver.PurgeOptions{SentAfter: 24 * time.Hour, DiscardedAfter: 24 * time.Hour, Limit: limit, Archive: archive}
 	}
 
 	t.Run("Delete", func(t *testing.T) {
 		e := newEnv(t, h)
-		for _, bad := range []store.PurgeOptions{
-			{SentAfter: store.MinRetentionAge - time.Second, DiscardedAfter: time.Hour},
+		for _, bad := range []storedriver.PurgeOptions{
+			{SentAfter: storedriver.MinRetentionAge - time.Second, DiscardedAfter: time.Hour},
 			{SentAfter: time.Hour, DiscardedAfter: 0},
-			{SentAfter: time.Hour, DiscardedAfter: time.Hour, Limit: store.MaxPurgeLimit + 1},
+			{SentAfter: time.Hour, DiscardedAfter: time.Hour, Limit: storedriver.MaxPurgeLimit + 1},
 		} {
 			_, err := e.d().PurgeBatch(e.ctx, bad)
 			require.Error(t, err, "%+v", bad)
@@ -55,7 +55,7 @@ func testRetention(t *testing.T, h Harness) {
 
 		res, err := e.d().PurgeBatch(e.ctx, opts(0, false))
 		require.NoError(t, err)
-		require.Equal(t, store.PurgeResult{SentMessages: 1, DiscardedMessages: 1, DeadLetters: 1, Batches: 1}, res)
+		require.Equal(t, storedriver.PurgeResult{SentMessages: 1, DiscardedMessages: 1, DeadLetters: 1, Batches: 1}, res)
 		e.requireNotFound(oldSent)
 		e.requireNotFound(oldDiscarded)
 		letters, err := e.d().DeadLetters(e.ctx, oldDiscarded)
@@ -64,17 +64,17 @@ func testRetention(t *testing.T, h Harness) {
 		audit, err := e.d().Audit(e.ctx, oldDiscarded)
 		require.NoError(t, err)
 		require.Empty(t, audit, "and, when deleting, its audit")
-		require.Equal(t, store.StatusSent, e.status(youngSent))
-		require.Equal(t, store.StatusDead, e.status(oldDead))
-		require.Equal(t, store.StatusDispatched, e.status(oldDispatched))
-		require.Equal(t, store.StatusPending, e.status(oldPending))
+		require.Equal(t, storedriver.StatusSent, e.status(youngSent))
+		require.Equal(t, storedriver.StatusDead, e.status(oldDead))
+		require.Equal(t, storedriver.StatusDispatched, e.status(oldDispatched))
+		require.Equal(t, storedriver.StatusPending, e.status(oldPending))
 		letters, err = e.d().DeadLetters(e.ctx, oldDead)
 		require.NoError(t, err)
 		require.Len(t, letters, 1)
 
 		again, err := e.d().Purge(e.ctx, opts(0, false))
 		require.NoError(t, err)
-		require.Equal(t, store.PurgeResult{Batches: 1}, again, "nothing left to remove")
+		require.Equal(t, storedriver.PurgeResult{Batches: 1}, again, "nothing left to remove")
 	})
 
 	t.Run("ArchiveInBatches", func(t *testing.T) {
@@ -93,18 +93,18 @@ func testRetention(t *testing.T, h Harness) {
 
 		first, err := e.d().PurgeBatch(e.ctx, opts(1, true))
 		require.NoError(t, err)
-		require.Equal(t, store.PurgeResult{SentMessages: 1, Batches: 1, More: true}, first, "sent messages first, at most the limit")
+		require.Equal(t, storedriver.PurgeResult{SentMessages: 1, Batches: 1, More: true}, first, "sent messages first, at most the limit")
 		total, err := e.d().Purge(e.ctx, opts(1, true))
 		require.NoError(t, err)
 		require.Equal(t, 3, total.Batches)
 		require.False(t, total.More)
-		require.Equal(t, store.PurgeResult{SentMessages: 1, DiscardedMessages: 1, DeadLetters: 1, Batches: 3}, total)
+		require.Equal(t, storedriver.PurgeResult{SentMessages: 1, DiscardedMessages: 1, DeadLetters: 1, Batches: 3}, total)
 		for _, id := range append(sent, discarded) {
 			e.requireNotFound(id)
 		}
 
 		// The archive holds the rows: copied back, they read as they were.
-		for _, row := range []store.Row{sentRow, discardedRow} {
+		for _, row := range []storedriver.Row{sentRow, discardedRow} {
 			require.NoError(t, e.Exec(e.ctx, RestoreSQL[e.Dialect], row.ID), "restore row %d from the archive", row.ID)
 			back := e.get(row.MessageID)
 			require.Equal(t, row.ID, back.ID)
@@ -122,8 +122,8 @@ func testStatsAndBacklog(t *testing.T, h Harness) {
 	e := newEnv(t, h)
 	empty, err := e.d().Stats(e.ctx)
 	require.NoError(t, err)
-	require.Len(t, empty.ByStatus, len(store.Statuses), "every status is present")
-	for _, s := range store.Statuses {
+	require.Len(t, empty.ByStatus, len(storedriver.Statuses), "every status is present")
+	for _, s := range storedriver.Statuses {
 		require.Zero(t, empty.ByStatus[s], s)
 	}
 	require.Empty(t, empty.ByTopic)
@@ -137,7 +137,7 @@ func testStatsAndBacklog(t *testing.T, h Harness) {
 	e.dispatched("c")
 	e.sent("d")
 	// A dead message with an ordering key, and a later message of its key.
-	deadKeyed := e.enqueue(store.Message{Topic: "e", OrderingKey: "k", Payload: json.RawMessage(`{}`)})[0].MessageID
+	deadKeyed := e.enqueue(storedriver.Message{Topic: "e", OrderingKey: "k", Payload: json.RawMessage(`{}`)})[0].MessageID
 	e.dispatch(e.claimOnly(deadKeyed))
 	e.deadLetter(deadKeyed, "e", "run-1")
 	e.discarded("f")
@@ -146,18 +146,18 @@ func testStatsAndBacklog(t *testing.T, h Harness) {
 
 	st, err := e.d().Stats(e.ctx)
 	require.NoError(t, err)
-	require.Equal(t, map[store.Status]int64{
-		store.StatusPending: 5, store.StatusClaimed: 1, store.StatusDispatched: 1,
-		store.StatusSent: 1, store.StatusDead: 1, store.StatusDiscarded: 1,
+	require.Equal(t, map[storedriver.Status]int64{
+		storedriver.StatusPending: 5, storedriver.StatusClaimed: 1, storedriver.StatusDispatched: 1,
+		storedriver.StatusSent: 1, storedriver.StatusDead: 1, storedriver.StatusDiscarded: 1,
 	}, st.ByStatus)
-	require.Equal(t, map[string]map[store.Status]int64{
-		"a": {store.StatusPending: 2},
-		"b": {store.StatusClaimed: 1},
-		"c": {store.StatusDispatched: 1},
-		"d": {store.StatusSent: 1},
-		"e": {store.StatusDead: 1},
-		"f": {store.StatusDiscarded: 1},
-		"g": {store.StatusPending: 3},
+	require.Equal(t, map[string]map[storedriver.Status]int64{
+		"a": {storedriver.StatusPending: 2},
+		"b": {storedriver.StatusClaimed: 1},
+		"c": {storedriver.StatusDispatched: 1},
+		"d": {storedriver.StatusSent: 1},
+		"e": {storedriver.StatusDead: 1},
+		"f": {storedriver.StatusDiscarded: 1},
+		"g": {storedriver.StatusPending: 3},
 	}, st.ByTopic)
 	require.EqualValues(t, 2, st.InFlight)
 	require.EqualValues(t, 1, st.OpenDeadLetters, "the discarded message's dead letter is closed")
@@ -186,7 +186,7 @@ func testPlainSQLRows(t *testing.T, h Harness) {
 	t.Run("TopicAndPayloadOnly", func(t *testing.T) {
 		e := newEnv(t, h)
 		require.NoError(t, e.InsertSQL(e.ctx, map[string]any{"topic": "order.created", "payload": `{"order_id": 7}`}))
-		c := e.claim(10, store.OrderingRules{})
+		c := e.claim(10, storedriver.OrderingRules{})
 		require.Len(t, c.Claimed, 1)
 		claimed := c.Claimed[0]
 		require.NotEqual(t, uuid.Nil, claimed.MessageID, "a message ID is generated")
@@ -195,7 +195,7 @@ func testPlainSQLRows(t *testing.T, h Harness) {
 		require.Nil(t, claimed.MaxRetryTimes)
 		require.False(t, claimed.MayHaveBeenSent())
 		row := e.get(claimed.MessageID)
-		require.Equal(t, store.StatusClaimed, row.Status)
+		require.Equal(t, storedriver.StatusClaimed, row.Status)
 		require.JSONEq(t, `{"order_id": 7}`, string(row.Payload))
 		require.Empty(t, row.Headers)
 		require.Nil(t, row.OrderingKey)
@@ -209,7 +209,7 @@ func testPlainSQLRows(t *testing.T, h Harness) {
 		require.NoError(t, e.InsertSQL(e.ctx, map[string]any{"topic": "order.created", "payload": `[1, 2]`}))
 		st, err := e.d().Stats(e.ctx)
 		require.NoError(t, err)
-		require.EqualValues(t, 1, st.ByStatus[store.StatusPending])
+		require.EqualValues(t, 1, st.ByStatus[storedriver.StatusPending])
 	})
 
 	t.Run("OptionalColumns", func(t *testing.T) {
@@ -221,7 +221,7 @@ func testPlainSQLRows(t *testing.T, h Harness) {
 		require.NoError(t, e.InsertSQL(e.ctx, map[string]any{
 			"topic": "order.later", "payload": `{}`, "next_retry_at": time.Now().Add(time.Hour),
 		}))
-		c := e.claim(10, store.OrderingRules{})
+		c := e.claim(10, storedriver.OrderingRules{})
 		require.Len(t, c.Claimed, 1, "the row whose next_retry_at has passed")
 		claimed := c.Claimed[0]
 		require.Equal(t, "order.created", claimed.Topic)
@@ -237,7 +237,7 @@ func testPlainSQLRows(t *testing.T, h Harness) {
 		// Keyed plain-SQL rows are numbered and ordered like enqueued ones.
 		require.NoError(t, e.InsertSQL(e.ctx, map[string]any{"topic": "order.keyed", "payload": `{"n": 1}`, "ordering_key": "order-9"}))
 		require.NoError(t, e.InsertSQL(e.ctx, map[string]any{"topic": "order.keyed", "payload": `{"n": 2}`, "ordering_key": "order-9"}))
-		c = e.claim(10, store.OrderingRules{})
+		c = e.claim(10, storedriver.OrderingRules{})
 		require.Len(t, c.Claimed, 1, "one of the key at a time")
 		row := e.get(c.Claimed[0].MessageID)
 		require.JSONEq(t, `{"n": 1}`, string(row.Payload))
@@ -251,13 +251,13 @@ func testPlainSQLRows(t *testing.T, h Harness) {
 		require.NoError(t, e.InsertSQL(e.ctx, map[string]any{"topic": badTopic, "payload": `{"a": 1}`}))
 		require.NoError(t, e.InsertSQL(e.ctx, map[string]any{"topic": "order.big", "payload": big}))
 
-		c := e.claim(10, store.OrderingRules{})
+		c := e.claim(10, storedriver.OrderingRules{})
 		require.Len(t, c.Claimed, 2, "claimed like any other row")
 		fields := map[string]string{}
 		for _, claimed := range c.Claimed {
 			row := e.get(claimed.MessageID)
 			require.Equal(t, claimed.Topic, row.Topic)
-			fields[row.Topic] = validationField(t, e.d().Validate(store.Message{Topic: row.Topic, Payload: row.Payload}))
+			fields[row.Topic] = validationField(t, e.d().Validate(storedriver.Message{Topic: row.Topic, Payload: row.Payload}))
 			if row.Topic == "order.big" {
 				require.Greater(t, len(row.Payload), e.d().MaxPayloadBytes(), "read whole")
 				require.JSONEq(t, big, string(row.Payload))
@@ -267,10 +267,10 @@ func testPlainSQLRows(t *testing.T, h Harness) {
 			// The send activity refuses it and dead-letters it.
 			e.dispatch(claimed)
 			e.deadLetter(claimed.MessageID, row.Topic, "run-1")
-			require.Equal(t, store.StatusDead, e.status(claimed.MessageID))
+			require.Equal(t, storedriver.StatusDead, e.status(claimed.MessageID))
 		}
 		require.Equal(t, map[string]string{badTopic: "topic", "order.big": "payload"}, fields)
-		letters, err := e.d().ListDeadLetters(e.ctx, store.DeadLetterFilter{Topic: badTopic})
+		letters, err := e.d().ListDeadLetters(e.ctx, storedriver.DeadLetterFilter{Topic: badTopic})
 		require.NoError(t, err)
 		require.Len(t, letters, 1)
 		require.JSONEq(t, `{"a": 1}`, string(letters[0].Payload))
@@ -338,5 +338,5 @@ func testMigrate(t *testing.T, h Harness) {
 	again, _, err := e.d().Deployment(e.ctx)
 	require.NoError(t, err)
 	require.Equal(t, id, again)
-	require.Equal(t, store.StatusPending, e.status(msgID))
+	require.Equal(t, storedriver.StatusPending, e.status(msgID))
 }

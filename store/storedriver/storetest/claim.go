@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/storedriver"
 )
 
 // testClaim pins the relay's claim: it leases due rows under a token, never gives one row
@@ -18,13 +18,13 @@ import (
 func testClaim(t *testing.T, h Harness) {
 	t.Run("LeasesDueRows", func(t *testing.T) {
 		e := newEnv(t, h)
-		_, err := e.d().ClaimBatch(e.ctx, 0, time.Minute, store.OrderingRules{})
+		_, err := e.d().ClaimBatch(e.ctx, 0, time.Minute, storedriver.OrderingRules{})
 		require.Error(t, err, "a limit below 1 is refused")
-		empty := e.claim(10, store.OrderingRules{})
+		empty := e.claim(10, storedriver.OrderingRules{})
 		require.Empty(t, empty.Claimed)
 		require.Zero(t, empty.Parked)
 
-		var msgs []store.Message
+		var msgs []storedriver.Message
 		for i := range 5 {
 			msgs = append(msgs, msg("order.created", fmt.Sprintf(`{"i": %d}`, i)))
 		}
@@ -33,9 +33,9 @@ func testClaim(t *testing.T, h Harness) {
 			ids[r.MessageID] = true
 		}
 
-		res := e.claim(2, store.OrderingRules{})
+		res := e.claim(2, storedriver.OrderingRules{})
 		require.Len(t, res.Claimed, 2, "at most the limit")
-		rest := e.claim(10, store.OrderingRules{})
+		rest := e.claim(10, storedriver.OrderingRules{})
 		require.Len(t, rest.Claimed, 3)
 		for _, c := range append(res.Claimed, rest.Claimed...) {
 			require.True(t, ids[c.MessageID], "claimed a row it did not enqueue: %s", c.MessageID)
@@ -51,19 +51,19 @@ func testClaim(t *testing.T, h Harness) {
 			require.Nil(t, c.DispatchedAt)
 			require.False(t, c.MayHaveBeenSent())
 			row := e.get(c.MessageID)
-			require.Equal(t, store.StatusClaimed, row.Status)
+			require.Equal(t, storedriver.StatusClaimed, row.Status)
 			require.Equal(t, c.ID, row.ID)
 		}
 		require.Empty(t, ids, "every row claimed once")
 
-		again := e.claim(10, store.OrderingRules{})
+		again := e.claim(10, storedriver.OrderingRules{})
 		require.Empty(t, again.Claimed, "a live lease is not claimable")
 	})
 
 	t.Run("ConcurrentClaimersTakeDisjointRows", func(t *testing.T) {
 		e := newEnv(t, h)
 		const total = 200
-		var msgs []store.Message
+		var msgs []storedriver.Message
 		for i := range total {
 			msgs = append(msgs, msg("t", fmt.Sprintf(`{"i": %d}`, i)))
 		}
@@ -78,7 +78,7 @@ func testClaim(t *testing.T, h Harness) {
 			go func() {
 				defer wg.Done()
 				for {
-					res, err := e.d().ClaimBatch(e.ctx, 7, time.Minute, store.OrderingRules{})
+					res, err := e.d().ClaimBatch(e.ctx, 7, time.Minute, storedriver.OrderingRules{})
 					if err != nil {
 						t.Error(err)
 						return
@@ -101,14 +101,14 @@ func testClaim(t *testing.T, h Harness) {
 		}
 		st, err := e.d().Stats(e.ctx)
 		require.NoError(t, err)
-		require.EqualValues(t, total, st.ByStatus[store.StatusClaimed])
+		require.EqualValues(t, total, st.ByStatus[storedriver.StatusClaimed])
 	})
 
 	t.Run("ExpiredLeaseIsClaimableAgain", func(t *testing.T) {
 		e := newEnv(t, h)
 		first := e.claimed("t")
 		e.shift("lease_until", first.ID)
-		res := e.claim(10, store.OrderingRules{})
+		res := e.claim(10, storedriver.OrderingRules{})
 		require.Len(t, res.Claimed, 1)
 		second := res.Claimed[0]
 		require.Equal(t, first.ID, second.ID)
@@ -116,7 +116,7 @@ func testClaim(t *testing.T, h Harness) {
 		require.NotEqual(t, first.ClaimToken, second.ClaimToken)
 		require.True(t, second.LeaseUntil.After(time.Now()))
 
-		n, err := e.d().MarkDispatchedAll(e.ctx, []store.Claimed{first})
+		n, err := e.d().MarkDispatchedAll(e.ctx, []storedriver.Claimed{first})
 		require.NoError(t, err)
 		require.Zero(t, n, "the first claimer lost its lease")
 		ok, err := e.d().RetryClaimAfter(e.ctx, first.ID, first.ClaimToken, 0)
@@ -135,13 +135,13 @@ func testClaim(t *testing.T, h Harness) {
 		ok, err = e.d().RetryClaimAfter(e.ctx, c.ID, c.ClaimToken, time.Hour)
 		require.NoError(t, err)
 		require.True(t, ok)
-		require.Empty(t, e.claim(10, store.OrderingRules{}).Claimed, "still claimed until the new lease ends")
-		require.Equal(t, store.StatusClaimed, e.status(c.MessageID))
+		require.Empty(t, e.claim(10, storedriver.OrderingRules{}).Claimed, "still claimed until the new lease ends")
+		require.Equal(t, storedriver.StatusClaimed, e.status(c.MessageID))
 
 		ok, err = e.d().RetryClaimAfter(e.ctx, c.ID, c.ClaimToken, 0)
 		require.NoError(t, err)
 		require.True(t, ok)
-		res := e.claim(10, store.OrderingRules{})
+		res := e.claim(10, storedriver.OrderingRules{})
 		require.Len(t, res.Claimed, 1, "claimable once the shortened lease has ended")
 		require.Equal(t, c.ID, res.Claimed[0].ID)
 		require.NotEqual(t, c.ClaimToken, res.Claimed[0].ClaimToken)
@@ -153,7 +153,7 @@ func testClaim(t *testing.T, h Harness) {
 	t.Run("MarkDispatchedAll", func(t *testing.T) {
 		e := newEnv(t, h)
 		e.enqueue(msg("t", `{"i": 1}`), msg("t", `{"i": 2}`), msg("t", `{"i": 3}`))
-		claimed := e.claim(10, store.OrderingRules{}).Claimed
+		claimed := e.claim(10, storedriver.OrderingRules{}).Claimed
 		require.Len(t, claimed, 3)
 		// One row finished before the batch is recorded: it stays sent.
 		ok, err := e.d().MarkSent(e.ctx, claimed[0].MessageID)
@@ -162,26 +162,26 @@ func testClaim(t *testing.T, h Harness) {
 		forged := claimed[2]
 		forged.ClaimToken = uuid.New()
 
-		n, err := e.d().MarkDispatchedAll(e.ctx, []store.Claimed{claimed[0], claimed[1], forged})
+		n, err := e.d().MarkDispatchedAll(e.ctx, []storedriver.Claimed{claimed[0], claimed[1], forged})
 		require.NoError(t, err)
 		require.Equal(t, 1, n, "only rows still claimed under their token move")
-		require.Equal(t, store.StatusSent, e.status(claimed[0].MessageID))
-		require.Equal(t, store.StatusDispatched, e.status(claimed[1].MessageID))
-		require.Equal(t, store.StatusClaimed, e.status(claimed[2].MessageID))
+		require.Equal(t, storedriver.StatusSent, e.status(claimed[0].MessageID))
+		require.Equal(t, storedriver.StatusDispatched, e.status(claimed[1].MessageID))
+		require.Equal(t, storedriver.StatusClaimed, e.status(claimed[2].MessageID))
 
 		n, err = e.d().MarkDispatchedAll(e.ctx, claimed[1:])
 		require.NoError(t, err)
 		require.Equal(t, 1, n, "a dispatched row does not move again")
-		require.Equal(t, store.StatusDispatched, e.status(claimed[2].MessageID))
+		require.Equal(t, storedriver.StatusDispatched, e.status(claimed[2].MessageID))
 		n, err = e.d().MarkDispatchedAll(e.ctx, nil)
 		require.NoError(t, err)
 		require.Zero(t, n)
 
 		// Dispatched rows are not claimable, whatever their lease was.
-		require.Empty(t, e.claim(10, store.OrderingRules{}).Claimed)
+		require.Empty(t, e.claim(10, storedriver.OrderingRules{}).Claimed)
 		st, err := e.d().Stats(e.ctx)
 		require.NoError(t, err)
-		require.EqualValues(t, 2, st.ByStatus[store.StatusDispatched])
+		require.EqualValues(t, 2, st.ByStatus[storedriver.StatusDispatched])
 		require.EqualValues(t, 2, st.InFlight)
 	})
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/storedriver"
 )
 
 // testOrdering pins per-key ordering: the messages of an ordering key are handed over one
@@ -37,15 +37,15 @@ func testOrdering(t *testing.T, h Harness) {
 		require.NotNil(t, row.OrderingSeq)
 		require.Equal(t, res[1].OrderingSeq, *row.OrderingSeq)
 
-		c := e.claim(10, store.OrderingRules{})
+		c := e.claim(10, storedriver.OrderingRules{})
 		require.Len(t, c.Claimed, 1)
 		require.Equal(t, first, c.Claimed[0].MessageID)
 		require.Equal(t, 2, c.Parked, "the claim reports the rows it found held back")
 		e.dispatch(c.Claimed...)
-		require.Empty(t, e.claim(10, store.OrderingRules{}).Claimed, "nothing of the key while the first is in flight")
-		_, err := e.d().Unpark(e.ctx, store.OrderingRules{})
+		require.Empty(t, e.claim(10, storedriver.OrderingRules{}).Claimed, "nothing of the key while the first is in flight")
+		_, err := e.d().Unpark(e.ctx, storedriver.OrderingRules{})
 		require.NoError(t, err)
-		require.Empty(t, e.claim(10, store.OrderingRules{}).Claimed, "Unpark releases nothing still held back")
+		require.Empty(t, e.claim(10, storedriver.OrderingRules{}).Claimed, "Unpark releases nothing still held back")
 		st, err := e.d().Stats(e.ctx)
 		require.NoError(t, err)
 		require.EqualValues(t, 2, st.HeldBack)
@@ -53,15 +53,15 @@ func testOrdering(t *testing.T, h Harness) {
 		sent, err := e.d().RecordSent(e.ctx, first)
 		require.NoError(t, err)
 		require.NotNil(t, sent)
-		c = e.claim(10, store.OrderingRules{})
+		c = e.claim(10, storedriver.OrderingRules{})
 		require.Len(t, c.Claimed, 1, "the next of the key is claimable once the first is sent")
 		require.Equal(t, second, c.Claimed[0].MessageID)
 		ok, err := e.d().MarkSent(e.ctx, second)
 		require.NoError(t, err)
 		require.True(t, ok)
-		_, err = e.d().Unpark(e.ctx, store.OrderingRules{})
+		_, err = e.d().Unpark(e.ctx, storedriver.OrderingRules{})
 		require.NoError(t, err)
-		c = e.claim(10, store.OrderingRules{})
+		c = e.claim(10, storedriver.OrderingRules{})
 		require.Len(t, c.Claimed, 1)
 		require.Equal(t, third, c.Claimed[0].MessageID)
 	})
@@ -74,17 +74,17 @@ func testOrdering(t *testing.T, h Harness) {
 		e.claimOnly(first)
 		e.deadLetter(first, "order.event", "run-1")
 		next := e.enqueue(keyed("order.other", "order-1", 2), keyed("order.event", "order-2", 1))
-		c := e.claim(10, store.OrderingRules{})
+		c := e.claim(10, storedriver.OrderingRules{})
 		require.Len(t, c.Claimed, 1, "only the other key's message")
 		require.Equal(t, next[1].MessageID, c.Claimed[0].MessageID)
-		require.Empty(t, e.claim(10, store.OrderingRules{}).Claimed)
+		require.Empty(t, e.claim(10, storedriver.OrderingRules{}).Claimed)
 		st, err := e.d().Stats(e.ctx)
 		require.NoError(t, err)
 		require.EqualValues(t, 1, st.HeldBack)
 		require.EqualValues(t, 1, st.KeysBlockedByDead)
 
 		require.NoError(t, e.d().Discard(e.ctx, first, "ops"))
-		c = e.claim(10, store.OrderingRules{})
+		c = e.claim(10, storedriver.OrderingRules{})
 		require.Len(t, c.Claimed, 1, "discarding the dead message releases its key")
 		require.Equal(t, next[0].MessageID, c.Claimed[0].MessageID)
 	})
@@ -93,7 +93,7 @@ func testOrdering(t *testing.T, h Harness) {
 	// a rules change reaches rows already held back through Unpark.
 	t.Run("SkippingRules", func(t *testing.T) {
 		e := newEnv(t, h)
-		skipping := store.OrderingRules{Listed: []string{"order.event"}, Skipping: []string{"order.event"}}
+		skipping := storedriver.OrderingRules{Listed: []string{"order.event"}, Skipping: []string{"order.event"}}
 		first := e.enqueue(keyed("order.event", "order-1", 1))[0].MessageID
 		e.claimOnly(first)
 		e.deadLetter(first, "order.event", "run-1")
@@ -108,9 +108,9 @@ func testOrdering(t *testing.T, h Harness) {
 		e.claimOnly(a)
 		e.deadLetter(a, "order.other", "run-1")
 		b := e.enqueue(keyed("order.other", "order-2", 2))[0].MessageID
-		require.Empty(t, e.claim(10, store.OrderingRules{}).Claimed)
+		require.Empty(t, e.claim(10, storedriver.OrderingRules{}).Claimed)
 		require.Empty(t, e.claim(10, skipping).Claimed, "order.other is not listed: its dead message blocks")
-		all := store.OrderingRules{DefaultSkipping: true}
+		all := storedriver.OrderingRules{DefaultSkipping: true}
 		n, err := e.d().Unpark(e.ctx, all)
 		require.NoError(t, err)
 		require.LessOrEqual(t, n, int64(1))
@@ -122,7 +122,7 @@ func testOrdering(t *testing.T, h Harness) {
 	// Unordered topics are never held back by their key; ordered ones still are.
 	t.Run("UnorderedTopics", func(t *testing.T) {
 		e := newEnv(t, h)
-		rules := store.OrderingRules{Listed: []string{"audit.log", "order.event"}, Unordered: []string{"audit.log"}}
+		rules := storedriver.OrderingRules{Listed: []string{"audit.log", "order.event"}, Unordered: []string{"audit.log"}}
 		res := e.enqueue(keyed("order.event", "k", 1), keyed("audit.log", "k", 2), keyed("audit.log", "k", 3), keyed("order.event", "k", 4))
 		c := e.claim(10, rules)
 		got := map[uuid.UUID]bool{}
@@ -141,7 +141,7 @@ func testOrdering(t *testing.T, h Harness) {
 		require.Equal(t, res[3].MessageID, c.Claimed[0].MessageID)
 
 		// DefaultUnordered: topics not listed are not ordered.
-		all := store.OrderingRules{DefaultUnordered: true}
+		all := storedriver.OrderingRules{DefaultUnordered: true}
 		more := e.enqueue(keyed("x.event", "j", 1), keyed("x.event", "j", 2))
 		c = e.claim(10, all)
 		got = map[uuid.UUID]bool{}
@@ -161,7 +161,7 @@ func orderingUnderConcurrentWriters(t *testing.T, h Harness) {
 	e := newEnv(t, h)
 	const writers, perWriter = 4, 20
 	type sent struct {
-		res    store.Enqueued
+		res    storedriver.Enqueued
 		key    string
 		writer int
 		i      int
@@ -177,12 +177,12 @@ func orderingUnderConcurrentWriters(t *testing.T, h Harness) {
 		go func() {
 			defer wg.Done()
 			for i := range perWriter {
-				msgs := []store.Message{{Topic: "order.event", OrderingKey: "shared",
+				msgs := []storedriver.Message{{Topic: "order.event", OrderingKey: "shared",
 					Payload: json.RawMessage(fmt.Sprintf(`{"w": %d, "i": %d}`, w, i))}}
 				if i%4 == 0 {
 					msgs = append(msgs,
-						store.Message{Topic: "order.event", OrderingKey: fmt.Sprintf("own-%d", w), Payload: json.RawMessage(fmt.Sprintf(`{"w": %d, "i": %d}`, w, i))},
-						store.Message{Topic: "order.unkeyed", Payload: json.RawMessage(fmt.Sprintf(`{"w": %d, "i": %d}`, w, i))})
+						storedriver.Message{Topic: "order.event", OrderingKey: fmt.Sprintf("own-%d", w), Payload: json.RawMessage(fmt.Sprintf(`{"w": %d, "i": %d}`, w, i))},
+						storedriver.Message{Topic: "order.unkeyed", Payload: json.RawMessage(fmt.Sprintf(`{"w": %d, "i": %d}`, w, i))})
 				}
 				var got []sent
 				err := e.InTx(e.ctx, func(enqueue Enqueue) error {
@@ -246,11 +246,11 @@ func orderingUnderConcurrentWriters(t *testing.T, h Harness) {
 	sentIDs := map[uuid.UUID]bool{}
 	for round := 0; len(sentIDs) < len(enqueued); round++ {
 		require.Less(t, round, 10*len(enqueued), "the relay loop makes no progress")
-		first := e.claim(10, store.OrderingRules{})
+		first := e.claim(10, storedriver.OrderingRules{})
 		e.dispatch(first.Claimed...)
 		// A second claim while the first batch is in flight: it must take nothing of a
 		// key the first batch holds.
-		second := e.claim(10, store.OrderingRules{})
+		second := e.claim(10, storedriver.OrderingRules{})
 		e.dispatch(second.Claimed...)
 		batch := append(first.Claimed, second.Claimed...)
 		if len(batch) == 0 {
@@ -301,9 +301,9 @@ func orderingUnderConcurrentWriters(t *testing.T, h Harness) {
 	for key, list := range seqs {
 		require.Equal(t, len(list), next[key], "key %s: every message claimed", key)
 	}
-	require.Empty(t, e.claim(10, store.OrderingRules{}).Claimed)
+	require.Empty(t, e.claim(10, storedriver.OrderingRules{}).Claimed)
 	st, err := e.d().Stats(e.ctx)
 	require.NoError(t, err)
-	require.EqualValues(t, len(enqueued), st.ByStatus[store.StatusSent])
+	require.EqualValues(t, len(enqueued), st.ByStatus[storedriver.StatusSent])
 	require.Zero(t, st.HeldBack)
 }

@@ -11,19 +11,19 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/storedriver"
 )
 
 // testEnqueue pins the business code's one call: a committed message reads back as it
 // was enqueued, a rolled-back one is not there, and an invalid one is refused with a
-// *store.ValidationError before anything is written.
+// *storedriver.ValidationError before anything is written.
 func testEnqueue(t *testing.T, h Harness) {
 	t.Run("CommittedIsReadable", func(t *testing.T) {
 		e := newEnv(t, h)
 		retries := 2
 		payload := `{"id": 1, "note": "ünïcödé \" \\ 😀", "items": [1, 2.5, null, true]}`
 		res := e.enqueue(
-			store.Message{Topic: "order.created", Payload: json.RawMessage(payload),
+			storedriver.Message{Topic: "order.created", Payload: json.RawMessage(payload),
 				Headers: map[string]string{"x-tenant": "acme", "x-quote": `it's "q"`}, MaxRetryTimes: &retries},
 			msg("order.paid", `"a string"`),
 		)
@@ -38,7 +38,7 @@ func testEnqueue(t *testing.T, h Harness) {
 		require.Equal(t, "order.created", row.Topic)
 		require.JSONEq(t, payload, string(row.Payload))
 		require.Equal(t, map[string]string{"x-tenant": "acme", "x-quote": `it's "q"`}, row.Headers)
-		require.Equal(t, store.StatusPending, row.Status)
+		require.Equal(t, storedriver.StatusPending, row.Status)
 		require.NotNil(t, row.MaxRetryTimes)
 		require.Equal(t, 2, *row.MaxRetryTimes)
 		require.Zero(t, row.RetryTimes)
@@ -62,14 +62,14 @@ func testEnqueue(t *testing.T, h Harness) {
 		require.Equal(t, "order.paid", all[res[1].MessageID].Topic)
 
 		_, err = e.d().Get(e.ctx, uuid.New())
-		require.ErrorIs(t, err, store.ErrNotFound)
+		require.ErrorIs(t, err, storedriver.ErrNotFound)
 	})
 
 	t.Run("RolledBackWritesNothing", func(t *testing.T) {
 		e := newEnv(t, h)
 		var ids []uuid.UUID
 		err := e.InTx(e.ctx, func(enqueue Enqueue) error {
-			for _, m := range []store.Message{msg("order.created", `{}`), keyed("order.created", "order-1", 1)} {
+			for _, m := range []storedriver.Message{msg("order.created", `{}`), keyed("order.created", "order-1", 1)} {
 				res, err := enqueue(e.ctx, m)
 				if err != nil {
 					return err
@@ -84,7 +84,7 @@ func testEnqueue(t *testing.T, h Harness) {
 			e.requireNotFound(id)
 		}
 		require.Zero(t, e.total())
-		res := e.claim(10, store.OrderingRules{})
+		res := e.claim(10, storedriver.OrderingRules{})
 		require.Empty(t, res.Claimed)
 	})
 
@@ -93,10 +93,10 @@ func testEnqueue(t *testing.T, h Harness) {
 		max := e.d().MaxPayloadBytes()
 		require.Positive(t, max)
 		big := `"` + strings.Repeat("x", max) + `"`
-		tooMany := store.MaxRetryTimesLimit + 1
+		tooMany := storedriver.MaxRetryTimesLimit + 1
 		for _, tc := range []struct {
 			name  string
-			msg   store.Message
+			msg   storedriver.Message
 			field string
 		}{
 			{"EmptyTopic", msg("", `{}`), "topic"},
@@ -105,10 +105,10 @@ func testEnqueue(t *testing.T, h Harness) {
 			{"EmptyPayload", msg("a", ``), "payload"},
 			{"InvalidJSON", msg("a", `{"a":`), "payload"},
 			{"PayloadTooLarge", msg("a", big), "payload"},
-			{"EmptyHeaderKey", store.Message{Topic: "a", Payload: json.RawMessage(`{}`), Headers: map[string]string{"": "x"}}, "headers"},
-			{"BlankOrderingKey", store.Message{Topic: "a", Payload: json.RawMessage(`{}`), OrderingKey: "  "}, "ordering_key"},
-			{"TooManyRetries", store.Message{Topic: "a", Payload: json.RawMessage(`{}`), MaxRetryTimes: &tooMany}, "max_retry_times"},
-			{"DeliverAfterTooFar", store.Message{Topic: "a", Payload: json.RawMessage(`{}`), DeliverAfter: time.Now().AddDate(2, 0, 0)}, "deliver_after"},
+			{"EmptyHeaderKey", storedriver.Message{Topic: "a", Payload: json.RawMessage(`{}`), Headers: map[string]string{"": "x"}}, "headers"},
+			{"BlankOrderingKey", storedriver.Message{Topic: "a", Payload: json.RawMessage(`{}`), OrderingKey: "  "}, "ordering_key"},
+			{"TooManyRetries", storedriver.Message{Topic: "a", Payload: json.RawMessage(`{}`), MaxRetryTimes: &tooMany}, "max_retry_times"},
+			{"DeliverAfterTooFar", storedriver.Message{Topic: "a", Payload: json.RawMessage(`{}`), DeliverAfter: time.Now().AddDate(2, 0, 0)}, "deliver_after"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				require.Equal(t, tc.field, validationField(t, e.d().Validate(tc.msg)), "Validate")
@@ -129,7 +129,7 @@ func testEnqueue(t *testing.T, h Harness) {
 		require.NoError(t, e.d().Validate(msg("order.created", `{"ok": true}`)))
 		st, err := e.d().Stats(e.ctx)
 		require.NoError(t, err)
-		require.Equal(t, map[string]map[store.Status]int64{"after.refusal": {store.StatusPending: 10}}, st.ByTopic,
+		require.Equal(t, map[string]map[storedriver.Status]int64{"after.refusal": {storedriver.StatusPending: 10}}, st.ByTopic,
 			"only the valid messages were written")
 	})
 }
@@ -140,13 +140,13 @@ func testEnqueue(t *testing.T, h Harness) {
 // fails, as the message_id unique key refuses it, and the first row stays as it was).
 func testIdempotencyKey(t *testing.T, h Harness) {
 	e := newEnv(t, h)
-	withKey := func(key string, n int) store.Message {
-		return store.Message{Topic: "order.created", Payload: json.RawMessage(fmt.Sprintf(`{"n": %d}`, n)), IdempotencyKey: key}
+	withKey := func(key string, n int) storedriver.Message {
+		return storedriver.Message{Topic: "order.created", Payload: json.RawMessage(fmt.Sprintf(`{"n": %d}`, n)), IdempotencyKey: key}
 	}
 	first := e.enqueue(withKey("order-42-created", 1))[0]
 	require.False(t, first.Duplicate)
 
-	var again, other, inTx, inTxAgain store.Enqueued
+	var again, other, inTx, inTxAgain storedriver.Enqueued
 	err := e.InTx(e.ctx, func(enqueue Enqueue) error {
 		var err error
 		if again, err = enqueue(e.ctx, withKey("order-42-created", 2)); err != nil {
@@ -170,7 +170,7 @@ func testIdempotencyKey(t *testing.T, h Harness) {
 	require.True(t, inTxAgain.Duplicate, "a key the transaction itself wrote")
 	require.Equal(t, inTx.MessageID, inTxAgain.MessageID)
 	require.JSONEq(t, `{"n": 1}`, string(e.get(first.MessageID).Payload), "the holder is unchanged")
-	require.Equal(t, store.StatusPending, e.get(other.MessageID).Status)
+	require.Equal(t, storedriver.StatusPending, e.get(other.MessageID).Status)
 	require.JSONEq(t, `{"n": 4}`, string(e.get(inTx.MessageID).Payload))
 	require.EqualValues(t, 3, e.total())
 
@@ -182,7 +182,7 @@ func testIdempotencyKey(t *testing.T, h Harness) {
 	// An explicit message ID is the message's identity: given again, the enqueue fails and
 	// its transaction rolls back; the first row stays.
 	id := uuid.Must(uuid.NewV7())
-	byID := store.Message{Topic: "order.shipped", Payload: json.RawMessage(`{"first": true}`), MessageID: id}
+	byID := storedriver.Message{Topic: "order.shipped", Payload: json.RawMessage(`{"first": true}`), MessageID: id}
 	require.Equal(t, id, e.enqueue(byID)[0].MessageID)
 	var sibling uuid.UUID
 	err = e.InTx(e.ctx, func(enqueue Enqueue) error {
@@ -198,8 +198,8 @@ func testIdempotencyKey(t *testing.T, h Harness) {
 			require.False(t, res.Duplicate)
 			return errors.New("storetest: a second enqueue with the same message ID succeeded")
 		}
-		require.NotErrorIs(t, err, store.ErrNotFound)
-		var verr *store.ValidationError
+		require.NotErrorIs(t, err, storedriver.ErrNotFound)
+		var verr *storedriver.ValidationError
 		require.False(t, errors.As(err, &verr), "not a validation error: %v", err)
 		return err
 	})

@@ -14,7 +14,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/storedriver"
 )
 
 // Harness creates the targets the suite runs against.
@@ -27,7 +27,7 @@ type Harness struct {
 // Target is one isolated store under test and the database-specific ways to write to it.
 type Target struct {
 	// Driver is the store under test.
-	Driver store.Driver
+	Driver storedriver.Driver
 	// InTx runs fn in a transaction of the database and commits it when fn returns nil,
 	// rolls it back otherwise. Enqueue inside fn joins that transaction: this is the
 	// business code's one call.
@@ -46,4 +46,4 @@ type Target struct {
 }
 
 // Enqueue enqueues one message in the transaction InTx runs.
-type Enqueue func(ctx context.Context, msg store.Message) (store.Enqueued, error)
+type Enqueue func(ctx context.Context, msg storedriver.Message) (storedriver.Enqueued, error)

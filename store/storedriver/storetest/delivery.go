@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/storedriver"
 )
 
 // testDeliverAfter pins Message.DeliverAfter: the row is written at once but not claimed
@@ -22,19 +22,19 @@ func testDeliverAfter(t *testing.T, h Harness) {
 	require.False(t, ok, "empty table: nothing waits")
 
 	at := time.Now().Add(time.Hour)
-	later := store.Message{Topic: "reminder", Payload: json.RawMessage(`{"later": true}`), DeliverAfter: at}
-	farther := store.Message{Topic: "reminder", Payload: json.RawMessage(`{"farther": true}`), DeliverAfter: at.Add(time.Hour)}
-	past := store.Message{Topic: "reminder", Payload: json.RawMessage(`{"past": true}`), DeliverAfter: time.Now().Add(-time.Hour)}
+	later := storedriver.Message{Topic: "reminder", Payload: json.RawMessage(`{"later": true}`), DeliverAfter: at}
+	farther := storedriver.Message{Topic: "reminder", Payload: json.RawMessage(`{"farther": true}`), DeliverAfter: at.Add(time.Hour)}
+	past := storedriver.Message{Topic: "reminder", Payload: json.RawMessage(`{"past": true}`), DeliverAfter: time.Now().Add(-time.Hour)}
 	res := e.enqueue(later, farther, past, msg("reminder", `{"now": true}`))
 	delayed, farID, pastID, nowID := res[0].MessageID, res[1].MessageID, res[2].MessageID, res[3].MessageID
 
 	row := e.get(delayed)
-	require.Equal(t, store.StatusPending, row.Status)
+	require.Equal(t, storedriver.StatusPending, row.Status)
 	require.NotNil(t, row.NextRetryAt, "DeliverAfter is the row's next_retry_at")
 	require.WithinDuration(t, at, *row.NextRetryAt, time.Second)
 	require.Nil(t, e.get(nowID).NextRetryAt, "no DeliverAfter, no next_retry_at")
 
-	c := e.claim(10, store.OrderingRules{})
+	c := e.claim(10, storedriver.OrderingRules{})
 	got := []uuid.UUID{}
 	for _, r := range c.Claimed {
 		got = append(got, r.MessageID)
@@ -52,7 +52,7 @@ func testDeliverAfter(t *testing.T, h Harness) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.InDelta(t, (2 * time.Hour).Seconds(), wait.Seconds(), 60, "wait %s: the row due now no longer counts", wait)
-	c = e.claim(10, store.OrderingRules{})
+	c = e.claim(10, storedriver.OrderingRules{})
 	require.Len(t, c.Claimed, 1)
 	require.Equal(t, delayed, c.Claimed[0].MessageID)
 
@@ -60,7 +60,7 @@ func testDeliverAfter(t *testing.T, h Harness) {
 	_, ok, err = e.d().NextDue(e.ctx)
 	require.NoError(t, err)
 	require.False(t, ok, "nothing waits for its time")
-	c = e.claim(10, store.OrderingRules{})
+	c = e.claim(10, storedriver.OrderingRules{})
 	require.Len(t, c.Claimed, 1)
 	require.Equal(t, farID, c.Claimed[0].MessageID)
 
@@ -84,7 +84,7 @@ func testTransitions(t *testing.T, h Harness) {
 		require.Positive(t, s.Latency)
 		require.Less(t, s.Latency, time.Minute)
 		row := e.get(c.MessageID)
-		require.Equal(t, store.StatusSent, row.Status)
+		require.Equal(t, storedriver.StatusSent, row.Status)
 		require.NotNil(t, row.SentAt)
 		require.WithinDuration(t, time.Now(), *row.SentAt, time.Minute)
 
@@ -104,16 +104,16 @@ func testTransitions(t *testing.T, h Harness) {
 		ok, err = e.d().MarkSent(e.ctx, claimed.MessageID)
 		require.NoError(t, err)
 		require.True(t, ok)
-		n, err := e.d().MarkDispatchedAll(e.ctx, []store.Claimed{claimed})
+		n, err := e.d().MarkDispatchedAll(e.ctx, []storedriver.Claimed{claimed})
 		require.NoError(t, err)
 		require.Zero(t, n)
 		ok, err = e.d().RecordFailure(e.ctx, claimed.MessageID, 1, "late")
 		require.NoError(t, err)
 		require.False(t, ok)
-		ok, err = e.d().DeadLetter(e.ctx, store.DeadLetter{MessageID: claimed.MessageID, Topic: "order.created", WorkflowID: "w", RunID: "r", Attempts: 1, LastError: "late"})
+		ok, err = e.d().DeadLetter(e.ctx, storedriver.DeadLetter{MessageID: claimed.MessageID, Topic: "order.created", WorkflowID: "w", RunID: "r", Attempts: 1, LastError: "late"})
 		require.NoError(t, err)
 		require.False(t, ok)
-		require.Equal(t, store.StatusSent, e.status(claimed.MessageID))
+		require.Equal(t, storedriver.StatusSent, e.status(claimed.MessageID))
 		letters, err := e.d().DeadLetters(e.ctx, claimed.MessageID)
 		require.NoError(t, err)
 		require.Empty(t, letters, "a sent row gets no dead letter")
@@ -121,8 +121,8 @@ func testTransitions(t *testing.T, h Harness) {
 		s, err = e.d().RecordSent(e.ctx, pending)
 		require.NoError(t, err)
 		require.NotNil(t, s)
-		require.Equal(t, store.StatusSent, e.status(pending))
-		require.Empty(t, e.claim(10, store.OrderingRules{}).Claimed)
+		require.Equal(t, storedriver.StatusSent, e.status(pending))
+		require.Empty(t, e.claim(10, storedriver.OrderingRules{}).Claimed)
 	})
 
 	t.Run("RecordFailure", func(t *testing.T) {
@@ -135,7 +135,7 @@ func testTransitions(t *testing.T, h Harness) {
 		require.Equal(t, 3, row.RetryTimes)
 		require.NotNil(t, row.LastError)
 		require.Equal(t, "HTTP 503", *row.LastError)
-		require.Equal(t, store.StatusDispatched, row.Status)
+		require.Equal(t, storedriver.StatusDispatched, row.Status)
 
 		ok, err = e.d().RecordFailure(e.ctx, c.MessageID, 2, "a late report of an earlier attempt")
 		require.NoError(t, err)
@@ -157,7 +157,7 @@ func testTransitions(t *testing.T, h Harness) {
 		require.NoError(t, err)
 		require.Empty(t, runs)
 
-		d := store.DeadLetter{MessageID: id, Topic: "order.created", WorkflowID: "outbox-" + id.String(), RunID: "run-1", Attempts: 4, LastError: "HTTP 500"}
+		d := storedriver.DeadLetter{MessageID: id, Topic: "order.created", WorkflowID: "outbox-" + id.String(), RunID: "run-1", Attempts: 4, LastError: "HTTP 500"}
 		ok, err := e.d().DeadLetter(e.ctx, d)
 		require.NoError(t, err)
 		require.True(t, ok)
@@ -165,7 +165,7 @@ func testTransitions(t *testing.T, h Harness) {
 		require.NoError(t, err)
 		require.False(t, ok)
 		row := e.get(id)
-		require.Equal(t, store.StatusDead, row.Status)
+		require.Equal(t, storedriver.StatusDead, row.Status)
 		require.Equal(t, "HTTP 500", *row.LastError)
 		letters, err := e.d().DeadLetters(e.ctx, id)
 		require.NoError(t, err)
@@ -185,16 +185,16 @@ func testTransitions(t *testing.T, h Harness) {
 		runs, err = e.d().DeadLetterRunIDs(e.ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, []string{"run-1"}, runs)
-		require.Empty(t, e.claim(10, store.OrderingRules{}).Claimed, "a dead row is not claimable")
+		require.Empty(t, e.claim(10, storedriver.OrderingRules{}).Claimed, "a dead row is not claimable")
 
 		// Redrive: dead → pending, audited, the dead letter closed.
 		_, err = e.d().Redrive(e.ctx, id, " ")
 		require.Error(t, err, "the actor is required")
 		red, err := e.d().Redrive(e.ctx, id, "alice")
 		require.NoError(t, err)
-		require.Equal(t, store.Redriven{MessageID: id, Topic: "order.created", RedriveCount: 1}, red)
+		require.Equal(t, storedriver.Redriven{MessageID: id, Topic: "order.created", RedriveCount: 1}, red)
 		row = e.get(id)
-		require.Equal(t, store.StatusPending, row.Status)
+		require.Equal(t, storedriver.StatusPending, row.Status)
 		require.Zero(t, row.RetryTimes)
 		require.Equal(t, 1, row.RedriveCount)
 		letters, err = e.d().DeadLetters(e.ctx, id)
@@ -210,9 +210,9 @@ func testTransitions(t *testing.T, h Harness) {
 		require.NotNil(t, audit[0].DeadLetterID)
 		require.Equal(t, letters[0].ID, *audit[0].DeadLetterID)
 		_, err = e.d().Redrive(e.ctx, id, "bob")
-		var notDead *store.NotDeadError
+		var notDead *storedriver.NotDeadError
 		require.ErrorAs(t, err, &notDead, "a redrive of a redriven (pending) message")
-		require.Equal(t, store.StatusPending, notDead.Status)
+		require.Equal(t, storedriver.StatusPending, notDead.Status)
 		require.Equal(t, id, notDead.MessageID)
 
 		// The redriven message is delivered again; a second run gives up on it.
@@ -228,7 +228,7 @@ func testTransitions(t *testing.T, h Harness) {
 		// Discard: dead → discarded, audited; a discarded message is neither redriven
 		// nor claimed.
 		require.NoError(t, e.d().Discard(e.ctx, id, "carol"))
-		require.Equal(t, store.StatusDiscarded, e.status(id))
+		require.Equal(t, storedriver.StatusDiscarded, e.status(id))
 		letters, err = e.d().DeadLetters(e.ctx, id)
 		require.NoError(t, err)
 		require.Len(t, letters, 2)
@@ -241,20 +241,20 @@ func testTransitions(t *testing.T, h Harness) {
 		require.Equal(t, "carol", audit[1].Actor)
 		_, err = e.d().Redrive(e.ctx, id, "dave")
 		require.ErrorAs(t, err, &notDead)
-		require.Equal(t, store.StatusDiscarded, notDead.Status)
+		require.Equal(t, storedriver.StatusDiscarded, notDead.Status)
 		require.ErrorAs(t, e.d().Discard(e.ctx, id, "dave"), &notDead)
-		ok, err = e.d().DeadLetter(e.ctx, store.DeadLetter{MessageID: id, Topic: "order.created", WorkflowID: "w", RunID: "run-3", Attempts: 1, LastError: "x"})
+		ok, err = e.d().DeadLetter(e.ctx, storedriver.DeadLetter{MessageID: id, Topic: "order.created", WorkflowID: "w", RunID: "run-3", Attempts: 1, LastError: "x"})
 		require.NoError(t, err)
 		require.False(t, ok, "a discarded row is left alone")
-		require.Empty(t, e.claim(10, store.OrderingRules{}).Claimed)
+		require.Empty(t, e.claim(10, storedriver.OrderingRules{}).Claimed)
 
 		// Operator actions on what is not dead, or does not exist.
 		sent := e.sent("order.created")
 		require.ErrorAs(t, e.d().Discard(e.ctx, sent, "dave"), &notDead)
-		require.Equal(t, store.StatusSent, notDead.Status)
+		require.Equal(t, storedriver.StatusSent, notDead.Status)
 		_, err = e.d().Redrive(e.ctx, uuid.New(), "dave")
-		require.ErrorIs(t, err, store.ErrNotFound)
-		require.ErrorIs(t, e.d().Discard(e.ctx, uuid.New(), "dave"), store.ErrNotFound)
+		require.ErrorIs(t, err, storedriver.ErrNotFound)
+		require.ErrorIs(t, e.d().Discard(e.ctx, uuid.New(), "dave"), storedriver.ErrNotFound)
 	})
 
 	t.Run("ListDeadLetters", func(t *testing.T) {
@@ -263,40 +263,40 @@ func testTransitions(t *testing.T, h Harness) {
 		b := e.dead("order.paid")
 		c := e.dead("order.created")
 
-		all, err := e.d().ListDeadLetters(e.ctx, store.DeadLetterFilter{})
+		all, err := e.d().ListDeadLetters(e.ctx, storedriver.DeadLetterFilter{})
 		require.NoError(t, err)
 		require.Len(t, all, 3)
 		require.Equal(t, []uuid.UUID{c, b, a}, []uuid.UUID{all[0].MessageID, all[1].MessageID, all[2].MessageID}, "newest first")
 
-		paid, err := e.d().ListDeadLetters(e.ctx, store.DeadLetterFilter{Topic: "order.paid"})
+		paid, err := e.d().ListDeadLetters(e.ctx, storedriver.DeadLetterFilter{Topic: "order.paid"})
 		require.NoError(t, err)
 		require.Len(t, paid, 1)
 		require.Equal(t, b, paid[0].MessageID)
-		created, err := e.d().ListDeadLetters(e.ctx, store.DeadLetterFilter{Topic: "order.created"})
+		created, err := e.d().ListDeadLetters(e.ctx, storedriver.DeadLetterFilter{Topic: "order.created"})
 		require.NoError(t, err)
 		require.Len(t, created, 2)
-		none, err := e.d().ListDeadLetters(e.ctx, store.DeadLetterFilter{Topic: "order.unknown"})
+		none, err := e.d().ListDeadLetters(e.ctx, storedriver.DeadLetterFilter{Topic: "order.unknown"})
 		require.NoError(t, err)
 		require.Empty(t, none)
 
-		limited, err := e.d().ListDeadLetters(e.ctx, store.DeadLetterFilter{Limit: 1})
+		limited, err := e.d().ListDeadLetters(e.ctx, storedriver.DeadLetterFilter{Limit: 1})
 		require.NoError(t, err)
 		require.Len(t, limited, 1)
-		future, err := e.d().ListDeadLetters(e.ctx, store.DeadLetterFilter{Since: time.Now().Add(time.Hour)})
+		future, err := e.d().ListDeadLetters(e.ctx, storedriver.DeadLetterFilter{Since: time.Now().Add(time.Hour)})
 		require.NoError(t, err)
 		require.Empty(t, future)
-		recent, err := e.d().ListDeadLetters(e.ctx, store.DeadLetterFilter{Since: time.Now().Add(-time.Hour)})
+		recent, err := e.d().ListDeadLetters(e.ctx, storedriver.DeadLetterFilter{Since: time.Now().Add(-time.Hour)})
 		require.NoError(t, err)
 		require.Len(t, recent, 3)
 
 		_, err = e.d().Redrive(e.ctx, b, "alice")
 		require.NoError(t, err)
 		require.NoError(t, e.d().Discard(e.ctx, c, "alice"))
-		open, err := e.d().ListDeadLetters(e.ctx, store.DeadLetterFilter{})
+		open, err := e.d().ListDeadLetters(e.ctx, storedriver.DeadLetterFilter{})
 		require.NoError(t, err)
 		require.Len(t, open, 1, "redriven and discarded dead letters are closed")
 		require.Equal(t, a, open[0].MessageID)
-		closed, err := e.d().ListDeadLetters(e.ctx, store.DeadLetterFilter{IncludeClosed: true})
+		closed, err := e.d().ListDeadLetters(e.ctx, storedriver.DeadLetterFilter{IncludeClosed: true})
 		require.NoError(t, err)
 		require.Len(t, closed, 3)
 	})
@@ -305,19 +305,19 @@ func testTransitions(t *testing.T, h Harness) {
 		e := newEnv(t, h)
 		sentRow, runningRow, againRow := e.dispatched("order.sent"), e.dispatched("order.running"), e.dispatched("order.again")
 		fresh := e.dispatched("order.fresh")
-		for _, c := range []store.Claimed{sentRow, runningRow, againRow} {
+		for _, c := range []storedriver.Claimed{sentRow, runningRow, againRow} {
 			e.shift("updated_at", c.ID)
 		}
 
 		stale, err := e.d().ClaimStaleDispatched(e.ctx, time.Minute, 10)
 		require.NoError(t, err)
-		byID := map[uuid.UUID]store.Dispatched{}
+		byID := map[uuid.UUID]storedriver.Dispatched{}
 		for _, d := range stale {
 			byID[d.MessageID] = d
 		}
 		require.Len(t, stale, 3, "the rows dispatched and not updated for longer than the age")
 		require.NotContains(t, byID, fresh.MessageID)
-		for _, c := range []store.Claimed{sentRow, runningRow, againRow} {
+		for _, c := range []storedriver.Claimed{sentRow, runningRow, againRow} {
 			d, ok := byID[c.MessageID]
 			require.True(t, ok)
 			require.Equal(t, c.ID, d.ID)
@@ -329,17 +329,17 @@ func testTransitions(t *testing.T, h Harness) {
 		require.Empty(t, again, "taking a stale row touches it")
 
 		// Running: nothing to repair; Repair refuses the outcome and leaves the row.
-		_, err = e.d().Repair(e.ctx, byID[runningRow.MessageID], store.ReconcileRunning, "still running")
+		_, err = e.d().Repair(e.ctx, byID[runningRow.MessageID], storedriver.ReconcileRunning, "still running")
 		require.Error(t, err)
-		require.Equal(t, store.StatusDispatched, e.status(runningRow.MessageID))
+		require.Equal(t, storedriver.StatusDispatched, e.status(runningRow.MessageID))
 
 		// Recorded sent: dispatched → sent, audited, once.
 		d := byID[sentRow.MessageID]
-		ok, err := e.d().Repair(e.ctx, d, store.ReconcileRecordedSent, "workflow completed")
+		ok, err := e.d().Repair(e.ctx, d, storedriver.ReconcileRecordedSent, "workflow completed")
 		require.NoError(t, err)
 		require.True(t, ok)
 		row := e.get(d.MessageID)
-		require.Equal(t, store.StatusSent, row.Status)
+		require.Equal(t, storedriver.StatusSent, row.Status)
 		require.NotNil(t, row.SentAt)
 		audit, err := e.d().Audit(e.ctx, d.MessageID)
 		require.NoError(t, err)
@@ -348,7 +348,7 @@ func testTransitions(t *testing.T, h Harness) {
 		require.Equal(t, "relay", audit[0].Actor)
 		require.NotNil(t, audit[0].Detail)
 		require.Equal(t, "recorded_sent: workflow completed", *audit[0].Detail)
-		ok, err = e.d().Repair(e.ctx, d, store.ReconcileRecordedSent, "again")
+		ok, err = e.d().Repair(e.ctx, d, storedriver.ReconcileRecordedSent, "again")
 		require.NoError(t, err)
 		require.False(t, ok, "a repair happens once")
 
@@ -358,21 +358,21 @@ func testTransitions(t *testing.T, h Harness) {
 		reread, err := e.d().ClaimStaleDispatched(e.ctx, time.Minute, 10)
 		require.NoError(t, err)
 		require.Len(t, reread, 1)
-		ok, err = e.d().Repair(e.ctx, d, store.ReconcileHandedOverAgain, "workflow not found")
+		ok, err = e.d().Repair(e.ctx, d, storedriver.ReconcileHandedOverAgain, "workflow not found")
 		require.NoError(t, err)
 		require.False(t, ok, "the row changed since it was read")
-		require.Equal(t, store.StatusDispatched, e.status(d.MessageID))
+		require.Equal(t, storedriver.StatusDispatched, e.status(d.MessageID))
 		audit, err = e.d().Audit(e.ctx, d.MessageID)
 		require.NoError(t, err)
 		require.Empty(t, audit)
 
 		// Handed over again: dispatched → pending, audited; the next claim knows an
 		// earlier run may have sent it.
-		ok, err = e.d().Repair(e.ctx, reread[0], store.ReconcileHandedOverAgain, "workflow not found")
+		ok, err = e.d().Repair(e.ctx, reread[0], storedriver.ReconcileHandedOverAgain, "workflow not found")
 		require.NoError(t, err)
 		require.True(t, ok)
 		row = e.get(d.MessageID)
-		require.Equal(t, store.StatusPending, row.Status)
+		require.Equal(t, storedriver.StatusPending, row.Status)
 		require.Nil(t, row.NextRetryAt)
 		audit, err = e.d().Audit(e.ctx, d.MessageID)
 		require.NoError(t, err)
@@ -383,11 +383,11 @@ func testTransitions(t *testing.T, h Harness) {
 		require.True(t, c.MayHaveBeenSent())
 
 		// Only dispatched rows are repaired.
-		ok, err = e.d().Repair(e.ctx, store.Dispatched{ID: c.ID, MessageID: c.MessageID, Topic: c.Topic, UpdatedAt: e.get(c.MessageID).UpdatedAt},
-			store.ReconcileRecordedSent, "claimed")
+		ok, err = e.d().Repair(e.ctx, storedriver.Dispatched{ID: c.ID, MessageID: c.MessageID, Topic: c.Topic, UpdatedAt: e.get(c.MessageID).UpdatedAt},
+			storedriver.ReconcileRecordedSent, "claimed")
 		require.NoError(t, err)
 		require.False(t, ok)
-		require.Equal(t, store.StatusClaimed, e.status(c.MessageID))
+		require.Equal(t, storedriver.StatusClaimed, e.status(c.MessageID))
 
 		st, err := e.d().Stats(e.ctx)
 		require.NoError(t, err)

@@ -11,13 +11,13 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/storedriver"
 )
 
 // Run runs the conformance suite against the targets h makes. Each case is a subtest with
 // a target of its own, and the cases run in parallel with each other.
 //
-// The suite drives the store only through store.Driver and the Target's InTx and
+// The suite drives the store only through storedriver.Driver and the Target's InTx and
 // InsertSQL. It uses Exec for two statements (see ShiftSQL and RestoreSQL), in the
 // target's Dialect.
 func Run(t *testing.T, h Harness) {
@@ -80,20 +80,20 @@ func newEnv(t *testing.T, h Harness) *env {
 	return &env{t: t, ctx: t.Context(), Target: tg}
 }
 
-func (e *env) d() store.Driver { return e.Driver }
+func (e *env) d() storedriver.Driver { return e.Driver }
 
-func msg(topic, payload string) store.Message {
-	return store.Message{Topic: topic, Payload: json.RawMessage(payload)}
+func msg(topic, payload string) storedriver.Message {
+	return storedriver.Message{Topic: topic, Payload: json.RawMessage(payload)}
 }
 
-func keyed(topic, key string, n int) store.Message {
-	return store.Message{Topic: topic, OrderingKey: key, Payload: json.RawMessage(fmt.Sprintf(`{"n": %d}`, n))}
+func keyed(topic, key string, n int) storedriver.Message {
+	return storedriver.Message{Topic: topic, OrderingKey: key, Payload: json.RawMessage(fmt.Sprintf(`{"n": %d}`, n))}
 }
 
 // enqueue enqueues msgs in one committed transaction.
-func (e *env) enqueue(msgs ...store.Message) []store.Enqueued {
+func (e *env) enqueue(msgs ...storedriver.Message) []storedriver.Enqueued {
 	e.t.Helper()
-	out := make([]store.Enqueued, 0, len(msgs))
+	out := make([]storedriver.Enqueued, 0, len(msgs))
 	err := e.InTx(e.ctx, func(enqueue Enqueue) error {
 		for _, m := range msgs {
 			res, err := enqueue(e.ctx, m)
@@ -109,12 +109,12 @@ func (e *env) enqueue(msgs ...store.Message) []store.Enqueued {
 }
 
 // enqueueOne enqueues one message in its own transaction and returns its ID.
-func (e *env) enqueueOne(m store.Message) uuid.UUID {
+func (e *env) enqueueOne(m storedriver.Message) uuid.UUID {
 	e.t.Helper()
 	return e.enqueue(m)[0].MessageID
 }
 
-func (e *env) get(id uuid.UUID) store.Row {
+func (e *env) get(id uuid.UUID) storedriver.Row {
 	e.t.Helper()
 	row, err := e.d().Get(e.ctx, id)
 	require.NoError(e.t, err, "get %s", id)
@@ -124,15 +124,15 @@ func (e *env) get(id uuid.UUID) store.Row {
 func (e *env) requireNotFound(id uuid.UUID) {
 	e.t.Helper()
 	_, err := e.d().Get(e.ctx, id)
-	require.ErrorIs(e.t, err, store.ErrNotFound, "message %s", id)
+	require.ErrorIs(e.t, err, storedriver.ErrNotFound, "message %s", id)
 }
 
-func (e *env) status(id uuid.UUID) store.Status {
+func (e *env) status(id uuid.UUID) storedriver.Status {
 	e.t.Helper()
 	return e.get(id).Status
 }
 
-func (e *env) claim(limit int, rules store.OrderingRules) store.ClaimResult {
+func (e *env) claim(limit int, rules storedriver.OrderingRules) storedriver.ClaimResult {
 	e.t.Helper()
 	res, err := e.d().ClaimBatch(e.ctx, limit, time.Minute, rules)
 	require.NoError(e.t, err)
@@ -140,15 +140,15 @@ func (e *env) claim(limit int, rules store.OrderingRules) store.ClaimResult {
 }
 
 // claimOnly claims with a large limit and requires exactly the one row id.
-func (e *env) claimOnly(id uuid.UUID) store.Claimed {
+func (e *env) claimOnly(id uuid.UUID) storedriver.Claimed {
 	e.t.Helper()
-	res := e.claim(100, store.OrderingRules{})
+	res := e.claim(100, storedriver.OrderingRules{})
 	require.Len(e.t, res.Claimed, 1, "exactly one row is due")
 	require.Equal(e.t, id, res.Claimed[0].MessageID)
 	return res.Claimed[0]
 }
 
-func (e *env) dispatch(rows ...store.Claimed) {
+func (e *env) dispatch(rows ...storedriver.Claimed) {
 	e.t.Helper()
 	n, err := e.d().MarkDispatchedAll(e.ctx, rows)
 	require.NoError(e.t, err)
@@ -182,12 +182,12 @@ func (e *env) pending(topic string) uuid.UUID {
 	return e.enqueueOne(msg(topic, `{"state": "pending"}`))
 }
 
-func (e *env) claimed(topic string) store.Claimed {
+func (e *env) claimed(topic string) storedriver.Claimed {
 	e.t.Helper()
 	return e.claimOnly(e.pending(topic))
 }
 
-func (e *env) dispatched(topic string) store.Claimed {
+func (e *env) dispatched(topic string) storedriver.Claimed {
 	e.t.Helper()
 	c := e.claimed(topic)
 	e.dispatch(c)
@@ -205,7 +205,7 @@ func (e *env) sent(topic string) uuid.UUID {
 
 func (e *env) deadLetter(id uuid.UUID, topic, runID string) {
 	e.t.Helper()
-	ok, err := e.d().DeadLetter(e.ctx, store.DeadLetter{MessageID: id, Topic: topic, WorkflowID: "outbox-" + id.String(),
+	ok, err := e.d().DeadLetter(e.ctx, storedriver.DeadLetter{MessageID: id, Topic: topic, WorkflowID: "outbox-" + id.String(),
 		RunID: runID, Attempts: 4, LastError: "gave up after 4 attempts: HTTP 500"})
 	require.NoError(e.t, err)
 	require.True(e.t, ok, "dead-letter %s", id)
@@ -225,10 +225,10 @@ func (e *env) discarded(topic string) uuid.UUID {
 	return id
 }
 
-// validationField requires err to be a *store.ValidationError and returns its field.
+// validationField requires err to be a *storedriver.ValidationError and returns its field.
 func validationField(t *testing.T, err error) string {
 	t.Helper()
-	var verr *store.ValidationError
-	require.True(t, errors.As(err, &verr), "want a *store.ValidationError, got %T: %v", err, err)
+	var verr *storedriver.ValidationError
+	require.True(t, errors.As(err, &verr), "want a *storedriver.ValidationError, got %T: %v", err, err)
 	return verr.Field
 }

@@ -1,0 +1,3 @@
+module github.com/outbox-go/outbox/internal/redact
+
+go 1.26.0

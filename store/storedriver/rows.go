@@ -1,0 +1,222 @@
+package storedriver
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Row is one outbox_messages row as the relay and the activities see it.
+type Row struct {
+	ID            int64
+	MessageID     uuid.UUID
+	Topic         string
+	Payload       json.RawMessage
+	Headers       map[string]string
+	Status        Status
+	RetryTimes    int
+	MaxRetryTimes *int
+	NextRetryAt   *time.Time
+	LastError     *string
+	RedriveCount  int
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	SentAt        *time.Time
+	OrderingKey   *string
+	OrderingSeq   *int64
+}
+
+// Claimed is a row a relay has claimed: it holds the row's lease until LeaseUntil and
+// proves it with ClaimToken.
+type Claimed struct {
+	ID            int64
+	MessageID     uuid.UUID
+	Topic         string
+	RetryTimes    int
+	MaxRetryTimes *int
+	RedriveCount  int
+	CreatedAt     time.Time
+	// DispatchedAt is when a workflow last took the message over; nil for a message
+	// handed over for the first time.
+	DispatchedAt *time.Time
+	ClaimToken   uuid.UUID
+	LeaseUntil   time.Time
+}
+
+// MayHaveBeenSent reports whether an earlier delivery of the message may have reached the
+// downstream: it was handed over to a workflow before, failed an attempt before, or was
+// redriven. Its next run then asks check-processed before it sends.
+func (c Claimed) MayHaveBeenSent() bool {
+	return c.DispatchedAt != nil || c.RetryTimes > 0 || c.RedriveCount > 0
+}
+
+// ClaimResult is what one claim did.
+type ClaimResult struct {
+	// Claimed are the rows now leased to the caller.
+	Claimed []Claimed
+	// Parked counts the keyed rows the claim found held back behind an earlier message of
+	// their key and took off its path. Claimed plus Parked equal to the limit means more
+	// rows may be due.
+	Parked int
+}
+
+// Sent describes a message that RecordSent moved to sent.
+type Sent struct {
+	Topic string
+	// Latency is from the row's created_at (its transaction's start) to sent_at.
+	Latency time.Duration
+}
+
+// DeadLetter is the record of a message whose delivery gave up.
+type DeadLetter struct {
+	MessageID  uuid.UUID
+	Topic      string // used when the message row no longer exists
+	WorkflowID string
+	RunID      string
+	Attempts   int
+	LastError  string
+}
+
+// DeadLetterRecord is one row of outbox_dead_letters.
+type DeadLetterRecord struct {
+	ID               int64
+	MessageID        uuid.UUID
+	WorkflowID       string
+	RunID            string
+	Topic            string
+	Payload          json.RawMessage
+	Headers          map[string]string
+	Attempts         int
+	LastError        string
+	MessageCreatedAt *time.Time
+	DeadLetteredAt   time.Time
+	RedrivenAt       *time.Time
+	RedrivenBy       *string
+	DiscardedAt      *time.Time
+	DiscardedBy      *string
+}
+
+// OrderingRules are the per-topic ordering settings the claim applies. The zero value
+// orders every keyed message and lets a dead message block its key.
+type OrderingRules struct {
+	// Listed are the topics the settings below name one by one; every other topic takes
+	// the defaults.
+	Listed []string
+	// Unordered are the listed topics whose messages are never held back by their key.
+	Unordered []string
+	// DefaultUnordered applies to topics not listed.
+	DefaultUnordered bool
+	// Skipping are the listed topics whose dead messages do not block their key: later
+	// messages of the key are delivered anyway.
+	Skipping []string
+	// DefaultSkipping applies to topics not listed.
+	DefaultSkipping bool
+}
+
+// Dispatched is a row a workflow owns.
+type Dispatched struct {
+	ID           int64
+	MessageID    uuid.UUID
+	Topic        string
+	DispatchedAt time.Time
+	UpdatedAt    time.Time
+}
+
+// ReconcileOutcome is what reconciliation found for a dispatched row, as recorded in the
+// audit trail.
+type ReconcileOutcome string
+
+// Reconcile outcomes.
+const (
+	// ReconcileRunning: the workflow is still running; the row is left as it is.
+	ReconcileRunning ReconcileOutcome = "running"
+	// ReconcileRecordedSent: the workflow completed but the row was not recorded sent.
+	ReconcileRecordedSent ReconcileOutcome = "recorded_sent"
+	// ReconcileHandedOverAgain: the workflow is missing or closed without delivering; the
+	// row is pending again and a relay starts a new run.
+	ReconcileHandedOverAgain ReconcileOutcome = "handed_over_again"
+)
+
+// NotDeadError reports an operator action on a message that is not dead-lettered.
+type NotDeadError struct {
+	MessageID uuid.UUID
+	Status    Status
+}
+
+func (e *NotDeadError) Error() string {
+	hint := ""
+	switch e.Status {
+	case StatusPending, StatusClaimed, StatusDispatched:
+		hint = " (it is being delivered; was it redriven already?)"
+	case StatusSent:
+		hint = " (it was delivered)"
+	case StatusDiscarded:
+		hint = " (an operator gave up on it)"
+	}
+	return fmt.Sprintf("message %s is %s, not dead%s: only dead-lettered messages can be redriven or discarded", e.MessageID, e.Status, hint)
+}
+
+// DeadLetterFilter selects dead letters. The zero value selects every open one.
+type DeadLetterFilter struct {
+	// Topic, when set, selects one topic.
+	Topic string
+	// Since, when set, selects dead letters written at or after it.
+	Since time.Time
+	// Limit caps the rows returned; 0 means 100.
+	Limit int
+	// IncludeClosed also returns dead letters already redriven or discarded. By default
+	// only open ones are returned: those whose message is still dead.
+	IncludeClosed bool
+}
+
+// AuditEntry is one operator action on a message.
+type AuditEntry struct {
+	MessageID    uuid.UUID
+	DeadLetterID *int64
+	Action       string // "redrive", "discard" or "reconcile"
+	Actor        string
+	At           time.Time
+	Detail       *string // what reconciliation found
+}
+
+// Redriven is the outcome of a redrive.
+type Redriven struct {
+	MessageID    uuid.UUID
+	Topic        string
+	RedriveCount int
+}
+
+// Stats is a snapshot of the outbox tables.
+type Stats struct {
+	// ByStatus counts messages per status; every status is present.
+	ByStatus map[Status]int64 `json:"by_status"`
+	// ByTopic counts messages per topic and status (statuses with no message left out).
+	ByTopic map[string]map[Status]int64 `json:"by_topic"`
+	// OldestPendingAge is the age of the oldest pending message that is due (zero when
+	// there is none): how long the relays are behind.
+	OldestPendingAge time.Duration `json:"oldest_pending_age_ns"`
+	// InFlight counts messages handed to Temporal (or being handed) but not finished:
+	// claimed and dispatched.
+	InFlight int64 `json:"in_flight"`
+	// OldestInFlightAge is the time since the oldest in-flight message was handed over
+	// (dispatched_at; for a claimed one, since it was claimed). Reconciliation's checks
+	// do not reset it, so a run that never finishes keeps growing older here.
+	OldestInFlightAge time.Duration `json:"oldest_in_flight_age_ns"`
+	// OpenDeadLetters counts dead letters neither redriven nor discarded.
+	OpenDeadLetters int64 `json:"open_dead_letters"`
+	// DeadLettersLastHour and DeadLettersLastDay count dead letters written in that time.
+	DeadLettersLastHour int64 `json:"dead_letters_last_hour"`
+	DeadLettersLastDay  int64 `json:"dead_letters_last_day"`
+	// HeldBack counts pending messages waiting behind an earlier undelivered message of
+	// their ordering key.
+	HeldBack int64 `json:"held_back"`
+	// KeysBlockedByDead counts ordering keys whose earliest undelivered message is dead
+	// while later messages of the key wait (unless its topic skips dead messages).
+	KeysBlockedByDead int64 `json:"keys_blocked_by_dead"`
+	// RepairedLastDay counts rows reconciliation repaired in the last day.
+	RepairedLastDay int64 `json:"repaired_last_day"`
+	// At is the database time of the snapshot.
+	At time.Time `json:"at"`
+}

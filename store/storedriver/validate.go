@@ -1,0 +1,184 @@
+package storedriver
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Validate checks msg against the limits every store shares, with payloads of at most
+// maxPayload bytes, and returns a *ValidationError naming the first field that is wrong.
+func Validate(msg Message, maxPayload int) error { return ValidateWith(msg, maxPayload, nil) }
+
+// NumberRule is a database's own limit on the numbers of a payload, beyond those every
+// store checks: Fits reports whether the JSON number num can be stored, and Range says
+// what can, for the error ("MySQL's JSON type can store (a double)").
+type NumberRule struct {
+	Fits  func(num []byte) bool
+	Range string
+}
+
+// ValidateWith is Validate with a database's own rule for the payload's numbers, checked
+// in the same pass over the payload as the rules every store shares. A nil rule adds none.
+func ValidateWith(msg Message, maxPayload int, numbers *NumberRule) error {
+	if !TopicPattern.MatchString(msg.Topic) {
+		return &ValidationError{"topic", fmt.Sprintf("must match %s, got %s", TopicPattern, quoteShort(msg.Topic))}
+	}
+	if err := validatePayload(msg.Payload, maxPayload, numbers); err != nil {
+		return err
+	}
+	for k, v := range msg.Headers {
+		if k == "" || strings.ContainsRune(k, 0) || strings.ContainsRune(v, 0) || !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return &ValidationError{"headers", fmt.Sprintf("must have non-empty UTF-8 keys and values without NUL characters, got %s: %s", quoteShort(k), quoteShort(v))}
+		}
+	}
+	if k := msg.OrderingKey; len(k) > 200 || strings.ContainsRune(k, 0) || !utf8.ValidString(k) || (k != "" && strings.TrimSpace(k) == "") {
+		return &ValidationError{"ordering_key", fmt.Sprintf("must be at most 200 bytes of text, not blank and without NUL, got %s", quoteShort(k))}
+	}
+	if k := msg.IdempotencyKey; len(k) > 200 || strings.ContainsRune(k, 0) || !utf8.ValidString(k) || (k != "" && strings.TrimSpace(k) == "") {
+		return &ValidationError{"idempotency_key", fmt.Sprintf("must be at most 200 bytes of text, not blank and without NUL, got %s", quoteShort(k))}
+	}
+	if r := msg.MaxRetryTimes; r != nil && (*r < 0 || *r > MaxRetryTimesLimit) {
+		return &ValidationError{"max_retry_times", fmt.Sprintf("must be between 0 and %d, got %d", MaxRetryTimesLimit, *r)}
+	}
+	if t := msg.DeliverAfter; !t.IsZero() {
+		now := time.Now()
+		if t.After(now.AddDate(1, 0, 0)) {
+			return &ValidationError{"deliver_after", fmt.Sprintf("must be at most 1 year ahead, got %s (%s from now)",
+				t.Format(time.RFC3339), t.Sub(now).Round(time.Second))}
+		}
+	}
+	return nil
+}
+
+// ValidatePayload checks that p is one JSON value of at most maxBytes bytes that
+// PostgreSQL's jsonb can store: UTF-8, no \u0000 and no lone UTF-16 surrogate escape in
+// any string, and numbers within the range of numeric.
+func ValidatePayload(p []byte, maxBytes int) error { return validatePayload(p, maxBytes, nil) }
+
+func validatePayload(p []byte, maxBytes int, numbers *NumberRule) error {
+	if len(bytes.TrimSpace(p)) == 0 {
+		return &ValidationError{"payload", "must be a JSON value, got nothing"}
+	}
+	if len(p) > maxBytes {
+		return &ValidationError{"payload", fmt.Sprintf("must be at most %d bytes, got %d bytes", maxBytes, len(p))}
+	}
+	if !utf8.Valid(p) {
+		return &ValidationError{"payload", "must be UTF-8 text, got invalid UTF-8"}
+	}
+	if !json.Valid(p) {
+		return &ValidationError{"payload", fmt.Sprintf("must be valid JSON, got %s", quoteShort(string(p)))}
+	}
+	return checkJSON(p, numbers)
+}
+
+// checkJSON walks valid JSON text once for what jsonb refuses although JSON allows it, and
+// for the numbers that numbers, when not nil, refuses.
+func checkJSON(p []byte, numbers *NumberRule) error {
+	bad := func(format string, args ...any) error {
+		return &ValidationError{"payload", fmt.Sprintf(format, args...)}
+	}
+	inString := false
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if inString {
+			switch c {
+			case '"':
+				inString = false
+			case '\\':
+				i++
+				if p[i] != 'u' {
+					continue
+				}
+				r := hex4(p[i+1 : i+5])
+				i += 4
+				switch {
+				case r == 0:
+					return bad(`must not contain \u0000 (PostgreSQL jsonb cannot store it), found at byte %d`, i-5)
+				case r >= 0xD800 && r < 0xDC00:
+					if i+6 < len(p) && p[i+1] == '\\' && p[i+2] == 'u' {
+						if low := hex4(p[i+3 : i+7]); low >= 0xDC00 && low < 0xE000 {
+							i += 6
+							continue
+						}
+					}
+					return bad(`must not contain a lone UTF-16 surrogate escape (\u%04x at byte %d): PostgreSQL jsonb refuses it`, r, i-5)
+				case r >= 0xDC00 && r < 0xE000:
+					return bad(`must not contain a lone UTF-16 surrogate escape (\u%04x at byte %d): PostgreSQL jsonb refuses it`, r, i-5)
+				}
+			}
+			continue
+		}
+		switch {
+		case c == '"':
+			inString = true
+		case c == '-' || (c >= '0' && c <= '9'):
+			j := i
+			for j < len(p) && strings.IndexByte("0123456789+-.eE", p[j]) >= 0 {
+				j++
+			}
+			if !numericFits(p[i:j]) {
+				return bad("number %s is outside the range PostgreSQL's jsonb can store", quoteShort(string(p[i:j])))
+			}
+			if numbers != nil && !numbers.Fits(p[i:j]) {
+				return bad("number %s is outside the range %s", quoteShort(string(p[i:j])), numbers.Range)
+			}
+			i = j - 1
+		}
+	}
+	return nil
+}
+
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c-'a') + 10
+		case c >= 'A' && c <= 'F':
+			r |= rune(c-'A') + 10
+		}
+	}
+	return r
+}
+
+// numericFits reports whether a JSON number fits PostgreSQL's numeric: at most 131072
+// digits before the decimal point and 16383 after it.
+func numericFits(num []byte) bool {
+	s := strings.TrimPrefix(string(num), "-")
+	mant, exp, _ := strings.Cut(strings.ToLower(s), "e")
+	intPart, frac, _ := strings.Cut(mant, ".")
+	intPart = strings.TrimLeft(intPart, "0")
+	if strings.Trim(intPart+frac, "0") == "" {
+		return true // zero, whatever the exponent
+	}
+	e := 0
+	if exp != "" {
+		v, err := strconv.Atoi(exp)
+		if err != nil || v > 1_000_000 || v < -1_000_000 {
+			return false
+		}
+		e = v
+	}
+	before := len(intPart) + e
+	if intPart == "" { // 0.000123: leading zeros of the fraction do not count
+		before = e - (len(frac) - len(strings.TrimLeft(frac, "0")))
+	}
+	after := len(strings.TrimRight(frac, "0")) - e
+	return before <= 131072 && after <= 16383
+}
+
+func quoteShort(s string) string {
+	const max = 80
+	if len(s) > max {
+		return fmt.Sprintf("%q... (%d bytes)", s[:max], len(s))
+	}
+	return fmt.Sprintf("%q", s)
+}
