@@ -170,7 +170,15 @@ ensure_mysql() {
 		log "MariaDB is not running on 127.0.0.1:3306; starting it"
 		as_root mkdir -p /run/mysqld
 		as_root chown mysql:mysql /run/mysqld 2>/dev/null || true
-		as_root start-stop-daemon --start --oknodo --background --exec "$bin" >&2
+		# A data directory the package did not initialise (its service was not started
+		# during the install) is made first; the server refuses to run as root, so it runs
+		# as the mysql user the package created.
+		if [ ! -d /var/lib/mysql/mysql ]; then
+			local install_db
+			install_db=$(command -v mariadb-install-db || command -v mysql_install_db || true)
+			[ -n "$install_db" ] && as_root "$install_db" --user=mysql --datadir=/var/lib/mysql >&2
+		fi
+		as_root start-stop-daemon --start --oknodo --background --exec "$bin" -- --user=mysql >&2
 		wait_port MariaDB 3306
 	fi
 	# The test database and the root login over TCP; a server that refuses them gets a
