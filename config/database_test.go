@@ -14,12 +14,16 @@ func TestDatabaseKind(t *testing.T) {
 		"postgres://app@db:5432/app":                    config.DatabasePostgres,
 		"postgresql://db/app?sslmode=x":                 config.DatabasePostgres,
 		"host=db dbname=app user=app":                   config.DatabasePostgres,
+		"host=db password=p@ss/word dbname=app":         config.DatabasePostgres,
+		" dbname = app":                                 config.DatabasePostgres,
 		"mysql://app:secret@db:3306/app":                config.DatabaseMySQL,
 		"MYSQL://db/app":                                config.DatabaseMySQL,
 		"mariadb://app@db/app":                          config.DatabaseMySQL,
 		"app:secret@tcp(db:3306)/app":                   config.DatabaseMySQL,
 		"app@unix(/run/mysqld.sock)/app?parseTime=true": config.DatabaseMySQL,
-		"/app": config.DatabaseMySQL,
+		"app:p@ss/word@tcp(db:3306)/app":                config.DatabaseMySQL,
+		"app@unix(/run/mysqld/mysqld.sock)/app":         config.DatabaseMySQL,
+		"/app":                                          config.DatabaseMySQL,
 	} {
 		got, err := config.DatabaseKind(url)
 		require.NoError(t, err, url)
