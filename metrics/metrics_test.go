@@ -142,7 +142,7 @@ outbox_messages_pending ` + strconv.Itoa(pending) + `
 		_, err = pool.Exec(ctx, `INSERT INTO `+table+` (topic, payload, next_retry_at, created_at) VALUES
 			('a', '{}', now() + interval '1 hour', now() - interval '2 hours')`)
 		require.NoError(t, err)
-		_, err = st.Claim(ctx, 1, time.Minute) // the oldest due row becomes claimed
+		_, err = st.ClaimBatch(ctx, 1, time.Minute, store.OrderingRules{}) // the oldest due row becomes claimed
 		require.NoError(t, err)
 		_, err = st.Enqueue(ctx, pool, store.Message{Topic: "a", Payload: []byte(`{}`)})
 		require.NoError(t, err)

@@ -198,10 +198,10 @@ func TestOrderingDeadLetterBlocksOnlyItsKey(t *testing.T) {
 		return res.MessageID
 	}
 	claimIDs := func(t *testing.T, st *store.Store, rules store.OrderingRules) []uuid.UUID {
-		claimed, err := st.ClaimOrdered(ctx, 100, time.Minute, rules)
+		res, err := st.ClaimBatch(ctx, 100, time.Minute, rules)
 		require.NoError(t, err)
 		var ids []uuid.UUID
-		for _, c := range claimed {
+		for _, c := range res.Claimed {
 			ids = append(ids, c.MessageID)
 		}
 		return ids

@@ -331,9 +331,6 @@ const nextDueSQL = `SELECT ceil(EXTRACT(EPOCH FROM min(next_retry_at) - now()) *
 FROM %s
 WHERE status = 'pending' AND next_retry_at IS NOT NULL AND next_retry_at > now()`
 
-// NextDueSQL returns the statement NextDue runs, for EXPLAIN.
-func (s *Store) NextDueSQL() string { return fmt.Sprintf(nextDueSQL, s.messages) }
-
 // NextDue reports how long it is until the earliest pending message whose next_retry_at
 // (its "deliver not before" time) is still ahead falls due; ok is false when there is no
 // such message. The wait is computed by the database, min(next_retry_at) - now(), so the
@@ -341,7 +338,7 @@ func (s *Store) NextDueSQL() string { return fmt.Sprintf(nextDueSQL, s.messages)
 // them.
 func (s *Store) NextDue(ctx context.Context) (wait time.Duration, ok bool, err error) {
 	var micros *int64
-	if err := s.db.QueryRow(ctx, s.NextDueSQL()).Scan(&micros); err != nil {
+	if err := s.db.QueryRow(ctx, fmt.Sprintf(nextDueSQL, s.messages)).Scan(&micros); err != nil {
 		return 0, false, fmt.Errorf("find next due message: %w", err)
 	}
 	if micros == nil {

@@ -76,24 +76,10 @@ func orderingArgs(o OrderingRules) []any {
 	return []any{nonNil(o.Listed), nonNil(o.Unordered), o.DefaultUnordered, nonNil(o.Skipping), o.DefaultSkipping}
 }
 
-// ClaimSQL returns the claim statement for this store's table, for EXPLAIN. Its
-// parameters are the claim token, the lease in seconds, the limit and orderingArgs.
-func (s *Store) ClaimSQL() string { return fmt.Sprintf(claimSQL, s.messages) }
-
-// Claim takes up to limit due rows (pending rows whose next_retry_at has passed, and
-// claimed rows whose lease has expired) and leases them for lease, ordering keyed
-// messages by the default rules.
-func (s *Store) Claim(ctx context.Context, limit int, lease time.Duration) ([]Claimed, error) {
-	return s.ClaimOrdered(ctx, limit, lease, OrderingRules{})
-}
-
-// ClaimOrdered is Claim with the ordering rules of the configured topics.
-func (s *Store) ClaimOrdered(ctx context.Context, limit int, lease time.Duration, rules OrderingRules) ([]Claimed, error) {
-	res, err := s.ClaimBatch(ctx, limit, lease, rules)
-	return res.Claimed, err
-}
-
-// ClaimBatch is ClaimOrdered that also reports the rows it parked.
+// ClaimBatch takes up to limit due rows (pending rows whose next_retry_at has passed, and
+// claimed rows whose lease has expired), leases them for lease, holds back keyed rows
+// behind an earlier undelivered message of their key under rules, and reports the rows it
+// parked.
 func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, rules OrderingRules) (ClaimResult, error) {
 	if limit < 1 {
 		return ClaimResult{}, fmt.Errorf("claim limit must be at least 1, got %d", limit)
@@ -103,7 +89,7 @@ func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, 
 		return ClaimResult{}, fmt.Errorf("new claim token: %w", err)
 	}
 	args := append([]any{token, lease.Seconds(), limit}, orderingArgs(rules)...)
-	rows, err := s.db.Query(ctx, s.ClaimSQL(), args...)
+	rows, err := s.db.Query(ctx, fmt.Sprintf(claimSQL, s.messages), args...)
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("claim messages: %w", err)
 	}
@@ -237,16 +223,11 @@ func (s *Store) exec(ctx context.Context, what, sql string, args ...any) (bool, 
 	return tag.RowsAffected() > 0, nil
 }
 
-// MarkDispatched records that a workflow owns the claimed row: claimed → dispatched, only
-// while the caller still holds the claim. ok is false when the row has moved on (its
-// workflow already finished, or the lease expired and another relay took it).
-func (s *Store) MarkDispatched(ctx context.Context, id int64, token uuid.UUID) (ok bool, err error) {
-	n, err := s.MarkDispatchedAll(ctx, []Claimed{{ID: id, ClaimToken: token}})
-	return n > 0, err
-}
-
-// MarkDispatchedAll is MarkDispatched for many claimed rows in one statement. It returns
-// the number of rows that were still claimed under their token and are now dispatched.
+// MarkDispatchedAll records that workflows own the claimed rows: claimed → dispatched, in
+// one statement, only for the rows whose claim the caller still holds (a row whose
+// workflow already finished, or whose lease expired and another relay took it, has moved
+// on). It returns the number of rows that were still claimed under their token and are
+// now dispatched.
 func (s *Store) MarkDispatchedAll(ctx context.Context, rows []Claimed) (int, error) {
 	if len(rows) == 0 {
 		return 0, nil

@@ -34,12 +34,6 @@ LIMIT ?
 FOR UPDATE SKIP LOCKED`
 )
 
-// ClaimSQL returns the two SELECTs with which the claim chooses its rows (delayed, then
-// due at once), for EXPLAIN. Their one parameter is the limit.
-func (s *Store) ClaimSQL() (delayed, immediate string) {
-	return fmt.Sprintf(claimDelayedSQL, s.messages), fmt.Sprintf(claimImmediateSQL, s.messages)
-}
-
 // heldBack writes the condition, true for a row c that an earlier undelivered message of
 // its key holds back under the ordering rules: pending, claimed, dispatched, or dead where
 // the dead message's topic blocks its key. Topics with ordering off are never held back.
@@ -99,13 +93,6 @@ func queryIDs(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]int
 	return ids, rows.Err()
 }
 
-// Claim takes up to limit due rows and leases them for lease, ordering keyed messages by
-// the default rules.
-func (s *Store) Claim(ctx context.Context, limit int, lease time.Duration) ([]storedriver.Claimed, error) {
-	res, err := s.ClaimBatch(ctx, limit, lease, storedriver.OrderingRules{})
-	return res.Claimed, err
-}
-
 // ClaimBatch takes up to limit due rows (pending rows whose next_retry_at has passed or is
 // unset, and claimed rows whose lease has expired; delayed rows first, then the others by
 // id) and leases them for lease under a new claim token, as package store does. A keyed
@@ -131,7 +118,7 @@ func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, 
 		parkedIDs  []int64
 		parkedKeys []string
 	)
-	delayedSQL, immediateSQL := s.ClaimSQL()
+	delayedSQL, immediateSQL := fmt.Sprintf(claimDelayedSQL, s.messages), fmt.Sprintf(claimImmediateSQL, s.messages)
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		res, parkedIDs, parkedKeys = storedriver.ClaimResult{}, nil, nil
 		var ids, keyed []int64
@@ -396,15 +383,12 @@ const nextDueSQL = `SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), MIN(next_retry_at)
 FROM %s
 WHERE status = 'pending' AND next_retry_at > NOW(6)`
 
-// NextDueSQL returns the statement NextDue runs, for EXPLAIN.
-func (s *Store) NextDueSQL() string { return fmt.Sprintf(nextDueSQL, s.messages) }
-
 // NextDue reports how long it is until the earliest pending message whose next_retry_at
 // is still ahead falls due, by the database clock; ok is false when there is no such
 // message. Messages already due are not counted: the claim takes them.
 func (s *Store) NextDue(ctx context.Context) (wait time.Duration, ok bool, err error) {
 	var us sql.NullInt64
-	if err := s.db.QueryRowContext(ctx, s.NextDueSQL()).Scan(&us); err != nil {
+	if err := s.db.QueryRowContext(ctx, fmt.Sprintf(nextDueSQL, s.messages)).Scan(&us); err != nil {
 		return 0, false, fmt.Errorf("find next due message: %w", err)
 	}
 	if !us.Valid {
@@ -413,15 +397,9 @@ func (s *Store) NextDue(ctx context.Context) (wait time.Duration, ok bool, err e
 	return time.Duration(us.Int64) * time.Microsecond, true, nil
 }
 
-// MarkDispatched records that a workflow owns the claimed row: claimed → dispatched, only
-// while the caller still holds the claim. ok is false when the row has moved on.
-func (s *Store) MarkDispatched(ctx context.Context, id int64, token uuid.UUID) (ok bool, err error) {
-	n, err := s.MarkDispatchedAll(ctx, []storedriver.Claimed{{ID: id, ClaimToken: token}})
-	return n > 0, err
-}
-
-// MarkDispatchedAll is MarkDispatched for many claimed rows in one statement. It returns
-// the number of rows that were still claimed under their token and are now dispatched.
+// MarkDispatchedAll records that workflows own the claimed rows: claimed → dispatched, in
+// one statement, only for the rows whose claim the caller still holds. It returns the
+// number of rows that were still claimed under their token and are now dispatched.
 func (s *Store) MarkDispatchedAll(ctx context.Context, rows []storedriver.Claimed) (int, error) {
 	if len(rows) == 0 {
 		return 0, nil
