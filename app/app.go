@@ -30,8 +30,12 @@ import (
 	"github.com/outbox-go/outbox/sinks"
 	"github.com/outbox-go/outbox/starter"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/storedriver"
 	"github.com/outbox-go/outbox/worker"
 )
+
+// databaseNames are the names UnavailableError gives the databases besides PostgreSQL.
+var databaseNames = map[string]string{config.DatabaseMySQL: "MySQL"}
 
 // App holds the connections one outbox process uses.
 type App struct {
@@ -68,19 +72,12 @@ type Options struct {
 }
 
 // DatabaseOpener connects to the database url names, checks that it answers, and returns
-// its outbox store.
-type DatabaseOpener func(ctx context.Context, url string, maxPayloadBytes int) (Database, error)
+// its outbox store; an error it marks *storedriver.ConfigError becomes a [ConfigError],
+// any other an [UnavailableError]. mysqlstore.OpenDatabase is MySQL's.
+type DatabaseOpener = storedriver.Opener
 
 // Database is an open outbox database.
-type Database struct {
-	Driver store.Driver
-	// Enqueue enqueues one message in a transaction of its own (outbox enqueue).
-	Enqueue func(ctx context.Context, msg store.Message) (uuid.UUID, error)
-	// Ping checks that the database answers, for readiness.
-	Ping func(ctx context.Context) error
-	// Close closes its connections.
-	Close func()
-}
+type Database = storedriver.Database
 
 // Open validates cfg (after defaults), connects to the database database_url names
 // (PostgreSQL, or one of opts.Databases) and checks that it answers. An invalid config is
@@ -108,10 +105,18 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (*App, error) {
 		open := opts.Databases[kind]
 		if open == nil {
 			return nil, &ConfigError{fmt.Errorf("database_url names a %s database, which this program was built without: "+
-				"outbox's own command supports it; a program of your own passes app.Options.Databases (see package mysqlstore)", kind)}
+				"outbox's own command supports it; a program of your own passes its opener in app.Options.Databases "+
+				"(for MySQL: map[string]app.DatabaseOpener{config.DatabaseMySQL: mysqlstore.OpenDatabase})", kind)}
 		}
 		if a.db, err = open(ctx, c.DatabaseURL, c.MaxPayloadBytes); err != nil {
-			return nil, err
+			var cfgErr *storedriver.ConfigError
+			switch {
+			case IsConfigError(err), IsUnavailable(err):
+				return nil, err
+			case errors.As(err, &cfgErr):
+				return nil, &ConfigError{err}
+			}
+			return nil, &UnavailableError{Service: databaseNames[kind], Err: err}
 		}
 	}
 	a.Driver = a.db.Driver

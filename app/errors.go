@@ -15,10 +15,10 @@ type ConfigError struct{ Err error }
 func (e *ConfigError) Error() string { return e.Err.Error() }
 func (e *ConfigError) Unwrap() error { return e.Err }
 
-// UnavailableError is returned by [Open] and [Connect] when PostgreSQL or Temporal does not
-// answer: the config may be right and the service down, so a later retry may succeed.
+// UnavailableError is returned by [Open] and [Connect] when the database or Temporal does
+// not answer: the config may be right and the service down, so a later retry may succeed.
 type UnavailableError struct {
-	Service string // "PostgreSQL" or "Temporal"
+	Service string // "PostgreSQL", "MySQL" or "Temporal"
 	Err     error
 }
 

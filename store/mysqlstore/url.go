@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/google/uuid"
 
 	"github.com/outbox-go/outbox/internal/redact"
+	"github.com/outbox-go/outbox/store/storedriver"
 )
 
 // Collation is the connection collation Open sets: it exists on MySQL 8 and MariaDB alike
@@ -139,4 +141,35 @@ func Open(ctx context.Context, url string) (*sql.DB, error) {
 		return nil, fmt.Errorf("connect to MySQL at %s: %w", redactURL(url), err)
 	}
 	return db, nil
+}
+
+// OpenDatabase opens the MySQL or MariaDB database url names (a mysql:// URL or the
+// driver's DSN, as ParseURL takes) with its outbox store: it is the storedriver.Opener a
+// program running the outbox from its config passes for MySQL, as in
+//
+//	app.Open(ctx, cfg, app.Options{Databases: map[string]app.DatabaseOpener{
+//		config.DatabaseMySQL: mysqlstore.OpenDatabase,
+//	}})
+//
+// An invalid url or payload limit is a *storedriver.ConfigError; a server that does not
+// answer, any other error.
+func OpenDatabase(ctx context.Context, url string, maxPayloadBytes int) (storedriver.Database, error) {
+	if _, err := ParseURL(url); err != nil {
+		return storedriver.Database{}, &storedriver.ConfigError{Err: fmt.Errorf("database_url: %w", err)}
+	}
+	db, err := Open(ctx, url)
+	if err != nil {
+		return storedriver.Database{}, err
+	}
+	st, err := New(db, Config{MaxPayloadBytes: maxPayloadBytes})
+	if err != nil {
+		_ = db.Close()
+		return storedriver.Database{}, &storedriver.ConfigError{Err: fmt.Errorf("mysql store: %w", err)}
+	}
+	return storedriver.Database{
+		Driver:  st,
+		Enqueue: func(ctx context.Context, msg Message) (uuid.UUID, error) { return st.Enqueue(ctx, db, msg) },
+		Ping:    db.PingContext,
+		Close:   func() { _ = db.Close() },
+	}, nil
 }
