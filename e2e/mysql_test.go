@@ -235,7 +235,7 @@ INSERT INTO outbox_messages (topic, payload) VALUES ('order.rejected', '{"order_
 	// Retention removes sent and discarded messages (with their dead letters) once they are
 	// older than the defaults keep them.
 	mariadbClient(t, dbURL, `
-UPDATE outbox_messages SET sent_at = NOW(6) - INTERVAL 400 DAY WHERE status = 'sent';
+UPDATE outbox_messages SET sent_at = NOW(6) - INTERVAL 400 DAY, updated_at = NOW(6) - INTERVAL 400 DAY WHERE status = 'sent';
 UPDATE outbox_messages SET updated_at = NOW(6) - INTERVAL 400 DAY WHERE status = 'discarded';
 UPDATE outbox_dead_letters SET discarded_at = NOW(6) - INTERVAL 400 DAY WHERE discarded_at IS NOT NULL;`)
 	var purged map[string]any

@@ -377,15 +377,16 @@ func (s *Store) Unpark(ctx context.Context, rules storedriver.OrderingRules) (in
 }
 
 // nextDueSQL is the earliest "deliver not before" time still ahead, as a wait in
-// microseconds from the database clock's now, read from outbox_messages_deliver_after_idx
-// with one probe.
+// microseconds from the database clock's now, read from the claim's index with one probe:
+// lane 2 holds the delayed rows in next_retry_at order (a claimed row's time has passed).
 const nextDueSQL = `SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), MIN(next_retry_at))
 FROM %s
-WHERE status = 'pending' AND next_retry_at > NOW(6)`
+WHERE claim_lane = 2 AND next_retry_at > NOW(6)`
 
 // NextDue reports how long it is until the earliest pending message whose next_retry_at
 // is still ahead falls due, by the database clock; ok is false when there is no such
-// message. Messages already due are not counted: the claim takes them.
+// message. Messages already due are not counted: the claim takes them; nor are parked
+// ones, which only their key's release makes claimable.
 func (s *Store) NextDue(ctx context.Context) (wait time.Duration, ok bool, err error) {
 	var us sql.NullInt64
 	if err := s.db.QueryRowContext(ctx, fmt.Sprintf(nextDueSQL, s.messages)).Scan(&us); err != nil {

@@ -338,7 +338,7 @@ func TestIdempotencyKey(t *testing.T) {
 	assert.False(t, out[4].Duplicate)
 
 	// Retention frees a key with its row.
-	mustExec(t, db, `UPDATE outbox_messages SET status = 'sent', sent_at = NOW(6) - INTERVAL 2 HOUR WHERE message_id = ?`, first.MessageID.String())
+	mustExec(t, db, `UPDATE outbox_messages SET status = 'sent', sent_at = NOW(6) - INTERVAL 2 HOUR, updated_at = NOW(6) - INTERVAL 2 HOUR WHERE message_id = ?`, first.MessageID.String())
 	_, err = st.Purge(ctx, storedriver.PurgeOptions{SentAfter: time.Hour, DiscardedAfter: time.Hour})
 	require.NoError(t, err)
 	again := enqueue(t, st, db, storedriver.Message{Topic: "order.created", Payload: []byte(`{}`), IdempotencyKey: "order-42-created"})
@@ -945,7 +945,7 @@ VALUES (?, 'w', 'old-run', 't', '{}', 1, 'x')`, oldSent[0].String())
 			mustExec(t, db, `INSERT INTO outbox_dead_letters (message_id, workflow_id, run_id, topic, payload, attempts, last_error, discarded_at)
 VALUES (?, 'w', 'r', 't', '{}', 1, 'x', NOW(6) - INTERVAL 3 DAY)`, uuid.New().String())
 			for _, id := range oldSent {
-				mustExec(t, db, `UPDATE outbox_messages SET sent_at = NOW(6) - INTERVAL 2 DAY WHERE message_id = ?`, id.String())
+				mustExec(t, db, `UPDATE outbox_messages SET sent_at = NOW(6) - INTERVAL 2 DAY, updated_at = NOW(6) - INTERVAL 2 DAY WHERE message_id = ?`, id.String())
 			}
 			mustExec(t, db, `UPDATE outbox_messages SET updated_at = NOW(6) - INTERVAL 2 DAY WHERE message_id = ?`, discarded[0].String())
 

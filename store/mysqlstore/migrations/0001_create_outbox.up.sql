@@ -93,11 +93,10 @@ CREATE TABLE IF NOT EXISTS {{schema}}.outbox_messages (
     INDEX outbox_messages_ordering_idx (ordering_key, status, ordering_seq),
     -- Parked rows by key, for the release and the sweep.
     INDEX outbox_messages_held_back_idx (held_back, ordering_key, ordering_seq),
-    -- The earliest "deliver not before" time still ahead (NextDue).
-    INDEX outbox_messages_deliver_after_idx (status, next_retry_at),
-    -- Retention of sent rows.
-    INDEX outbox_messages_sent_at_idx (status, sent_at),
-    -- Retention of discarded rows, reconciliation of dispatched rows, stats.
+    -- Retention of sent and discarded rows (a sent row's updated_at is its sent_at),
+    -- reconciliation of dispatched rows, stats. Every row enters every index here (no
+    -- partial indexes), so each one costs every insert: NextDue reads the claim index, and
+    -- sent rows have no index of their own.
     INDEX outbox_messages_updated_idx (status, updated_at),
 
     CONSTRAINT outbox_messages_message_id_check

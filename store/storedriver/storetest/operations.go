@@ -13,9 +13,9 @@ import (
 	"github.com/outbox-go/outbox/store/storedriver"
 )
 
-// testRetention pins PurgeBatch and Purge: sent rows older than SentAfter (by sent_at)
-// and discarded rows older than DiscardedAfter (since their discard) go, with their dead
-// letters; rows in any other status and younger rows stay; options below the minimums
+// testRetention pins PurgeBatch and Purge: sent rows older than SentAfter (since they were
+// sent) and discarded rows older than DiscardedAfter (since their discard) go, with their
+// dead letters; rows in any other status and younger rows stay; options below the minimums
 // are refused; with Archive the rows move to the archive tables.
 func testRetention(t *testing.T, h Harness) {
 	opts := func(limit int, archive bool) storedriver.PurgeOptions {
@@ -51,7 +51,7 @@ func testRetention(t *testing.T, h Harness) {
 		for _, id := range []uuid.UUID{oldDiscarded, oldDead, oldDispatched, oldPending} {
 			e.shift("updated_at", e.get(id).ID)
 		}
-		e.shift("sent_at", e.get(oldSent).ID)
+		e.sentLongAgo(e.get(oldSent).ID)
 
 		res, err := e.d().PurgeBatch(e.ctx, opts(0, false))
 		require.NoError(t, err)
@@ -85,7 +85,7 @@ func testRetention(t *testing.T, h Harness) {
 			ok, err := e.d().MarkSent(e.ctx, id)
 			require.NoError(t, err)
 			require.True(t, ok)
-			e.shift("sent_at", e.get(id).ID)
+			e.sentLongAgo(e.get(id).ID)
 		}
 		sentRow := e.get(sent[0])
 		discardedRow := e.get(discarded)

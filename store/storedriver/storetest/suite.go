@@ -161,6 +161,14 @@ func (e *env) shift(column string, id int64) {
 	require.NoError(e.t, e.Exec(e.ctx, fmt.Sprintf(ShiftSQL[e.Dialect], column), id), "shift %s of row %d", column, id)
 }
 
+// sentLongAgo makes row id, which is sent, a row sent two days ago: its sent_at and its
+// updated_at, which the statement that records it sent sets to the same time.
+func (e *env) sentLongAgo(id int64) {
+	e.t.Helper()
+	e.shift("sent_at", id)
+	e.shift("updated_at", id)
+}
+
 // total counts every message row, through Stats.
 func (e *env) total() int64 {
 	e.t.Helper()
