@@ -176,7 +176,7 @@ var docRules = []docRule{
 		expect: `(?s)BenchmarkClaim/Sent100000-\d+\s+30\s+\d+ ns/op.*\nok\s+github\.com/outbox-go/outbox/store`},
 	{match: `^go test -run XXX -bench ClaimBesideWaitingRows -benchtime 30x -count 3 \./store$`, scenario: scGo,
 		expect: `(?s)BenchmarkClaimBesideWaitingRows/HeldBack-\d+\s+30\s+\d+ ns/op.*\nok\s+github\.com/outbox-go/outbox/store`},
-	{match: `^cd store/mysqlstore && go test -run XXX -bench (BenchmarkEnqueue -benchtime 3s -count 3|BenchmarkClaim -benchtime 200x -count 2) \.$`,
+	{match: `^cd store/mysqlstore && go test -run XXX -bench (BenchmarkEnqueue -benchtime 3s -count 5|BenchmarkClaim -benchtime 200x -count 2) \.$`,
 		skip: "runs for minutes against MariaDB (each enqueue variant for 3 s; the claim beside 100,000 seeded rows of each kind); make test runs the MySQL store's tests, TestClaimStaysFlat (the claim's plan beside 100,000 sent and held-back rows) included"},
 	{match: `^make chaos\b`, skip: "runs for most of an hour (1,000 messages per fault); make test runs the same suite with 100 messages per fault"},
 	{match: `^OUTBOX_CHAOS_MESSAGES=600 go test -count=1 -v -run 'TestRunKilledDuringDrain\|TestWorkerKilledMidSend\|TestOwnPostgresDown30s' \./chaos/$`,
