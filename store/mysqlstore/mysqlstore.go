@@ -80,6 +80,19 @@ type DB interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
+// Enqueuer is what business code needs of a Store: enqueue messages in its own
+// transaction, given as db (a *sql.Tx). *Store implements it; code that takes an Enqueuer
+// instead sees nothing of the delivery machinery or the operators' methods, and its tests
+// may pass a recording fake.
+type Enqueuer interface {
+	Enqueue(ctx context.Context, db DB, msg Message) (uuid.UUID, error)
+	EnqueueMessage(ctx context.Context, db DB, msg Message) (Enqueued, error)
+	EnqueueJSON(ctx context.Context, db DB, msg Message, v any) (Enqueued, error)
+	EnqueueBatch(ctx context.Context, db DB, msgs []Message) ([]Enqueued, error)
+}
+
+var _ Enqueuer = (*Store)(nil)
+
 // Config configures a Store.
 type Config struct {
 	// MaxPayloadBytes limits the size of a message payload. Defaults to

@@ -23,7 +23,8 @@ import (
 //
 // Business code sees none of these interfaces: it calls the Enqueue of its database's
 // store (store.Store.Enqueue with a pgx.Tx or store.SQLTx, mysqlstore.Store.Enqueue with
-// a *sql.Tx) in its own transaction.
+// a *sql.Tx) in its own transaction, or takes the store as that package's Enqueuer,
+// which has the enqueue methods only.
 
 // Delivery is what the delivery machinery needs from the database: the relay's claim and
 // hand-over, the worker's activities (record sent, record a failure, dead-letter),
