@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -22,14 +23,14 @@ FROM (SELECT id FROM `+s.messages+`
       LIMIT $2
       FOR UPDATE SKIP LOCKED) AS stale
 WHERE m.id = stale.id
-RETURNING m.id, m.message_id, m.topic, m.dispatched_at, m.updated_at`, age.Seconds(), limit)
+RETURNING m.id, m.message_id, m.topic, m.dispatched_at, m.updated_at, m.batch_id`, age.Seconds(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("find stale dispatched messages: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Dispatched, error) {
 		var d Dispatched
 		var dispatchedAt *time.Time
-		err := r.Scan(&d.ID, &d.MessageID, &d.Topic, &dispatchedAt, &d.UpdatedAt)
+		err := r.Scan(&d.ID, &d.MessageID, &d.Topic, &dispatchedAt, &d.UpdatedAt, &d.BatchID)
 		if dispatchedAt != nil {
 			d.DispatchedAt = *dispatchedAt
 		}
@@ -50,8 +51,8 @@ func (s *Store) Repair(ctx context.Context, d Dispatched, outcome ReconcileOutco
 	switch outcome {
 	case ReconcileRecordedSent:
 		move = func(tx pgx.Tx) (bool, error) {
-			sent, err := s.markSent(ctx, tx, d.MessageID, &d)
-			return sent != nil, err
+			sent, err := s.markSent(ctx, tx, []uuid.UUID{d.MessageID}, &d)
+			return len(sent) > 0, err
 		}
 	case ReconcileHandedOverAgain:
 		move = func(tx pgx.Tx) (bool, error) { return s.handOverAgain(ctx, tx, d) }

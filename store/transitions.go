@@ -234,13 +234,15 @@ func (s *Store) MarkDispatchedAll(ctx context.Context, rows []Claimed) (int, err
 	}
 	ids := make([]int64, len(rows))
 	tokens := make([]uuid.UUID, len(rows))
+	batches := make([]string, len(rows))
 	for i, r := range rows {
-		ids[i], tokens[i] = r.ID, r.ClaimToken
+		ids[i], tokens[i], batches[i] = r.ID, r.ClaimToken, r.Batch
 	}
 	tag, err := s.db.Exec(ctx, `UPDATE `+s.messages+` AS m
-SET status = 'dispatched', claim_token = NULL, lease_until = NULL, dispatched_at = now(), updated_at = now()
-FROM unnest($1::bigint[], $2::uuid[]) AS d(id, token)
-WHERE m.id = d.id AND m.status = 'claimed' AND m.claim_token = d.token`, ids, tokens)
+SET status = 'dispatched', claim_token = NULL, lease_until = NULL, dispatched_at = now(), updated_at = now(),
+    batch_id = NULLIF(d.batch, '')
+FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS d(id, token, batch)
+WHERE m.id = d.id AND m.status = 'claimed' AND m.claim_token = d.token`, ids, tokens, batches)
 	if err != nil {
 		return 0, fmt.Errorf("mark %d messages dispatched: %w", len(rows), err)
 	}
@@ -261,39 +263,64 @@ WHERE id = $1 AND status = 'claimed' AND claim_token = $2`, id, token, d.Seconds
 // MarkSent records a delivered message: pending, claimed or dispatched → sent. ok is false
 // when the row is already terminal or does not exist. It is RecordSent without the metrics.
 func (s *Store) MarkSent(ctx context.Context, messageID uuid.UUID) (ok bool, err error) {
-	sent, err := s.markSent(ctx, s.db, messageID, nil)
-	return sent != nil, err
+	sent, err := s.markSent(ctx, s.db, []uuid.UUID{messageID}, nil)
+	return len(sent) > 0, err
 }
 
 // RecordSent is MarkSent returning what metrics need of the row it changed, in the same
 // round trip; nil when the row is already terminal or does not exist.
 func (s *Store) RecordSent(ctx context.Context, messageID uuid.UUID) (*Sent, error) {
-	return s.markSent(ctx, s.db, messageID, nil)
+	sent, err := s.markSent(ctx, s.db, []uuid.UUID{messageID}, nil)
+	if len(sent) == 0 {
+		return nil, err
+	}
+	return &sent[0], err
 }
 
-// markSent is the one writer of → sent: pending, claimed or dispatched → sent, run on db
-// (the store's database, or a caller's transaction). With unchanged, the row moves only
-// while it is still the dispatched row unchanged was read from, not updated since
-// (reconciliation's guard, stillDispatched). It returns what metrics need of the row; nil
-// when no row moved.
-func (s *Store) markSent(ctx context.Context, db DB, messageID uuid.UUID, unchanged *Dispatched) (*Sent, error) {
-	guard, args := "", []any{messageID}
+// RecordSentAll is RecordSent for many messages in one statement: the delivered messages
+// of a batch run. It returns the rows it moved.
+func (s *Store) RecordSentAll(ctx context.Context, messageIDs []uuid.UUID) ([]Sent, error) {
+	if len(messageIDs) == 0 {
+		return nil, nil
+	}
+	return s.markSent(ctx, s.db, messageIDs, nil)
+}
+
+// markSent is the one writer of → sent: pending, claimed or dispatched → sent, for the
+// rows of messageIDs, in one statement run on db (the store's database, or a caller's
+// transaction). With unchanged, the one row moves only while it is still the dispatched
+// row unchanged was read from, not updated since (reconciliation's guard,
+// stillDispatched). It returns what metrics need of the rows it moved.
+func (s *Store) markSent(ctx context.Context, db DB, messageIDs []uuid.UUID, unchanged *Dispatched) ([]Sent, error) {
+	guard, args := "", []any{messageIDs}
 	if unchanged != nil {
 		guard = " AND " + stillDispatched(2)
 		args = append(args, unchanged.ID, unchanged.UpdatedAt)
 	}
-	var sent Sent
-	err := db.QueryRow(ctx, `UPDATE `+s.messages+`
+	rows, err := db.Query(ctx, `UPDATE `+s.messages+`
 SET status = 'sent', sent_at = now(), claim_token = NULL, lease_until = NULL, updated_at = now()
-WHERE message_id = $1 AND status IN ('pending', 'claimed', 'dispatched')`+guard+`
-RETURNING topic, sent_at - created_at`, args...).Scan(&sent.Topic, &sent.Latency)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("mark message sent: %w", err)
+WHERE message_id = ANY($1) AND status IN ('pending', 'claimed', 'dispatched')`+guard+`
+RETURNING message_id, topic, sent_at - created_at`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("mark %s sent: %w", messagesNoun(len(messageIDs)), err)
 	}
-	return &sent, nil
+	sent, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Sent, error) {
+		var m Sent
+		err := r.Scan(&m.MessageID, &m.Topic, &m.Latency)
+		return m, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mark %s sent: %w", messagesNoun(len(messageIDs)), err)
+	}
+	return sent, nil
+}
+
+// messagesNoun is "message" or "n messages", for errors.
+func messagesNoun(n int) string {
+	if n == 1 {
+		return "message"
+	}
+	return fmt.Sprintf("%d messages", n)
 }
 
 // RecordFailure records a failed delivery attempt on the row: retry_times becomes the
@@ -305,14 +332,14 @@ WHERE message_id = $1 AND status IN ('pending', 'claimed', 'dispatched')`, messa
 }
 
 const rowColumns = `id, message_id, topic, payload, headers, status, retry_times, max_retry_times,
-next_retry_at, last_error, redrive_count, created_at, updated_at, sent_at, ordering_key, ordering_seq`
+next_retry_at, last_error, redrive_count, created_at, updated_at, sent_at, ordering_key, ordering_seq, batch_id`
 
 func scanRow(r pgx.Row) (Row, error) {
 	var m Row
 	var payload, headers []byte
 	err := r.Scan(&m.ID, &m.MessageID, &m.Topic, &payload, &headers, &m.Status, &m.RetryTimes,
 		&m.MaxRetryTimes, &m.NextRetryAt, &m.LastError, &m.RedriveCount, &m.CreatedAt, &m.UpdatedAt, &m.SentAt,
-		&m.OrderingKey, &m.OrderingSeq)
+		&m.OrderingKey, &m.OrderingSeq, &m.BatchID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return m, ErrNotFound
 	}

@@ -406,17 +406,27 @@ func (s *Store) MarkDispatchedAll(ctx context.Context, rows []storedriver.Claime
 		return 0, nil
 	}
 	ids := make([]int64, len(rows))
-	var pairs strings.Builder
+	var pairs, batches strings.Builder
+	var args []any
 	for i, r := range rows {
 		ids[i] = r.ID
 		if i > 0 {
 			pairs.WriteString(", ")
 		}
 		fmt.Fprintf(&pairs, "(%d, '%s')", r.ID, r.ClaimToken)
+		if r.Batch != "" {
+			fmt.Fprintf(&batches, " WHEN %d THEN ?", r.ID)
+			args = append(args, r.Batch)
+		}
+	}
+	batch := "NULL"
+	if batches.Len() > 0 {
+		batch = "CASE id" + batches.String() + " END"
 	}
 	res, err := s.db.ExecContext(ctx, `UPDATE `+s.messages+`
-SET status = 'dispatched', claim_token = NULL, lease_until = NULL, dispatched_at = NOW(6), updated_at = NOW(6)
-WHERE id IN (`+idList(ids)+`) AND status = 'claimed' AND (id, claim_token) IN (`+pairs.String()+`)`)
+SET status = 'dispatched', claim_token = NULL, lease_until = NULL, dispatched_at = NOW(6), updated_at = NOW(6),
+    batch_id = `+batch+`
+WHERE id IN (`+idList(ids)+`) AND status = 'claimed' AND (id, claim_token) IN (`+pairs.String()+`)`, args...)
 	if err != nil {
 		return 0, fmt.Errorf("mark %d messages dispatched: %w", len(rows), err)
 	}

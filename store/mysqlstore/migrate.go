@@ -149,7 +149,9 @@ func (s *Store) migrate(ctx context.Context, conn *sql.Conn, migrations []Migrat
 		}
 		stmts := splitStatements(strings.NewReplacer("{{schema}}", quoteIdent(s.schema), "{{binary}}", binary).Replace(m.SQL))
 		for i := p.done; i < len(stmts); i++ {
-			if _, err := conn.ExecContext(ctx, stmts[i]); err != nil {
+			if _, err := conn.ExecContext(ctx, stmts[i]); err != nil && !isErrNumber(err, errDuplicateColumn) {
+				// A column that exists already was added by this statement before an
+				// interruption: MySQL has no ADD COLUMN IF NOT EXISTS.
 				return applied, fmt.Errorf("apply migration %s, statement %d of %d: %w", m.Name, i+1, len(stmts), err)
 			}
 			if _, err := conn.ExecContext(ctx, `INSERT INTO `+s.migrations+` (version, name, statements_done) VALUES (?, ?, ?)

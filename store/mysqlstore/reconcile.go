@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/outbox-go/outbox/store/storedriver"
 )
 
@@ -30,7 +32,7 @@ FOR UPDATE SKIP LOCKED`, micros(age), limit)
 		if _, err := tx.ExecContext(ctx, `UPDATE `+s.messages+` SET updated_at = NOW(6) WHERE id IN (`+idList(ids)+`)`); err != nil {
 			return err
 		}
-		rows, err := tx.QueryContext(ctx, `SELECT id, message_id, topic, dispatched_at, updated_at FROM `+s.messages+`
+		rows, err := tx.QueryContext(ctx, `SELECT id, message_id, topic, dispatched_at, updated_at, batch_id FROM `+s.messages+`
 WHERE id IN (`+idList(ids)+`)`)
 		if err != nil {
 			return err
@@ -40,7 +42,7 @@ WHERE id IN (`+idList(ids)+`)`)
 		for rows.Next() {
 			var d storedriver.Dispatched
 			var dispatchedAt *time.Time
-			if err := rows.Scan(&d.ID, &d.MessageID, &d.Topic, &dispatchedAt, &d.UpdatedAt); err != nil {
+			if err := rows.Scan(&d.ID, &d.MessageID, &d.Topic, &dispatchedAt, &d.UpdatedAt, &d.BatchID); err != nil {
 				return err
 			}
 			if dispatchedAt != nil {
@@ -78,8 +80,8 @@ func (s *Store) Repair(ctx context.Context, d storedriver.Dispatched, outcome st
 	switch outcome {
 	case storedriver.ReconcileRecordedSent:
 		move = func(tx *sql.Tx) (bool, error) {
-			sent, err := s.markSent(ctx, tx, d.MessageID, &d)
-			return sent != nil, err
+			sent, err := s.markSent(ctx, tx, []uuid.UUID{d.MessageID}, &d)
+			return len(sent) > 0, err
 		}
 	case storedriver.ReconcileHandedOverAgain:
 		move = func(tx *sql.Tx) (bool, error) { return s.handOverAgain(ctx, tx, d) }

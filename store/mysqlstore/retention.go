@@ -17,7 +17,8 @@ import (
 var (
 	messageColumns = []string{"id", "message_id", "topic", "payload", "headers", "status", "retry_times",
 		"max_retry_times", "next_retry_at", "ordering_key", "ordering_seq", "lease_until", "claim_token",
-		"last_error", "redrive_count", "dispatched_at", "sent_at", "created_at", "updated_at", "held_back", "idempotency_key"}
+		"last_error", "redrive_count", "dispatched_at", "sent_at", "created_at", "updated_at", "held_back", "idempotency_key",
+		"batch_id"}
 	deadLetterArchiveColumns = []string{"id", "message_id", "workflow_id", "run_id", "topic", "payload", "headers",
 		"attempts", "last_error", "message_created_at", "dead_lettered_at", "redriven_at", "discarded_at",
 		"redriven_by", "discarded_by"}

@@ -14,9 +14,10 @@ import (
 
 // MySQL error numbers the store acts on.
 const (
-	errDuplicateKey = 1062 // ER_DUP_ENTRY
-	errNoSuchTable  = 1146 // ER_NO_SUCH_TABLE
-	errDeadlock     = 1213 // ER_LOCK_DEADLOCK
+	errDuplicateColumn = 1060 // ER_DUP_FIELDNAME
+	errDuplicateKey    = 1062 // ER_DUP_ENTRY
+	errNoSuchTable     = 1146 // ER_NO_SUCH_TABLE
+	errDeadlock        = 1213 // ER_LOCK_DEADLOCK
 )
 
 // idList writes ids as a list of SQL integer literals. The ids come from the database or

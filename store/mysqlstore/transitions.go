@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -23,10 +24,23 @@ func (s *Store) MarkSent(ctx context.Context, messageID uuid.UUID) (ok bool, err
 // row is already terminal or does not exist. When the message has an ordering key, the
 // same transaction releases the key's next parked message.
 func (s *Store) RecordSent(ctx context.Context, messageID uuid.UUID) (*storedriver.Sent, error) {
-	var sent *storedriver.Sent
+	sent, err := s.RecordSentAll(ctx, []uuid.UUID{messageID})
+	if len(sent) == 0 {
+		return nil, err
+	}
+	return &sent[0], err
+}
+
+// RecordSentAll is RecordSent for many messages in one transaction: the delivered messages
+// of a batch run. It returns the rows it moved.
+func (s *Store) RecordSentAll(ctx context.Context, messageIDs []uuid.UUID) ([]storedriver.Sent, error) {
+	if len(messageIDs) == 0 {
+		return nil, nil
+	}
+	var sent []storedriver.Sent
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		sent, err = s.markSent(ctx, tx, messageID, nil)
+		sent, err = s.markSent(ctx, tx, messageIDs, nil)
 		return err
 	})
 	if err != nil {
@@ -35,44 +49,92 @@ func (s *Store) RecordSent(ctx context.Context, messageID uuid.UUID) (*storedriv
 	return sent, nil
 }
 
-// markSent is the one writer of → sent: pending, claimed or dispatched → sent, in tx. With
-// unchanged, the row moves only while it is still the dispatched row unchanged was read
-// from, not updated since (reconciliation's guard). It releases the message's ordering key
-// and returns what metrics need of the row; nil when no row moved.
-func (s *Store) markSent(ctx context.Context, tx *sql.Tx, messageID uuid.UUID, unchanged *storedriver.Dispatched) (*storedriver.Sent, error) {
-	guard, args := "", []any{messageID.String()}
+// markSent is the one writer of → sent: pending, claimed or dispatched → sent, for the
+// rows of messageIDs, in tx. With unchanged, the one row moves only while it is still the
+// dispatched row unchanged was read from, not updated since (reconciliation's guard). It
+// locks the rows that move, moves them with one UPDATE, releases their ordering keys and
+// returns what metrics need of them (MySQL has no RETURNING).
+func (s *Store) markSent(ctx context.Context, tx *sql.Tx, messageIDs []uuid.UUID, unchanged *storedriver.Dispatched) ([]storedriver.Sent, error) {
+	fail := func(err error) ([]storedriver.Sent, error) {
+		if len(messageIDs) == 1 {
+			return nil, fmt.Errorf("mark message sent: %w", err)
+		}
+		return nil, fmt.Errorf("mark %d messages sent: %w", len(messageIDs), err)
+	}
+	guard, args := "", []any(nil)
 	if unchanged != nil {
 		guard = " AND " + stillDispatched
 		args = append(args, unchanged.ID, unchanged.UpdatedAt)
 	}
-	res, err := tx.ExecContext(ctx, `UPDATE `+s.messages+`
-SET status = 'sent', sent_at = NOW(6), claim_token = NULL, lease_until = NULL, updated_at = NOW(6)
-WHERE message_id = ? AND status IN ('pending', 'claimed', 'dispatched')`+guard, args...)
+	rows, err := tx.QueryContext(ctx, `SELECT id, message_id, topic, ordering_key FROM `+s.messages+`
+WHERE message_id IN (`+uuidList(messageIDs)+`) AND status IN ('pending', 'claimed', 'dispatched')`+guard+`
+FOR UPDATE`, args...)
 	if err != nil {
-		return nil, fmt.Errorf("mark message sent: %w", err)
-	}
-	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		if err != nil {
-			return nil, fmt.Errorf("mark message sent: %w", err)
-		}
-		return nil, nil
+		return fail(err)
 	}
 	var (
-		sent storedriver.Sent
-		key  sql.NullString
-		us   int64
+		ids  []int64
+		sent []storedriver.Sent
+		keys []string
 	)
-	if err := tx.QueryRowContext(ctx, `SELECT topic, ordering_key, TIMESTAMPDIFF(MICROSECOND, created_at, sent_at)
-FROM `+s.messages+` WHERE message_id = ?`, messageID.String()).Scan(&sent.Topic, &key, &us); err != nil {
-		return nil, fmt.Errorf("mark message sent: %w", err)
-	}
-	sent.Latency = time.Duration(us) * time.Microsecond
-	if key.Valid {
-		if err := s.release(ctx, tx, key.String); err != nil {
-			return nil, fmt.Errorf("mark message sent: %w", err)
+	for rows.Next() {
+		var (
+			id  int64
+			m   storedriver.Sent
+			key sql.NullString
+		)
+		if err := rows.Scan(&id, &m.MessageID, &m.Topic, &key); err != nil {
+			rows.Close()
+			return fail(err)
+		}
+		ids, sent = append(ids, id), append(sent, m)
+		if key.Valid && !slices.Contains(keys, key.String) {
+			keys = append(keys, key.String)
 		}
 	}
-	return &sent, nil
+	if err := rows.Close(); err != nil {
+		return fail(err)
+	}
+	if err := rows.Err(); err != nil {
+		return fail(err)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE `+s.messages+`
+SET status = 'sent', sent_at = NOW(6), claim_token = NULL, lease_until = NULL, updated_at = NOW(6)
+WHERE id IN (`+idList(ids)+`)`); err != nil {
+		return fail(err)
+	}
+	latency, err := tx.QueryContext(ctx, `SELECT message_id, TIMESTAMPDIFF(MICROSECOND, created_at, sent_at) FROM `+s.messages+`
+WHERE id IN (`+idList(ids)+`)`)
+	if err != nil {
+		return fail(err)
+	}
+	byID := make(map[uuid.UUID]time.Duration, len(ids))
+	for latency.Next() {
+		var id uuid.UUID
+		var us int64
+		if err := latency.Scan(&id, &us); err != nil {
+			latency.Close()
+			return fail(err)
+		}
+		byID[id] = time.Duration(us) * time.Microsecond
+	}
+	if err := latency.Close(); err != nil {
+		return fail(err)
+	}
+	for i := range sent {
+		sent[i].Latency = byID[sent[i].MessageID]
+	}
+	// In byte order, as every writer of several keys takes them, so two never deadlock.
+	slices.Sort(keys)
+	for _, key := range keys {
+		if err := s.release(ctx, tx, key); err != nil {
+			return fail(err)
+		}
+	}
+	return sent, nil
 }
 
 // RecordFailure records a failed delivery attempt on the row: retry_times becomes the
@@ -84,7 +146,7 @@ WHERE message_id = ? AND status IN ('pending', 'claimed', 'dispatched')`, failed
 }
 
 const rowColumns = `id, message_id, topic, payload, headers, status, retry_times, max_retry_times,
-next_retry_at, last_error, redrive_count, created_at, updated_at, sent_at, ordering_key, ordering_seq`
+next_retry_at, last_error, redrive_count, created_at, updated_at, sent_at, ordering_key, ordering_seq, batch_id`
 
 // rowScanner is a *sql.Row or *sql.Rows.
 type rowScanner interface{ Scan(dest ...any) error }
@@ -94,7 +156,7 @@ func scanRow(r rowScanner) (storedriver.Row, error) {
 	var payload, headers []byte
 	err := r.Scan(&m.ID, &m.MessageID, &m.Topic, &payload, &headers, &m.Status, &m.RetryTimes,
 		&m.MaxRetryTimes, &m.NextRetryAt, &m.LastError, &m.RedriveCount, &m.CreatedAt, &m.UpdatedAt, &m.SentAt,
-		&m.OrderingKey, &m.OrderingSeq)
+		&m.OrderingKey, &m.OrderingSeq, &m.BatchID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return m, storedriver.ErrNotFound
 	}

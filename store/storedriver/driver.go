@@ -45,7 +45,8 @@ type Delivery interface {
 	// an earlier undelivered message of their key (see OrderingRules).
 	ClaimBatch(ctx context.Context, limit int, lease time.Duration, rules OrderingRules) (ClaimResult, error)
 	// MarkDispatchedAll records that workflows took the claimed rows over
-	// (claimed → dispatched) and returns how many rows it moved.
+	// (claimed → dispatched), with the batch run of each row that has one
+	// (Claimed.Batch), and returns how many rows it moved.
 	MarkDispatchedAll(ctx context.Context, rows []Claimed) (int, error)
 	// RetryClaimAfter gives a claimed row back, due again after d.
 	RetryClaimAfter(ctx context.Context, id int64, token uuid.UUID, d time.Duration) (ok bool, err error)
@@ -64,6 +65,10 @@ type Delivery interface {
 	// RecordSent records a message sent and returns its row's timestamps, or nil when
 	// it was sent already or is dead.
 	RecordSent(ctx context.Context, messageID uuid.UUID) (*Sent, error)
+	// RecordSentAll records many messages sent in one statement (a batch run's delivered
+	// messages) and returns the rows it moved; rows sent already, dead or missing are left
+	// out.
+	RecordSentAll(ctx context.Context, messageIDs []uuid.UUID) ([]Sent, error)
 	// RecordFailure counts a failed attempt and keeps its error on the row.
 	RecordFailure(ctx context.Context, messageID uuid.UUID, failedAttempts int, lastError string) (ok bool, err error)
 	// DeadLetter moves a message to dead and writes its dead letter, in one transaction.

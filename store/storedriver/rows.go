@@ -26,6 +26,9 @@ type Row struct {
 	SentAt        *time.Time
 	OrderingKey   *string
 	OrderingSeq   *int64
+	// BatchID is the workflow ID of the OutboxBatch run the row was handed to (a topic of
+	// the batch lane); nil for a row of the message lane.
+	BatchID *string
 }
 
 // Claimed is a row a relay has claimed: it holds the row's lease until LeaseUntil and
@@ -43,6 +46,9 @@ type Claimed struct {
 	DispatchedAt *time.Time
 	ClaimToken   uuid.UUID
 	LeaseUntil   time.Time
+	// Batch is set by a relay that hands the row to a batch run: the run's workflow ID,
+	// which MarkDispatchedAll records as the row's batch_id. Empty for the message lane.
+	Batch string
 }
 
 // MayHaveBeenSent reports whether an earlier delivery of the message may have reached the
@@ -62,9 +68,10 @@ type ClaimResult struct {
 	Parked int
 }
 
-// Sent describes a message that RecordSent moved to sent.
+// Sent describes a message that RecordSent or RecordSentAll moved to sent.
 type Sent struct {
-	Topic string
+	MessageID uuid.UUID
+	Topic     string
 	// Latency is from the row's created_at (its transaction's start) to sent_at.
 	Latency time.Duration
 }
@@ -122,6 +129,10 @@ type Dispatched struct {
 	Topic        string
 	DispatchedAt time.Time
 	UpdatedAt    time.Time
+	// BatchID is the batch run the row was handed to, when its topic is of the batch lane
+	// (Row.BatchID): the row's run is then that one, or the message's own run once the
+	// batch handed the message over.
+	BatchID *string
 }
 
 // ReconcileOutcome is what reconciliation found for a dispatched row, as recorded in the

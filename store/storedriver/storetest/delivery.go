@@ -69,8 +69,8 @@ func testDeliverAfter(t *testing.T, h Harness) {
 	require.EqualValues(t, 4, pending, "claimed rows are not handed over yet")
 }
 
-// testTransitions pins every status change after the claim: RecordSent and MarkSent (→
-// sent, once), RecordFailure (counts attempts on the row), DeadLetter (→ dead with a dead
+// testTransitions pins every status change after the claim: RecordSent, RecordSentAll and
+// MarkSent (→ sent, once; a batch run's rows with their batch), RecordFailure (counts attempts on the row), DeadLetter (→ dead with a dead
 // letter, once per run), Redrive and Discard (operator actions on dead rows only, each
 // audited), ListDeadLetters, and reconciliation's ClaimStaleDispatched and Repair.
 func testTransitions(t *testing.T, h Harness) {
@@ -123,6 +123,82 @@ func testTransitions(t *testing.T, h Harness) {
 		require.NotNil(t, s)
 		require.Equal(t, storedriver.StatusSent, e.status(pending))
 		require.Empty(t, e.claim(10, storedriver.OrderingRules{}).Claimed)
+	})
+
+	t.Run("Batch", func(t *testing.T) {
+		// A batch run's rows: MarkDispatchedAll records the run of each row that has one
+		// (Claimed.Batch), RecordSentAll moves its delivered rows in one call and returns
+		// them, and a keyed row's release comes with it.
+		e := newEnv(t, h)
+		ids := e.enqueue(msg("clicks", `{"n": 1}`), msg("clicks", `{"n": 2}`), keyed("clicks", "k", 3), keyed("clicks", "k", 4), msg("clicks", `{"n": 5}`))
+		res := e.claim(10, storedriver.OrderingRules{})
+		require.Len(t, res.Claimed, 4, "the key's second message waits for its first")
+		byID := map[uuid.UUID]storedriver.Claimed{}
+		for _, c := range res.Claimed {
+			byID[c.MessageID] = c
+		}
+		const batch = "outbox-batch-0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
+		var rows []storedriver.Claimed
+		for _, id := range []uuid.UUID{ids[0].MessageID, ids[1].MessageID, ids[2].MessageID} {
+			c := byID[id]
+			c.Batch = batch
+			rows = append(rows, c)
+		}
+		rows = append(rows, byID[ids[4].MessageID]) // the message lane: no batch
+		e.dispatch(rows...)
+		for _, id := range []uuid.UUID{ids[0].MessageID, ids[1].MessageID, ids[2].MessageID} {
+			row := e.get(id)
+			require.Equal(t, storedriver.StatusDispatched, row.Status)
+			require.NotNil(t, row.BatchID, "message %s", id)
+			require.Equal(t, batch, *row.BatchID)
+		}
+		require.Nil(t, e.get(ids[4].MessageID).BatchID)
+		all, err := e.d().GetAll(e.ctx, []uuid.UUID{ids[0].MessageID, ids[4].MessageID})
+		require.NoError(t, err)
+		require.Equal(t, batch, *all[ids[0].MessageID].BatchID)
+		require.Nil(t, all[ids[4].MessageID].BatchID)
+
+		// One of them was sent by its own run before the batch records the others.
+		ok, err := e.d().MarkSent(e.ctx, ids[1].MessageID)
+		require.NoError(t, err)
+		require.True(t, ok)
+		sent, err := e.d().RecordSentAll(e.ctx, []uuid.UUID{ids[0].MessageID, ids[1].MessageID, ids[2].MessageID, uuid.New()})
+		require.NoError(t, err)
+		got := map[uuid.UUID]storedriver.Sent{}
+		for _, s := range sent {
+			got[s.MessageID] = s
+		}
+		require.Len(t, got, 2, "the rows it moved, not the one sent already or the missing one: %v", sent)
+		for _, id := range []uuid.UUID{ids[0].MessageID, ids[2].MessageID} {
+			require.Equal(t, "clicks", got[id].Topic)
+			require.Positive(t, got[id].Latency)
+			require.Less(t, got[id].Latency, time.Minute)
+			require.Equal(t, storedriver.StatusSent, e.status(id))
+		}
+		again, err := e.d().RecordSentAll(e.ctx, []uuid.UUID{ids[0].MessageID, ids[2].MessageID})
+		require.NoError(t, err)
+		require.Empty(t, again, "sent once")
+		none, err := e.d().RecordSentAll(e.ctx, nil)
+		require.NoError(t, err)
+		require.Empty(t, none)
+		e.claimOnly(ids[3].MessageID) // released with its key's first message
+
+		// Reconciliation sees the batch of a stale row.
+		d := byID[ids[4].MessageID]
+		e.shift("updated_at", d.ID)
+		stale, err := e.d().ClaimStaleDispatched(e.ctx, time.Minute, 10)
+		require.NoError(t, err)
+		require.Len(t, stale, 1)
+		require.Nil(t, stale[0].BatchID)
+		c := e.claimed("clicks")
+		c.Batch = batch
+		e.dispatch(c)
+		e.shift("updated_at", c.ID)
+		stale, err = e.d().ClaimStaleDispatched(e.ctx, time.Minute, 10)
+		require.NoError(t, err)
+		require.Len(t, stale, 1)
+		require.NotNil(t, stale[0].BatchID)
+		require.Equal(t, batch, *stale[0].BatchID)
 	})
 
 	t.Run("RecordFailure", func(t *testing.T) {
