@@ -50,6 +50,8 @@ func (a *Activities) Register(r interface {
 	r.RegisterActivityWithOptions(a.LoadMessage, activity.RegisterOptions{Name: workflows.ActivityLoadMessage})
 	r.RegisterActivityWithOptions(a.SignalWithStart, activity.RegisterOptions{Name: workflows.ActivitySignalWithStart})
 	r.RegisterActivityWithOptions(a.RecordFailure, activity.RegisterOptions{Name: workflows.ActivityRecordFailure})
+	r.RegisterActivityWithOptions(a.SendBatch, activity.RegisterOptions{Name: workflows.ActivitySendBatch})
+	r.RegisterActivityWithOptions(a.MarkSentAll, activity.RegisterOptions{Name: workflows.ActivityMarkSentAll})
 }
 
 func (a *Activities) logger() *slog.Logger {

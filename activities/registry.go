@@ -1,5 +1,6 @@
 // Package activities holds the delivery workflow's activities (send, check-processed,
-// mark-sent, dead-letter, load, signal-with-start, purge) and the [Registry] that maps a
+// mark-sent, dead-letter, load, signal-with-start, purge, and the batch's send-batch and
+// mark-sent-all) and the [Registry] that maps a
 // topic to its handler: a [delivery.Handler], the one contract every sink implements (see
 // package delivery; the sinks are under sinks/).
 package activities

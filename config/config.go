@@ -307,6 +307,19 @@ type Topic struct {
 	// alerts.webhook_url. Optional.
 	AlertWebhook string `yaml:"alert_webhook"`
 
+	// Lane says how the topic's messages are handed to Temporal: message (the default),
+	// one OutboxDelivery run per message; or batch, batch.size messages at a time to one
+	// OutboxBatch run, which sends them together and gives every message that fails a
+	// run of its own (docs/delivery.md). For a topic of a sink in the outbox's worker
+	// (http, nats, rabbitmq, kafka, or a registered sink), not a team's activity or
+	// workflow.
+	Lane string `yaml:"lane"`
+	// Batch sizes the batch lane's batches: size (messages per batch, default 100, at
+	// most 1000), wait (how long a claimed message waits for its batch to fill, default
+	// 200ms) and concurrency (how many messages a sink without a batch publish, such as
+	// http, sends at once, default 16). Only with lane: batch.
+	Batch BatchSettings `yaml:"batch"`
+
 	// Ordering holds this topic's messages back while an earlier message with the same
 	// ordering key is undelivered. Defaults to true; messages without a key are never held.
 	Ordering *bool `yaml:"ordering"`
@@ -569,7 +582,16 @@ func (t Topic) Policy() workflows.Policy {
 		FirstAttempt:       t.FirstAttempt,
 		Activity:           t.activityHandler(),
 		Workflow:           t.workflowHandler(),
+		Batch:              t.batchPolicy(),
 	}.WithDefaults()
+}
+
+// batchPolicy is the topic's batch lane, or nil for the message lane.
+func (t Topic) batchPolicy() *workflows.BatchPolicy {
+	if t.Lane != LaneBatch {
+		return nil
+	}
+	return &workflows.BatchPolicy{Size: t.Batch.Size, Wait: time.Duration(t.Batch.Wait), Concurrency: t.Batch.Concurrency}
 }
 
 // workflowHandler is the team's workflow that the topic starts, or nil.
@@ -590,6 +612,26 @@ func (t Topic) activityHandler() *workflows.ActivityHandler {
 		StartToClose: time.Duration(t.StartToClose), ScheduleToStart: time.Duration(t.ScheduleToStart),
 	}
 }
+
+// BatchSettings are a topic's batch lane settings (Topic.Batch).
+type BatchSettings struct {
+	// Size is the most messages of one batch. Defaults to 100.
+	Size int `yaml:"size"`
+	// Wait is the longest a claimed message waits for its batch to fill. Defaults to
+	// 200ms.
+	Wait Duration `yaml:"wait"`
+	// Concurrency is how many messages of a batch a sink without a batch publish sends at
+	// once. Defaults to 16.
+	Concurrency int `yaml:"concurrency"`
+}
+
+func (b BatchSettings) set() bool { return b != BatchSettings{} }
+
+// Values of Topic.Lane.
+const (
+	LaneMessage = "message"
+	LaneBatch   = "batch"
+)
 
 // Duration is a time.Duration written as in Go ("1s", "1m30s").
 type Duration time.Duration
@@ -962,6 +1004,25 @@ func (t Topic) validate(field string, sinks []string) error {
 		if err := checkURL(t.AlertWebhook); err != nil {
 			bad("alert_webhook", "%v", err)
 		}
+	}
+	switch {
+	case t.Lane != "" && t.Lane != LaneMessage && t.Lane != LaneBatch:
+		bad("lane", "must be %s or %s, got %q", LaneMessage, LaneBatch, t.Lane)
+	case t.Lane == LaneBatch && t.Activity != "":
+		bad("lane", "batch needs a sink in the outbox's worker; activity %s delivers one message per attempt: leave lane unset", t.Activity)
+	case t.Lane == LaneBatch && t.Workflow != "":
+		bad("lane", "batch needs a sink in the outbox's worker; workflow %s is started once per message: leave lane unset", t.Workflow)
+	case t.Lane != LaneBatch && t.Batch.set():
+		bad("batch", "applies to lane: batch only, and the lane is %s: set lane: batch or remove batch", cmp.Or(t.Lane, LaneMessage))
+	}
+	if t.Batch.Size < 0 || t.Batch.Size > workflows.MaxBatchSize {
+		bad("batch.size", "must be between 1 and %d (unset: %d), got %d", workflows.MaxBatchSize, workflows.DefaultBatchSize, t.Batch.Size)
+	}
+	if t.Batch.Wait < 0 || time.Duration(t.Batch.Wait) > workflows.MaxBatchWait {
+		bad("batch.wait", "must be between 0s and %s (unset: %s), got %s", workflows.MaxBatchWait, workflows.DefaultBatchWait, time.Duration(t.Batch.Wait))
+	}
+	if t.Batch.Concurrency < 0 || t.Batch.Concurrency > workflows.MaxBatchConcurrency {
+		bad("batch.concurrency", "must be between 1 and %d (unset: %d), got %d", workflows.MaxBatchConcurrency, workflows.DefaultBatchConcurrency, t.Batch.Concurrency)
 	}
 	if t.MaxAttempts < 0 || t.MaxAttempts > workflows.MaxAttemptsLimit {
 		bad("max_attempts", "must be between 1 and %d (unset: %d), got %d", workflows.MaxAttemptsLimit, workflows.DefaultMaxAttempts, t.MaxAttempts)

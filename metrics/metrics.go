@@ -66,6 +66,9 @@ type Metrics struct {
 	signalClosed   *prometheus.CounterVec
 	connLost       *prometheus.CounterVec
 	sinkReady      *prometheus.GaugeVec
+	batches        *prometheus.CounterVec
+	batchMessages  *prometheus.HistogramVec
+	batchOutcomes  *prometheus.CounterVec
 
 	mu    sync.RWMutex
 	known map[string]bool
@@ -116,6 +119,19 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "outbox_sink_ready",
 			Help: "1 when the worker's sink of a topic is connected, 0 while it cannot reach its broker (sends are retried until it can).",
 		}, []string{"topic"}),
+		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_batches_started_total",
+			Help: "Batch runs (OutboxBatch) the relay started for the topics of the batch lane, by topic.",
+		}, []string{"topic"}),
+		batchMessages: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "outbox_batch_messages",
+			Help:    "Messages in each batch run the relay started, by topic.",
+			Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000},
+		}, []string{"topic"}),
+		batchOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_batch_messages_total",
+			Help: "Messages of batch runs by what they came to (sent by the batch; handed_over to a run of their own after a failed attempt; skipped, already sent or another batch's), by topic: the batch lane's throughput and hand-overs.",
+		}, []string{"topic", "outcome"}),
 		claimed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "outbox_messages_claimed_total",
 			Help: "Rows the relay claimed (a row claimed again after its lease expired counts again).",
@@ -179,7 +195,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		for _, c := range []prometheus.Collector{
 			m.claimed, m.started, m.alreadyStarted, m.batchSize, m.batchDuration, m.sendAttempts,
 			m.sendFailures, m.sent, m.commitToSent, m.deadLettered, m.redriven, m.reconciled, m.errors,
-			m.signalClosed, m.connLost, m.sinkReady,
+			m.signalClosed, m.connLost, m.sinkReady, m.batches, m.batchMessages, m.batchOutcomes,
 		} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register outbox metrics: %w", err)
@@ -187,6 +203,32 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// BatchStarted records a batch run of n messages of topic that the relay started.
+func (m *Metrics) BatchStarted(topic string, n int) {
+	if m == nil {
+		return
+	}
+	t := m.topic(topic)
+	m.batches.WithLabelValues(t).Inc()
+	m.batchMessages.WithLabelValues(t).Observe(float64(n))
+}
+
+// Batch outcomes, the values of outbox_batch_messages_total's outcome label.
+const (
+	BatchOutcomeSent       = "sent"
+	BatchOutcomeHandedOver = "handed_over"
+	BatchOutcomeSkipped    = "skipped"
+)
+
+// BatchMessages counts n messages of a batch of topic that came to outcome (a
+// BatchOutcome* value).
+func (m *Metrics) BatchMessages(topic, outcome string, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.batchOutcomes.WithLabelValues(m.topic(topic), outcome).Add(float64(n))
 }
 
 // Batch records one non-empty claim of n rows that took d from the claim until every row

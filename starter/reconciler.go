@@ -12,6 +12,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 
 	"github.com/outbox-go/outbox/metrics"
 	"github.com/outbox-go/outbox/store"
@@ -243,6 +244,9 @@ func (rc *Reconciler) workflowOutcome(ctx context.Context, d store.Dispatched) (
 	desc, err := rc.client.DescribeWorkflowExecution(ctx, id, "")
 	var notFound *serviceerror.NotFound
 	switch {
+	case errors.As(err, &notFound) && d.BatchID != nil:
+		// The row was handed to a batch, and has no run of its own: the batch has it.
+		return rc.batchOutcome(ctx, d, *d.BatchID)
 	case errors.As(err, &notFound):
 		return store.ReconcileHandedOverAgain, "workflow " + id + " not found", nil
 	case err != nil:
@@ -260,4 +264,55 @@ func (rc *Reconciler) workflowOutcome(ctx context.Context, d store.Dispatched) (
 		// run dead-letters the row before it fails): nothing will deliver it.
 		return store.ReconcileHandedOverAgain, detail, nil
 	}
+}
+
+// ResultReader reads a closed run's result; client.Client satisfies it. A reconciler whose
+// client has it reads a completed batch's result to learn whether the batch delivered a
+// row it left dispatched.
+type ResultReader interface {
+	GetWorkflow(ctx context.Context, workflowID, runID string) client.WorkflowRun
+}
+
+// batchOutcome says what the batch run a row was handed to means for the row: running, it
+// still has the row; completed, it delivered the row when its result says so (a batch
+// that could not record its delivered rows sent), and otherwise it handed the row to a
+// run that no longer exists or could not start one; closed any other way, or missing,
+// nothing will deliver it.
+func (rc *Reconciler) batchOutcome(ctx context.Context, d store.Dispatched, batch string) (store.ReconcileOutcome, string, error) {
+	desc, err := rc.client.DescribeWorkflowExecution(ctx, batch, "")
+	var notFound *serviceerror.NotFound
+	switch {
+	case errors.As(err, &notFound):
+		return store.ReconcileHandedOverAgain, "batch " + batch + " not found, nor workflow " + workflows.WorkflowID(d.MessageID.String()), nil
+	case err != nil:
+		return "", "", err
+	}
+	info := desc.GetWorkflowExecutionInfo()
+	detail := fmt.Sprintf("batch %s run %s is %s", batch, info.GetExecution().GetRunId(), info.GetStatus())
+	switch info.GetStatus() {
+	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+		return store.ReconcileRunning, detail, nil
+	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
+	default:
+		return store.ReconcileHandedOverAgain, detail, nil
+	}
+	rr, ok := rc.client.(ResultReader)
+	if !ok {
+		return store.ReconcileHandedOverAgain, detail + "; its result cannot be read here", nil
+	}
+	var res workflows.BatchResult
+	if err := rr.GetWorkflow(ctx, batch, info.GetExecution().GetRunId()).Get(ctx, &res); err != nil {
+		return "", "", fmt.Errorf("read the result of batch %s: %w", batch, err)
+	}
+	for _, o := range res.Outcomes {
+		if o.MessageID != d.MessageID.String() {
+			continue
+		}
+		detail += ", and the message's outcome in it is " + string(o.Outcome)
+		if o.Outcome == workflows.BatchSent || o.Outcome == workflows.BatchAlreadySent {
+			return store.ReconcileRecordedSent, detail, nil
+		}
+		return store.ReconcileHandedOverAgain, detail, nil
+	}
+	return store.ReconcileHandedOverAgain, detail + ", and the message is not in it", nil
 }

@@ -213,6 +213,13 @@ type Relay struct {
 	// or an older one while workers of an older outbox poll the task queue (see
 	// refreshVersion).
 	version atomic.Int32
+
+	// held are the claimed rows of the batch lane waiting for their batch, by topic.
+	batchMu sync.Mutex
+	held    map[string]*heldBatch
+	// batchesHeldBack is set once the relay logged that an older worker keeps the batch
+	// lane off.
+	batchesHeldBack atomic.Bool
 }
 
 // lastingPasses is how many consecutive passes Temporal must refuse every start, for a
@@ -380,6 +387,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			// Batches that wait for more rows start now: their rows would otherwise wait
+			// for their lease.
+			r.flushBatches(context.WithoutCancel(ctx), true)
 			r.log.InfoContext(context.WithoutCancel(ctx), "Relay stopped")
 			return nil
 		case <-wake:
@@ -400,6 +410,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		sleep := r.cfg.PollInterval
 		if delayed {
 			sleep = min(max(due-time.Since(asked), minWake), r.cfg.PollInterval)
+		}
+		if wait, ok := r.nextBatchDue(); ok {
+			sleep = min(sleep, max(wait, minWake))
 		}
 		if n := r.refusedPasses(); n > 0 {
 			// Temporal refuses every start: claiming again sooner only re-tries the
@@ -458,6 +471,11 @@ func (r *Relay) drainDue(ctx context.Context) error {
 // RunOnce claims one batch and hands each row to Temporal. It returns the number of rows
 // claimed. Once claimed, the batch is handed over even if ctx is cancelled meanwhile, so
 // a shutdown does not leave rows waiting for their lease to expire.
+//
+// Rows of a topic of the batch lane (Policy.Batch) wait in the relay for their batch to
+// fill, or for the topic's batch wait, and are then handed to one OutboxBatch run per
+// batch; a row that may have been sent before (MayHaveBeenSent) gets a run of its own, as
+// in the message lane.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	if err := r.prepare(ctx); err != nil {
 		return 0, err
@@ -470,60 +488,113 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		if !errors.Is(err, context.Canceled) {
 			r.cfg.Metrics.Error(metrics.OpClaim)
 		}
+		r.flushBatches(context.WithoutCancel(ctx), false)
 		return 0, err
 	}
-	rows := claim.Claimed
-	if len(rows) == 0 {
-		return claim.Parked, nil
+	rows, batched := r.lanes(ctx, claim.Claimed)
+	r.hold(batched, began)
+	p := r.newPass(ctx, began)
+	p.handOver(rows, nil)
+	for _, b := range r.dueBatches(false) {
+		p.startBatch(b)
 	}
-	messages := r.teamMessages(ctx, rows)
-	var attempted, refused atomic.Int32
-	var firstRefusal atomic.Pointer[error]
-	var mu sync.Mutex
-	dispatched := make([]store.Claimed, 0, len(rows))
-	hand := context.WithoutCancel(ctx)
-	// Rows whose lease is about to run out by this process's clock are left to the next
-	// claim: starting them now would race another relay that may already have taken them.
-	leaseEnd := began.Add(r.cfg.Lease - min(r.cfg.StartTimeout, r.cfg.Lease/2))
-	sem := make(chan struct{}, r.cfg.StartConcurrency)
-	var wg sync.WaitGroup
+	p.finish()
+	if n := len(claim.Claimed); n > 0 {
+		r.cfg.Metrics.Batch(n, time.Since(began))
+	}
+	return len(claim.Claimed) + claim.Parked, nil
+}
+
+// pass is the hand-over of one claim: the starts it runs at once (StartConcurrency), and
+// the rows a running workflow now owns, which it marks dispatched in one statement.
+type pass struct {
+	r        *Relay
+	ctx      context.Context // the caller's, for logs
+	hand     context.Context // the starts': not cancelled with ctx
+	leaseEnd time.Time
+	sem      chan struct{}
+	wg       sync.WaitGroup
+
+	attempted, refused atomic.Int32
+	firstRefusal       atomic.Pointer[error]
+	mu                 sync.Mutex
+	dispatched         []store.Claimed
+}
+
+func (r *Relay) newPass(ctx context.Context, began time.Time) *pass {
+	return &pass{
+		r: r, ctx: ctx, hand: context.WithoutCancel(ctx),
+		// Rows whose lease is about to run out by this process's clock are left to the
+		// next claim: starting them now would race another relay that may already have
+		// taken them.
+		leaseEnd: began.Add(r.cfg.Lease - min(r.cfg.StartTimeout, r.cfg.Lease/2)),
+		sem:      make(chan struct{}, r.cfg.StartConcurrency),
+	}
+}
+
+// handOver starts a delivery run of its own for each row; checkFirst, when not nil, says
+// for which rows the run asks check-processed before it sends (by default those that
+// MayHaveBeenSent).
+func (p *pass) handOver(rows []store.Claimed, checkFirst func(store.Claimed) bool) {
+	if len(rows) == 0 {
+		return
+	}
+	r := p.r
+	messages := r.teamMessages(p.ctx, rows)
 	for _, row := range rows {
-		sem <- struct{}{}
-		if time.Now().After(leaseEnd) {
-			<-sem
-			r.log.InfoContext(ctx, "Lease running out before the start; leaving the row for the next claim",
+		p.sem <- struct{}{}
+		if time.Now().After(p.leaseEnd) {
+			<-p.sem
+			r.log.InfoContext(p.ctx, "Lease running out before the start; leaving the row for the next claim",
 				slog.String("message_id", row.MessageID.String()))
 			continue
 		}
-		wg.Add(1)
+		p.wg.Add(1)
 		go func() {
-			defer func() { <-sem; wg.Done() }()
+			defer func() { <-p.sem; p.wg.Done() }()
 			// One deadline for the whole hand-over: the start, then the row update or the
 			// describe, so a stuck connection cannot stall the relay.
-			rowCtx, cancel := context.WithTimeout(hand, r.cfg.StartTimeout+20*time.Second)
+			rowCtx, cancel := context.WithTimeout(p.hand, r.cfg.StartTimeout+20*time.Second)
 			defer cancel()
-			attempted.Add(1)
 			var msg *store.Row
 			if m, ok := messages[row.MessageID]; ok {
 				msg = &m
 			}
-			owned, err := r.handOver(rowCtx, row, msg)
-			switch {
-			case err != nil:
-				refused.Add(1)
-				firstRefusal.CompareAndSwap(nil, &err)
-			case owned:
-				mu.Lock()
-				dispatched = append(dispatched, row)
-				mu.Unlock()
+			check := row.MayHaveBeenSent()
+			if checkFirst != nil {
+				check = checkFirst(row)
+			}
+			owned, err := r.handOver(rowCtx, row, msg, check)
+			p.note(err)
+			if owned {
+				p.own(row)
 			}
 		}()
 	}
-	wg.Wait()
-	r.markDispatched(hand, dispatched)
-	r.cfg.Metrics.Batch(len(rows), time.Since(began))
-	r.noteStarts(ctx, int(attempted.Load()), int(refused.Load()), firstRefusal.Load())
-	return len(rows) + claim.Parked, nil
+}
+
+// note counts one start and its refusal.
+func (p *pass) note(err error) {
+	p.attempted.Add(1)
+	if err != nil {
+		p.refused.Add(1)
+		p.firstRefusal.CompareAndSwap(nil, &err)
+	}
+}
+
+// own adds rows that a running workflow now owns.
+func (p *pass) own(rows ...store.Claimed) {
+	p.mu.Lock()
+	p.dispatched = append(p.dispatched, rows...)
+	p.mu.Unlock()
+}
+
+// finish waits for the pass's starts, marks the owned rows dispatched and records how
+// the starts went.
+func (p *pass) finish() {
+	p.wg.Wait()
+	p.r.markDispatched(p.hand, p.dispatched)
+	p.r.noteStarts(p.ctx, int(p.attempted.Load()), int(p.refused.Load()), p.firstRefusal.Load())
 }
 
 // noteStarts records how a pass's starts went. A pass in which Temporal refused every
@@ -696,15 +767,18 @@ func (r *Relay) StartOptions(in workflows.DeliveryInput) client.StartWorkflowOpt
 // row (the caller marks such rows dispatched, a pass at a time), and returns the error of
 // a start that Temporal refused (the row stays claimed and is retried after its lease).
 //
-// msg, when not nil, is the row's message for a team topic's input (see teamMessages).
-func (r *Relay) handOver(ctx context.Context, row store.Claimed, msg *store.Row) (owned bool, err error) {
+// msg, when not nil, is the row's message for a team topic's input (see teamMessages);
+// checkFirst makes the run ask check-processed before it sends.
+func (r *Relay) handOver(ctx context.Context, row store.Claimed, msg *store.Row, checkFirst bool) (owned bool, err error) {
 	log := r.log.With(slog.String("message_id", row.MessageID.String()), slog.String("topic", row.Topic))
+	policy := workflows.ResolvePolicy(r.cfg.Policy(row.Topic), row.MaxRetryTimes)
+	policy.Batch = nil // a run of its own
 	in := workflows.DeliveryInput{
 		MessageID:        row.MessageID.String(),
 		Topic:            row.Topic,
-		Policy:           workflows.ResolvePolicy(r.cfg.Policy(row.Topic), row.MaxRetryTimes),
+		Policy:           policy,
 		SearchAttributes: !r.cfg.NoSearchAttributes,
-		CheckFirst:       row.MayHaveBeenSent(),
+		CheckFirst:       checkFirst,
 		Version:          int(r.version.Load()),
 		Deployment:       r.deploymentID(),
 	}

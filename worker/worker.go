@@ -44,14 +44,15 @@ type Deps struct {
 	Deployment uuid.UUID
 }
 
-// Register adds OutboxDelivery and its activities to r, which is usually a worker on the
-// outbox's task queue.
+// Register adds OutboxDelivery, OutboxBatch and their activities to r, which is usually a
+// worker on the outbox's task queue.
 func Register(r sdkworker.Registry, deps Deps) {
-	delivery := workflows.Delivery
+	delivery, batch := workflows.Delivery, workflows.Batch
 	if deps.Deployment != uuid.Nil {
-		delivery = workflows.DeliveryOf(deps.Deployment.String())
+		delivery, batch = workflows.DeliveryOf(deps.Deployment.String()), workflows.BatchOf(deps.Deployment.String())
 	}
 	r.RegisterWorkflowWithOptions(delivery, workflows.RegisterOptions())
+	r.RegisterWorkflowWithOptions(batch, workflows.BatchRegisterOptions())
 	r.RegisterWorkflowWithOptions(workflows.Retention, workflows.RetentionRegisterOptions())
 	if deps.Handlers != nil {
 		deps.Metrics.KnownTopics(deps.Handlers.Topics()...)

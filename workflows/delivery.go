@@ -21,12 +21,26 @@ var (
 	messageIDKey = temporal.NewSearchAttributeKeyKeyword(SearchAttrMessageID)
 )
 
-// StartSearchAttributes returns the search attributes a delivery starts with.
+// StartSearchAttributes returns the search attributes a delivery starts with: retrying
+// for a message a batch handed over after a failed attempt.
 func StartSearchAttributes(in DeliveryInput) temporal.SearchAttributes {
+	status := SearchStatusDispatched
+	if in.Prior != nil {
+		status = SearchStatusRetrying
+	}
 	return temporal.NewSearchAttributes(
 		topicKey.ValueSet(in.Topic),
-		statusKey.ValueSet(string(SearchStatusDispatched)),
+		statusKey.ValueSet(string(status)),
 		messageIDKey.ValueSet(in.MessageID),
+	)
+}
+
+// BatchSearchAttributes returns the search attributes a batch starts with: its topic and
+// SearchStatusBatch, so a search by topic finds the batches too.
+func BatchSearchAttributes(in BatchInput) temporal.SearchAttributes {
+	return temporal.NewSearchAttributes(
+		topicKey.ValueSet(in.Topic),
+		statusKey.ValueSet(string(SearchStatusBatch)),
 	)
 }
 
@@ -117,6 +131,20 @@ func Delivery(ctx workflow.Context, in DeliveryInput) (DeliveryResult, error) {
 		d.logger.Warn("The first workflow task was tried before; its local send may have happened: checking before sending")
 		local, unknown = false, true
 	}
+	if p := in.Prior; p != nil && in.Version >= BatchVersion {
+		// A batch made the first attempt and handed the message over: go on from it.
+		last = priorFailure(p)
+		unknown, attempt, local = last.ambiguous, max(p.Attempts, 1), false
+		d.logger.Info("Handed over by a batch after a failed attempt; going on from it",
+			"batch", p.Batch, "attempt", attempt, "max_attempts", d.maxAttempts, "error", last.message)
+		if last.permanent || attempt >= d.maxAttempts {
+			return d.giveUp(attempt, last)
+		}
+		if err := d.backoff(attempt, last); err != nil {
+			return DeliveryResult{}, err
+		}
+		attempt++
+	}
 	for {
 		if unknown {
 			if d.checkProcessed() {
@@ -169,12 +197,33 @@ func Delivery(ctx workflow.Context, in DeliveryInput) (DeliveryResult, error) {
 		}
 		attempt++
 	}
+	return d.giveUp(attempt, last)
+}
+
+// giveUp ends a run whose attempts are used up or whose last failure was permanent: a last
+// ambiguous attempt is checked first (the downstream may have the message), then the
+// message is dead-lettered.
+func (d *delivery) giveUp(attempt int, last failure) (DeliveryResult, error) {
 	if last.ambiguous && d.checkable && d.changed(changeUnknownOutcome) {
 		if d.checkProcessed() {
 			return d.markSent(attempt, true)
 		}
 	}
 	return d.deadLetter(attempt, last)
+}
+
+// priorFailure reads a batch's failed attempt as classify reads a send's error.
+func priorFailure(p *PriorAttempt) failure {
+	f := failure{message: p.Error, retryAfter: p.RetryAfter}
+	switch p.ErrType {
+	case ErrTypePermanent:
+		f.permanent = true
+	case ErrTypeRetryable, ErrTypeUnknownTopic:
+		// Nothing was sent (an unknown topic is retried: another worker may know it).
+	default:
+		f.ambiguous = true
+	}
+	return f
 }
 
 // delivery is one run of Delivery: its input, resolved policy and activity contexts.

@@ -27,6 +27,7 @@ type policyJSON struct {
 	FirstAttempt       string           `json:"first_attempt,omitempty"`
 	Activity           *ActivityHandler `json:"activity,omitempty"`
 	Workflow           *WorkflowHandler `json:"workflow,omitempty"`
+	Batch              *BatchPolicy     `json:"batch,omitempty"`
 }
 
 // MarshalJSON writes p with its durations as text.
@@ -40,6 +41,7 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 		FirstAttempt:       p.FirstAttempt,
 		Activity:           p.Activity,
 		Workflow:           p.Workflow,
+		Batch:              p.Batch,
 	}
 	if p.MarkSentTimeout != 0 {
 		t := textDuration(p.MarkSentTimeout)
@@ -63,10 +65,110 @@ func (p *Policy) UnmarshalJSON(b []byte) error {
 		FirstAttempt:       j.FirstAttempt,
 		Activity:           j.Activity,
 		Workflow:           j.Workflow,
+		Batch:              j.Batch,
 	}
 	if j.MarkSentTimeout != nil {
 		p.MarkSentTimeout = time.Duration(*j.MarkSentTimeout)
 	}
+	return nil
+}
+
+// The batch lane's types write their durations as text too: each MarshalJSON shadows the
+// duration field of the plain struct with its text form.
+
+// MarshalJSON writes b with its wait as text.
+func (b BatchPolicy) MarshalJSON() ([]byte, error) {
+	type plain BatchPolicy
+	return json.Marshal(struct {
+		plain
+		Wait textDuration `json:"wait"`
+	}{plain(b), textDuration(b.Wait)})
+}
+
+// UnmarshalJSON reads b with its wait as text or as integer nanoseconds.
+func (b *BatchPolicy) UnmarshalJSON(data []byte) error {
+	type plain BatchPolicy
+	var j struct {
+		plain
+		Wait textDuration `json:"wait"`
+	}
+	if err := json.Unmarshal(data, &j); err != nil {
+		return fmt.Errorf("batch policy: %w", err)
+	}
+	*b = BatchPolicy(j.plain)
+	b.Wait = time.Duration(j.Wait)
+	return nil
+}
+
+// MarshalJSON writes p with its retry-after as text.
+func (p PriorAttempt) MarshalJSON() ([]byte, error) {
+	type plain PriorAttempt
+	return json.Marshal(struct {
+		plain
+		RetryAfter textDuration `json:"retry_after,omitempty"`
+	}{plain(p), textDuration(p.RetryAfter)})
+}
+
+// UnmarshalJSON reads p with its retry-after as text or as integer nanoseconds.
+func (p *PriorAttempt) UnmarshalJSON(data []byte) error {
+	type plain PriorAttempt
+	var j struct {
+		plain
+		RetryAfter textDuration `json:"retry_after,omitempty"`
+	}
+	if err := json.Unmarshal(data, &j); err != nil {
+		return fmt.Errorf("prior attempt: %w", err)
+	}
+	*p = PriorAttempt(j.plain)
+	p.RetryAfter = time.Duration(j.RetryAfter)
+	return nil
+}
+
+// MarshalJSON writes o with its retry-after as text.
+func (o BatchOutcome) MarshalJSON() ([]byte, error) {
+	type plain BatchOutcome
+	return json.Marshal(struct {
+		plain
+		RetryAfter textDuration `json:"retry_after,omitempty"`
+	}{plain(o), textDuration(o.RetryAfter)})
+}
+
+// UnmarshalJSON reads o with its retry-after as text or as integer nanoseconds.
+func (o *BatchOutcome) UnmarshalJSON(data []byte) error {
+	type plain BatchOutcome
+	var j struct {
+		plain
+		RetryAfter textDuration `json:"retry_after,omitempty"`
+	}
+	if err := json.Unmarshal(data, &j); err != nil {
+		return fmt.Errorf("batch outcome: %w", err)
+	}
+	*o = BatchOutcome(j.plain)
+	o.RetryAfter = time.Duration(j.RetryAfter)
+	return nil
+}
+
+// MarshalJSON writes in with its send timeout as text.
+func (in SendBatchInput) MarshalJSON() ([]byte, error) {
+	type plain SendBatchInput
+	return json.Marshal(struct {
+		plain
+		SendTimeout textDuration `json:"send_timeout"`
+	}{plain(in), textDuration(in.SendTimeout)})
+}
+
+// UnmarshalJSON reads in with its send timeout as text or as integer nanoseconds.
+func (in *SendBatchInput) UnmarshalJSON(data []byte) error {
+	type plain SendBatchInput
+	var j struct {
+		plain
+		SendTimeout textDuration `json:"send_timeout"`
+	}
+	if err := json.Unmarshal(data, &j); err != nil {
+		return fmt.Errorf("send-batch input: %w", err)
+	}
+	*in = SendBatchInput(j.plain)
+	in.SendTimeout = time.Duration(j.SendTimeout)
 	return nil
 }
 

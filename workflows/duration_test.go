@@ -69,4 +69,41 @@ func TestInputDurationsAsText(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(`{"sent_after":604800000000000,"discarded_after":2592000000000000,"archive":true,"batch_size":500}`), &back))
 		require.Equal(t, workflows.RetentionInput{SentAfter: 168 * time.Hour, DiscardedAfter: 720 * time.Hour, Archive: true, BatchSize: 500}, back)
 	})
+
+	t.Run("BatchLane", func(t *testing.T) {
+		t.Parallel()
+		policy := workflows.Policy{MaxAttempts: 4, Batch: &workflows.BatchPolicy{Size: 50, Wait: 250 * time.Millisecond, Concurrency: 8}}.WithDefaults()
+		in := workflows.BatchInput{Topic: "clicks", Policy: policy, Messages: []workflows.BatchMessage{{MessageID: "m"}}, Version: 5}
+		b, err := json.Marshal(in)
+		require.NoError(t, err)
+		require.Contains(t, string(b), `"batch":{"size":50,"concurrency":8,"wait":"250ms"}`)
+		var back workflows.BatchInput
+		require.NoError(t, json.Unmarshal(b, &back))
+		require.Equal(t, in, back)
+
+		d := workflows.DeliveryInput{MessageID: "m", Topic: "clicks", Policy: policy, Prior: &workflows.PriorAttempt{
+			Attempts: 1, Error: "HTTP 429", ErrType: workflows.ErrTypeRetryable, RetryAfter: 3 * time.Second, Batch: "outbox-batch-m"}}
+		b, err = json.Marshal(d)
+		require.NoError(t, err)
+		require.Contains(t, string(b), `"retry_after":"3s"`)
+		var dback workflows.DeliveryInput
+		require.NoError(t, json.Unmarshal(b, &dback))
+		require.Equal(t, d, dback)
+
+		o := workflows.SendBatchResult{Outcomes: []workflows.BatchOutcome{{MessageID: "m", Outcome: workflows.BatchFailed, RetryAfter: time.Second}, {MessageID: "n", Outcome: workflows.BatchSent}}}
+		b, err = json.Marshal(o)
+		require.NoError(t, err)
+		require.JSONEq(t, `{"outcomes":[{"message_id":"m","outcome":"failed","retry_after":"1s"},{"message_id":"n","outcome":"sent"}]}`, string(b))
+		var oback workflows.SendBatchResult
+		require.NoError(t, json.Unmarshal(b, &oback))
+		require.Equal(t, o, oback)
+
+		si := workflows.SendBatchInput{Batch: "outbox-batch-m", Topic: "clicks", SendTimeout: 30 * time.Second, Concurrency: 16, MaxAttempts: 12}
+		b, err = json.Marshal(si)
+		require.NoError(t, err)
+		require.Contains(t, string(b), `"send_timeout":"30s"`)
+		var siback workflows.SendBatchInput
+		require.NoError(t, json.Unmarshal(b, &siback))
+		require.Equal(t, si, siback)
+	})
 }

@@ -38,3 +38,24 @@ func DeliveryOf(deployment string) func(workflow.Context, DeliveryInput) (Delive
 		return Delivery(ctx, in)
 	}
 }
+
+// BatchRegisterOptions returns the options Batch is registered with.
+func BatchRegisterOptions() workflow.RegisterOptions {
+	return workflow.RegisterOptions{Name: BatchWorkflowType}
+}
+
+// BatchOf is DeliveryOf for Batch: a batch whose input names another deployment panics
+// before it does anything, and is left for a worker of its own deployment.
+func BatchOf(deployment string) func(workflow.Context, BatchInput) (BatchResult, error) {
+	if deployment == "" {
+		return Batch
+	}
+	return func(ctx workflow.Context, in BatchInput) (BatchResult, error) {
+		if in.Deployment != "" && in.Deployment != deployment {
+			panic(fmt.Sprintf("%s: a batch of %d %s messages belongs to outbox deployment %s, and this worker's is %s: "+
+				"left for a worker of its own deployment (a task queue belongs to one outbox database)",
+				ErrTypeWrongDeployment, len(in.Messages), in.Topic, in.Deployment, deployment))
+		}
+		return Batch(ctx, in)
+	}
+}

@@ -77,6 +77,9 @@ const (
 	// keeps the status it had.
 	SearchStatusSent SearchStatus = "sent"
 	SearchStatusDead SearchStatus = "dead"
+	// SearchStatusBatch marks an OutboxBatch run (the batch lane), which carries many
+	// messages; its messages in trouble have runs of their own.
+	SearchStatusBatch SearchStatus = "batch"
 )
 
 // Search attribute names (all Keyword).
@@ -122,6 +125,9 @@ type Policy struct {
 	Activity *ActivityHandler `json:"activity,omitempty"`
 	// Workflow, when set, delivers the message by starting a team's workflow.
 	Workflow *WorkflowHandler `json:"workflow,omitempty"`
+	// Batch, when set, puts the topic in the batch lane: the relay hands its rows over in
+	// batches, each to one OutboxBatch run (see Batch). A message's own run has none.
+	Batch *BatchPolicy `json:"batch,omitempty"`
 }
 
 // WorkflowHandler is a topic's team workflow (see package sinks/teamworkflow).
@@ -232,6 +238,10 @@ func (p Policy) WithDefaults() Policy {
 		a := p.Activity.WithDefaults(p.SendTimeout)
 		p.Activity = &a
 	}
+	if p.Batch != nil {
+		b := p.Batch.WithDefaults()
+		p.Batch = &b
+	}
 	return p
 }
 
@@ -261,6 +271,14 @@ func (p Policy) Validate() error {
 	}
 	if a := p.Activity; a != nil {
 		if err := a.Validate(); err != nil {
+			return err
+		}
+	}
+	if b := p.Batch; b != nil {
+		if p.Activity != nil || p.Workflow != nil {
+			return fmt.Errorf("lane batch needs a sink in the outbox's worker: a team's activity or workflow delivers one message per attempt")
+		}
+		if err := b.Validate(); err != nil {
 			return err
 		}
 	}
@@ -332,6 +350,11 @@ type DeliveryInput struct {
 	// OrderingKey is the message's ordering key when Message is set (for the workflow ID
 	// template's {ordering_key}).
 	OrderingKey string `json:"ordering_key,omitempty"`
+	// Prior is the attempt a batch made of the message before it handed the message to
+	// this run (versions 5 and later): the run goes on from it, with the backoff after
+	// it, a check first when it was ambiguous, and the dead letter when it was permanent
+	// or the last. Nil for a run the relay started.
+	Prior *PriorAttempt `json:"prior,omitempty"`
 }
 
 // LocalFirstAttempt reports whether the run sends its first attempt as a local activity
@@ -340,7 +363,7 @@ type DeliveryInput struct {
 // sends every attempt as a regular activity). The relay starts such a run with the
 // workflow task timeout FirstTaskTimeout(Policy.SendTimeout).
 func (in DeliveryInput) LocalFirstAttempt() bool {
-	return in.Version >= 4 && !in.CheckFirst && in.Policy.LocalFirstAttempt()
+	return in.Version >= 4 && !in.CheckFirst && in.Prior == nil && in.Policy.LocalFirstAttempt()
 }
 
 // DeliveryVersion is the version of OutboxDelivery this code starts: 2 takes every change
@@ -351,8 +374,13 @@ func (in DeliveryInput) LocalFirstAttempt() bool {
 // (LocalFirstAttempt), skips mark-sent when the send recorded the row itself
 // (SendResult.Recorded), and takes a team topic's message from its input
 // (DeliveryInput.Message) instead of loading it: 2 actions for a message delivered at the
-// first attempt, 3 for a team's activity or workflow.
-const DeliveryVersion = 4
+// first attempt, 3 for a team's activity or workflow; 5 adds the batch lane (OutboxBatch,
+// and a delivery that goes on from a batch's attempt, DeliveryInput.Prior). The relay
+// starts batches only while every worker on the task queue runs version 5.
+const DeliveryVersion = 5
+
+// BatchVersion is the first DeliveryVersion with the batch lane.
+const BatchVersion = 5
 
 // DeliveryResult is the result of a delivery that completed.
 type DeliveryResult struct {
