@@ -69,7 +69,9 @@ func TestSendAllSendsEachAtMostConcurrencyAtOnce(t *testing.T) {
 
 type batchOnly struct{ answers []error }
 
-func (b batchOnly) Send(context.Context, delivery.Message) error { return errors.New("Send was called") }
+func (b batchOnly) Send(context.Context, delivery.Message) error {
+	return errors.New("Send was called")
+}
 func (b batchOnly) SendBatch(_ context.Context, msgs []delivery.Message) []error {
 	return b.answers
 }
