@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/outbox-go/outbox/delivery"
@@ -91,14 +93,15 @@ func (a *Activities) SendBatch(ctx context.Context, in workflows.SendBatchInput)
 		}
 	}
 
-	errs := a.sendAll(ctx, h, rows, send, in)
-	var delivered []uuid.UUID
+	stop := heartbeat(ctx)
+	rec := a.newSentRecorder(ctx, in)
+	errs := a.sendAll(ctx, h, rows, send, in, rec.delivered)
+	stop()
 	for j, err := range errs {
 		o := &out.Outcomes[sendAt[j]]
 		if err == nil {
 			o.Outcome = workflows.BatchSent
-			id, _ := uuid.Parse(o.MessageID)
-			delivered = append(delivered, id)
+			rec.delivered(o.MessageID)
 			continue
 		}
 		if errors.Is(err, delivery.ErrConnectionLost) {
@@ -106,14 +109,16 @@ func (a *Activities) SendBatch(ctx context.Context, in workflows.SendBatchInput)
 		}
 		*o = failedOutcome(o.MessageID, teamactivity.ApplicationError(err))
 	}
-	a.recordBatchSent(ctx, in, delivered, out.Outcomes)
+	rec.finish(out.Outcomes)
 	a.recordBatchFailures(ctx, in, out.Outcomes)
 	return out, nil
 }
 
 // sendAll sends msgs with h: the handler's batch publish in one span, or one send per
-// message, each in a span of its own that continues the message's trace.
-func (a *Activities) sendAll(ctx context.Context, h delivery.Handler, rows map[uuid.UUID]store.Row, msgs []delivery.Message, in workflows.SendBatchInput) []error {
+// message, each in a span of its own that continues the message's trace, with delivered
+// called for each message the downstream took as soon as it took it.
+func (a *Activities) sendAll(ctx context.Context, h delivery.Handler, rows map[uuid.UUID]store.Row, msgs []delivery.Message,
+	in workflows.SendBatchInput, delivered func(messageID string)) []error {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -130,10 +135,165 @@ func (a *Activities) sendAll(ctx context.Context, h delivery.Handler, rows map[u
 		err := h.Send(ctx, m)
 		if err != nil {
 			endSendSpan(span, teamactivity.ApplicationError(err))
+			return err
 		}
-		return err
+		delivered(m.MessageID)
+		return nil
 	})
 	return delivery.SendAll(ctx, traced, msgs, in.Concurrency, in.SendTimeout)
+}
+
+// BatchRecordInterval is how often a batch's send records the messages delivered since
+// the last time, while it sends; it records them sooner once as many are waiting as it
+// sends at once. A batch lost with its worker hands over its messages, and their own runs
+// send again only those delivered and not recorded yet.
+var BatchRecordInterval = 100 * time.Millisecond
+
+// sentRecorder records a batch's delivered messages sent as they are delivered: every
+// BatchRecordInterval, or as soon as the batch's concurrency of them wait, the ones
+// delivered since, in one statement; and the rest when the send ends.
+type sentRecorder struct {
+	a   *Activities
+	in  workflows.SendBatchInput
+	ctx context.Context
+
+	mu       sync.Mutex
+	pending  []uuid.UUID
+	recorded map[string]bool
+	all      int
+	flushing sync.Mutex // one flush at a time
+	full     chan struct{}
+	stop     chan struct{}
+	stopped  chan struct{}
+}
+
+func (a *Activities) newSentRecorder(ctx context.Context, in workflows.SendBatchInput) *sentRecorder {
+	r := &sentRecorder{a: a, in: in, ctx: ctx, recorded: map[string]bool{},
+		full: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
+	go func() {
+		defer close(r.stopped)
+		t := time.NewTicker(BatchRecordInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-r.stop:
+				return
+			case <-t.C:
+			case <-r.full:
+			}
+			r.flush(ctx)
+		}
+	}()
+	return r
+}
+
+// delivered notes a message the downstream took; a second note of one is ignored.
+func (r *sentRecorder) delivered(messageID string) {
+	id, err := uuid.Parse(messageID)
+	if err != nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, seen := r.recorded[messageID]; seen {
+		return
+	}
+	r.recorded[messageID] = false
+	r.all++
+	r.pending = append(r.pending, id)
+	if len(r.pending) >= max(r.in.Concurrency, 1) {
+		select {
+		case r.full <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// flush records the messages delivered since the last flush, within half the time the
+// activity has left (a database that hangs must not turn a delivered batch into a
+// timed-out one); those it could not record wait for the next flush.
+func (r *sentRecorder) flush(ctx context.Context) {
+	r.flushing.Lock()
+	defer r.flushing.Unlock()
+	r.mu.Lock()
+	ids := r.pending
+	r.pending = nil
+	r.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	wait := 10 * time.Second
+	if deadline, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(deadline)/2)
+	}
+	markCtx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	sent, err := r.a.Store.RecordSentAll(markCtx, ids)
+	if err != nil {
+		r.a.Metrics.Error(metrics.OpMarkSent)
+		r.a.logger().InfoContext(ctx, "Cannot record delivered messages of the batch sent yet; trying again",
+			slog.String("batch", r.in.Batch), slog.Int("messages", len(ids)), slog.Any("error", err))
+		r.mu.Lock()
+		r.pending = append(ids, r.pending...)
+		r.mu.Unlock()
+		return
+	}
+	for _, s := range sent {
+		r.a.Metrics.Sent(s.Topic, s.Latency)
+	}
+	r.mu.Lock()
+	for _, id := range ids {
+		// Moved now, or by another run before: either way the row says sent.
+		r.recorded[id.String()] = true
+	}
+	r.mu.Unlock()
+}
+
+// finish stops the recorder, records what is left and marks the delivered outcomes that
+// are recorded; the workflow's mark-sent-all step records the others.
+func (r *sentRecorder) finish(outcomes []workflows.BatchOutcome) {
+	close(r.stop)
+	<-r.stopped
+	// Past the activity's end too: a row recorded sent is one its own run will not send.
+	r.flush(context.WithoutCancel(r.ctx))
+	var skipped int
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range outcomes {
+		switch o := &outcomes[i]; o.Outcome {
+		case workflows.BatchSent:
+			o.Recorded = r.recorded[o.MessageID]
+		case workflows.BatchSkipped, workflows.BatchAlreadySent:
+			skipped++
+		}
+	}
+	r.a.Metrics.BatchMessages(r.in.Topic, metrics.BatchOutcomeSent, r.all)
+	r.a.Metrics.BatchMessages(r.in.Topic, metrics.BatchOutcomeSkipped, skipped)
+}
+
+// heartbeat records the activity's heartbeat every workflows.BatchHeartbeatInterval until
+// stop is called, so that Temporal notices a lost worker within the heartbeat timeout.
+// Outside an activity (a test calling the method) it does nothing.
+func heartbeat(ctx context.Context) (stop func()) {
+	if !activity.IsActivity(ctx) {
+		return func() {}
+	}
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(workflows.BatchHeartbeatInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				activity.RecordHeartbeat(ctx)
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
 }
 
 // failedOutcome is a message's failed attempt, read from its ApplicationError.
@@ -147,46 +307,6 @@ func failedOutcome(messageID string, err error) workflows.BatchOutcome {
 		}
 	}
 	return o
-}
-
-// recordBatchSent records the batch's delivered messages sent in one statement, within
-// half the time the activity has left (a database that hangs must not turn a delivered
-// batch into a timed-out one), and marks their outcomes recorded; when that fails the
-// workflow's mark-sent-all step records them.
-func (a *Activities) recordBatchSent(ctx context.Context, in workflows.SendBatchInput, delivered []uuid.UUID, outcomes []workflows.BatchOutcome) {
-	var skipped int
-	for _, o := range outcomes {
-		if o.Outcome == workflows.BatchSkipped || o.Outcome == workflows.BatchAlreadySent {
-			skipped++
-		}
-	}
-	a.Metrics.BatchMessages(in.Topic, metrics.BatchOutcomeSkipped, skipped)
-	if len(delivered) == 0 {
-		return
-	}
-	a.Metrics.BatchMessages(in.Topic, metrics.BatchOutcomeSent, len(delivered))
-	wait := 10 * time.Second
-	if deadline, ok := ctx.Deadline(); ok {
-		wait = min(wait, time.Until(deadline)/2)
-	}
-	markCtx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	sent, err := a.Store.RecordSentAll(markCtx, delivered)
-	if err != nil {
-		a.Metrics.Error(metrics.OpMarkSent)
-		a.logger().InfoContext(ctx, "Delivered the batch; its rows are recorded sent by the mark-sent-all step",
-			slog.String("batch", in.Batch), slog.Int("messages", len(delivered)), slog.Any("error", err))
-		return
-	}
-	for _, s := range sent {
-		a.Metrics.Sent(s.Topic, s.Latency)
-	}
-	for i := range outcomes {
-		if outcomes[i].Outcome == workflows.BatchSent {
-			// Moved now, or by another run before: either way the row says sent.
-			outcomes[i].Recorded = true
-		}
-	}
 }
 
 // recordBatchFailures counts and logs each failed message of the batch and records the

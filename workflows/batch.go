@@ -192,6 +192,13 @@ type PriorAttempt struct {
 	Batch string `json:"batch"`
 }
 
+// BatchHeartbeatTimeout is how long the send-batch activity may go without a heartbeat
+// before Temporal takes its worker for lost; it heartbeats every BatchHeartbeatInterval.
+const (
+	BatchHeartbeatTimeout  = 20 * time.Second
+	BatchHeartbeatInterval = 5 * time.Second
+)
+
 // batchSendTimeout bounds the send-batch activity of n messages: every round of
 // Concurrency sends running out its SendTimeout, and the loading and recording around them.
 func batchSendTimeout(p Policy, n int) time.Duration {
@@ -221,7 +228,10 @@ func Batch(ctx workflow.Context, in BatchInput) (BatchResult, error) {
 	info := workflow.GetInfo(ctx)
 	sendCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: batchSendTimeout(policy, len(in.Messages)),
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+		// The send heartbeats while it runs: a batch whose worker was lost is noticed
+		// within this, not at the end of its whole send timeout.
+		HeartbeatTimeout: BatchHeartbeatTimeout,
+		RetryPolicy:      &temporal.RetryPolicy{MaximumAttempts: 1},
 	})
 	var res SendBatchResult
 	err := workflow.ExecuteActivity(sendCtx, ActivitySendBatch, SendBatchInput{
