@@ -132,61 +132,67 @@ func (r *Relay) nextBatchDue() (wait time.Duration, ok bool) {
 // flushBatches starts the batches that are due, or every waiting one with all (when the
 // relay stops: its rows would otherwise wait for their lease).
 func (r *Relay) flushBatches(ctx context.Context, all bool) {
-	due := r.dueBatches(all)
-	if len(due) == 0 {
-		return
+	for _, b := range r.dueBatches(all) {
+		r.startBatchAsync(ctx, b)
 	}
-	p := r.newPass(ctx, time.Now())
-	for _, b := range due {
-		p.startBatch(b)
-	}
-	p.finish()
 }
 
-// startBatch starts one OutboxBatch run for b (its workflow ID comes from its first
-// message), in the pass's start concurrency. A batch whose rows' leases run out before its
+// startBatchAsync starts one OutboxBatch run for b (its workflow ID comes from its first
+// message), at most StartConcurrency at once, and marks its rows dispatched once it
+// started; it does not wait (Relay.batches does). Rows whose lease runs out before the
 // start are left to the next claim. When the start meets a batch of that ID already (its
 // rows were claimed again: a relay lost track of the start), the rows are handed to runs
 // of their own, which check before they send.
-func (p *pass) startBatch(b *heldBatch) {
-	r := p.r
-	live := make([]store.Claimed, 0, len(b.rows))
-	startBy := time.Now().Add(min(r.cfg.StartTimeout, r.cfg.Lease/2))
-	for i, row := range b.rows {
-		if startBy.Before(b.leaseEnds[i]) {
-			live = append(live, row)
-		}
-	}
-	if len(live) < len(b.rows) {
-		r.log.InfoContext(p.ctx, "Lease running out before the batch's start; leaving its rows for the next claim",
-			slog.String("topic", b.topic), slog.Int("rows", len(b.rows)-len(live)))
-	}
-	if len(live) == 0 {
-		return
-	}
-	p.sem <- struct{}{}
-	p.wg.Add(1)
+func (r *Relay) startBatchAsync(ctx context.Context, b *heldBatch) {
+	hand := context.WithoutCancel(ctx)
+	r.batches.Add(1)
 	go func() {
-		defer p.wg.Done()
-		startCtx, cancel := context.WithTimeout(p.hand, r.cfg.StartTimeout)
-		defer cancel()
+		defer r.batches.Done()
+		r.startSem <- struct{}{}
+		released := false
+		release := func() {
+			if !released {
+				released = true
+				<-r.startSem
+			}
+		}
+		defer release()
+		live := make([]store.Claimed, 0, len(b.rows))
+		startBy := time.Now().Add(min(r.cfg.StartTimeout, r.cfg.Lease/2))
+		for i, row := range b.rows {
+			if startBy.Before(b.leaseEnds[i]) {
+				live = append(live, row)
+			}
+		}
+		if len(live) < len(b.rows) {
+			r.log.InfoContext(ctx, "Lease running out before the batch's start; leaving its rows for the next claim",
+				slog.String("topic", b.topic), slog.Int("rows", len(b.rows)-len(live)))
+		}
+		if len(live) == 0 {
+			return
+		}
+		startCtx, cancel := context.WithTimeout(hand, r.cfg.StartTimeout)
 		id, err := r.startBatch(startCtx, b.topic, live)
-		<-p.sem // the hand-over below takes slots of its own
+		cancel()
 		var started *serviceerror.WorkflowExecutionAlreadyStarted
 		switch {
 		case err == nil:
 			for i := range live {
 				live[i].Batch = id
 			}
-			p.note(nil)
-			p.own(live...)
+			release()
+			r.markDispatched(hand, live)
+			r.noteStarts(ctx, 1, 0, nil)
 		case errors.As(err, &started):
-			r.log.InfoContext(p.ctx, "A batch of this ID ran already: its rows were claimed again; each gets a run of its own, which checks before it sends",
+			release() // the hand-over below takes slots of its own
+			r.log.InfoContext(ctx, "A batch of this ID ran already: its rows were claimed again; each gets a run of its own, which checks before it sends",
 				slog.String("workflow_id", id), slog.Int("rows", len(live)))
+			p := r.newPass(hand, time.Now())
 			p.handOver(live, func(store.Claimed) bool { return true })
+			p.finish()
 		default:
-			p.note(err)
-			r.log.DebugContext(p.ctx, "Cannot start the batch; its rows are retried after the lease",
+			r.noteStarts(ctx, 1, 1, &err)
+			r.log.DebugContext(ctx, "Cannot start the batch; its rows are retried after the lease",
 				slog.String("topic", b.topic), slog.Int("rows", len(live)), slog.Any("error", err))
 		}
 	}()

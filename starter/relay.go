@@ -217,6 +217,9 @@ type Relay struct {
 	// held are the claimed rows of the batch lane waiting for their batch, by topic.
 	batchMu sync.Mutex
 	held    map[string]*heldBatch
+	// batches are the batch starts in flight, at most StartConcurrency at once (startSem).
+	batches  sync.WaitGroup
+	startSem chan struct{}
 	// batchesHeldBack is set once the relay logged that an older worker keeps the batch
 	// lane off.
 	batchesHeldBack atomic.Bool
@@ -250,7 +253,7 @@ func New(st store.Delivery, pool *pgxpool.Pool, c Starter, cfg Config) (*Relay, 
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("relay config: %w", err)
 	}
-	r := &Relay{cfg: cfg, store: st, pool: pool, client: c, log: cfg.Logger}
+	r := &Relay{cfg: cfg, store: st, pool: pool, client: c, log: cfg.Logger, startSem: make(chan struct{}, cfg.StartConcurrency)}
 	r.version.Store(workflows.DeliveryVersion)
 	return r, nil
 }
@@ -390,6 +393,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			// Batches that wait for more rows start now: their rows would otherwise wait
 			// for their lease.
 			r.flushBatches(context.WithoutCancel(ctx), true)
+			r.batches.Wait()
 			r.log.InfoContext(context.WithoutCancel(ctx), "Relay stopped")
 			return nil
 		case <-wake:
@@ -452,7 +456,7 @@ func (r *Relay) startBackground(ctx context.Context, wg *sync.WaitGroup, wake ch
 // without it); Run stops on it.
 func (r *Relay) drainDue(ctx context.Context) error {
 	for ctx.Err() == nil {
-		n, err := r.RunOnce(ctx)
+		n, err := r.runOnce(ctx)
 		var tqErr *deployment.TaskQueueError
 		var conflict *deployment.ConflictError
 		if errors.As(err, &tqErr) || errors.As(err, &conflict) {
@@ -477,6 +481,14 @@ func (r *Relay) drainDue(ctx context.Context) error {
 // batch; a row that may have been sent before (MayHaveBeenSent) gets a run of its own, as
 // in the message lane.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
+	n, err := r.runOnce(ctx)
+	r.batches.Wait()
+	return n, err
+}
+
+// runOnce is RunOnce without waiting for the starts of the batches it hands over, so the
+// next claim runs while they start (each marks its rows dispatched once it started).
+func (r *Relay) runOnce(ctx context.Context) (int, error) {
 	if err := r.prepare(ctx); err != nil {
 		return 0, err
 	}
@@ -496,7 +508,7 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	p := r.newPass(ctx, began)
 	p.handOver(rows, nil)
 	for _, b := range r.dueBatches(false) {
-		p.startBatch(b)
+		r.startBatchAsync(ctx, b)
 	}
 	p.finish()
 	if n := len(claim.Claimed); n > 0 {

@@ -70,7 +70,13 @@ type Options struct {
 	// CPUProfile, when set, writes a CPU profile of this process (the naive and bare
 	// workers) to the file.
 	CPUProfile string
+	// Lane, when "batch", measures the batch lane (a topic with lane: batch) beside the
+	// message lane of the same topic, both with outbox run, instead of the shapes above.
+	Lane string
 }
+
+// laneBatch is the value of Options.Lane (and schema.lane) for the batch lane.
+const laneBatch = "batch"
 
 // Command returns the bench subcommand.
 func Command(env *cli.Env) *cobra.Command {
@@ -92,7 +98,9 @@ schema of its own:
   latency  commit-to-sent of outbox run and of outbox worker + relay, at --rate and at
            half their drain rate
 
-and prints tables of messages per second, ratios, actions and history events per message
+or, with --lane batch, the bench topic with lane: batch beside the same topic in the
+message lane, both with outbox run (drains, then latency at --rate and at half their drain
+rate); and prints tables of messages per second, ratios, actions and history events per message
 (read back from the runs' histories), latency and peak memory.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -106,6 +114,7 @@ and prints tables of messages per second, ratios, actions and history events per
 	f.IntVar(&o.Runs, "runs", 1, "repeat each drain this often (alternating the shapes) and report min/median/max")
 	f.StringVar(&o.Only, "only", "", `run only these parts, e.g. "naive,outbox" (default: all)`)
 	f.StringVar(&o.CPUProfile, "cpu-profile", "", "write a CPU profile of this process to this file")
+	f.StringVar(&o.Lane, "lane", "", `"batch": measure a topic of lane batch beside the message lane of the same topic, both with outbox run`)
 	return cmd
 }
 
@@ -123,6 +132,7 @@ type bench struct {
 
 	samplesMu sync.Mutex
 	samples   map[string][]string // workflow IDs of delivered messages, by shape, for their cost
+	messages  map[string]int      // the messages those runs carried, where a run carries many
 }
 
 // costSamples is how many runs of each shape the bench reads back to count their cost.
@@ -138,11 +148,23 @@ func (b *bench) sample(shape string, ids []string) {
 	b.samples[shape] = ids[:min(len(ids), costSamples)]
 }
 
+// sampleRuns records the workflow IDs of runs of shape that carried messages messages in
+// all (batch runs), for their cost per message.
+func (b *bench) sampleRuns(shape string, ids []string, messages int) {
+	b.sample(shape, ids)
+	b.samplesMu.Lock()
+	defer b.samplesMu.Unlock()
+	if b.messages == nil {
+		b.messages = map[string]int{}
+	}
+	b.messages[shape] = messages
+}
+
 // cost reads back the histories sampled for shape and returns the mean actions and
 // history events per message.
 func (b *bench) cost(ctx context.Context, shape string) (actions, events float64, err error) {
 	b.samplesMu.Lock()
-	ids := b.samples[shape]
+	ids, messages := b.samples[shape], b.messages[shape]
 	b.samplesMu.Unlock()
 	if len(ids) == 0 {
 		return 0, 0, nil
@@ -156,6 +178,9 @@ func (b *bench) cost(ctx context.Context, shape string) (actions, events float64
 		total = total.Add(c)
 	}
 	n := float64(len(ids))
+	if messages > 0 {
+		n = float64(messages)
+	}
 	return float64(total.Actions) / n, float64(total.Events) / n, nil
 }
 
@@ -163,6 +188,9 @@ func (b *bench) cost(ctx context.Context, shape string) (actions, events float64
 func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) error {
 	if o.Messages < 1 || o.LatencyMessages < 1 || o.Rate <= 0 || o.Runs < 1 {
 		return fmt.Errorf("--messages, --latency-messages and --runs must be at least 1 and --rate positive, got %d, %d, %d and %g", o.Messages, o.LatencyMessages, o.Runs, o.Rate)
+	}
+	if o.Lane != "" && o.Lane != "message" && o.Lane != laneBatch {
+		return fmt.Errorf("--lane must be message or batch, got %q", o.Lane)
 	}
 	b := &bench{o: o, out: out}
 	var err error
@@ -231,16 +259,22 @@ func (b *bench) wants(part string) bool {
 // drainFunc drains n rows once and returns messages per second.
 type drainFunc func(ctx context.Context, n int) (float64, error)
 
+// shape is one thing the bench drains.
+type shape struct {
+	name, what string
+	drain      drainFunc
+}
+
 func (b *bench) run(ctx context.Context) error {
-	shapes := []struct {
-		name, what string
-		drain      drainFunc
-	}{
+	shapes := []shape{
 		{"naive", "3 regular activities, default worker options, plain start loop", b.naive},
 		{"bare", "OutboxDelivery with no-op activities, plain start loop", b.bare},
 		{"outbox", "outbox worker + outbox relay, separate processes", b.processes},
 		{"run", "outbox run: worker and relay in one process, eager start", b.combined},
 		{"dev", "worker and relay in one process (outbox dev)", b.dev},
+	}
+	if b.o.Lane == laneBatch {
+		return b.runLanes(ctx)
 	}
 	rates := map[string][]float64{}
 	for run := 0; run < b.o.Runs; run++ {
@@ -381,6 +415,10 @@ func (b *bench) steady(ctx context.Context, sc *schema, rate float64, n int) (p5
 FROM `+sc.table+` WHERE payload->>'run' = $1`, tag).Scan(&a, &c, &d)
 	if err != nil {
 		return 0, 0, 0, nil, err
+	}
+	if sc.lane == laneBatch {
+		// A batch's messages have no runs of their own to read phases from.
+		return secs(a), secs(c), secs(d), nil, nil
 	}
 	ps, err = sc.samplePhases(ctx, b.client, tag, 50)
 	return secs(a), secs(c), secs(d), ps, err

@@ -39,6 +39,9 @@ type schema struct {
 	table string
 	store *store.Store
 	b     *bench
+	// lane is the bench topic's lane in the outbox processes' config: "" (the message
+	// lane) or "batch".
+	lane string
 }
 
 func (b *bench) newSchema(ctx context.Context, shape string) (*schema, error) {
@@ -296,25 +299,26 @@ func workerOptions() sdkworker.Options {
 // --- outbox and dev: the outbox's own processes.
 
 func (b *bench) processes(ctx context.Context, n int) (float64, error) {
-	return b.drainWith(ctx, n, "outbox", "worker", "relay")
+	return b.drainWith(ctx, n, "outbox", "", "worker", "relay")
 }
 
 func (b *bench) combined(ctx context.Context, n int) (float64, error) {
-	return b.drainWith(ctx, n, "run", "run")
+	return b.drainWith(ctx, n, "run", "", "run")
 }
 
 func (b *bench) dev(ctx context.Context, n int) (float64, error) {
-	return b.drainWith(ctx, n, "dev", "dev")
+	return b.drainWith(ctx, n, "dev", "", "dev")
 }
 
-// drainWith starts the outbox processes (worker and relay, or dev), waits until they are
-// ready, commits n rows at once and measures the drain.
-func (b *bench) drainWith(ctx context.Context, n int, shape string, which ...string) (float64, error) {
+// drainWith starts the outbox processes (worker and relay, or dev) with the bench topic in
+// lane, waits until they are ready, commits n rows at once and measures the drain.
+func (b *bench) drainWith(ctx context.Context, n int, shape, lane string, which ...string) (float64, error) {
 	s, err := b.newSchema(ctx, shape)
 	if err != nil {
 		return 0, err
 	}
 	defer s.drop()
+	s.lane = lane
 	procs, err := b.startOutbox(ctx, s, which...)
 	if err != nil {
 		return 0, err
@@ -331,6 +335,9 @@ func (b *bench) drainWith(ctx context.Context, n int, shape string, which ...str
 	if err != nil {
 		return 0, err
 	}
+	if s.lane == laneBatch {
+		return rate, b.sampleBatches(ctx, s, shape)
+	}
 	rows, err := b.pool.Query(ctx, `SELECT message_id::text FROM `+s.table+` ORDER BY id LIMIT $1`, costSamples)
 	if err != nil {
 		return 0, err
@@ -344,6 +351,37 @@ func (b *bench) drainWith(ctx context.Context, n int, shape string, which ...str
 	}
 	b.sample(shape, ids)
 	return rate, nil
+}
+
+// sampleBatches samples up to costSamples of the batch runs that delivered s's rows, with
+// the number of messages they carried, for the cost per message.
+func (b *bench) sampleBatches(ctx context.Context, s *schema, shape string) error {
+	rows, err := b.pool.Query(ctx, `SELECT batch_id, count(*) FROM `+s.table+`
+		WHERE batch_id IS NOT NULL GROUP BY batch_id ORDER BY min(id) LIMIT $1`, costSamples)
+	if err != nil {
+		return err
+	}
+	type batch struct {
+		id string
+		n  int
+	}
+	batches, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (batch, error) {
+		var x batch
+		return x, r.Scan(&x.id, &x.n)
+	})
+	if err != nil {
+		return err
+	}
+	if len(batches) == 0 {
+		return fmt.Errorf("no row of %s names a batch: was it delivered by the message lane?", s.name)
+	}
+	ids := make([]string, len(batches))
+	messages := 0
+	for i, x := range batches {
+		ids[i], messages = x.id, messages+x.n
+	}
+	b.sampleRuns(shape, ids, messages)
+	return nil
 }
 
 // proc is an outbox process the bench started.
@@ -406,6 +444,9 @@ topics:
   %s:
     url: %s/events
 `, s.name, s.name, metrics, benchTopic, b.recv.srv.URL)
+		if s.lane == laneBatch {
+			body += "    lane: batch\n"
+		}
 		if err := os.WriteFile(config, []byte(body), 0o600); err != nil {
 			return ps, err
 		}
