@@ -7,11 +7,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
@@ -19,6 +22,7 @@ import (
 	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/internal/temporalcost"
 	"github.com/outbox-go/outbox/internal/testdb"
+	"github.com/outbox-go/outbox/internal/testutil"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/workflows"
 )
@@ -266,5 +270,41 @@ topics:
 		code, exited := p.interrupt(30 * time.Second)
 		require.True(t, exited)
 		require.Equal(t, 0, code, p.out.String()) // 0: ok
+	}
+}
+
+// TestBatchLaneBrokers delivers topics of lane batch to the real brokers through a real
+// Temporal server: NATS JetStream with its batch publish, RabbitMQ with a confirm for each
+// publish. Every message is stored once, by its batch.
+func TestBatchLaneBrokers(t *testing.T) {
+	t.Parallel()
+	nc, err := nats.Connect(natsURL())
+	require.NoError(t, err, "NATS with JetStream must run at %s: run scripts/services.sh", natsURL())
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	prefix := "outbox_batch_" + uuid.NewString()[:8]
+	st, err := testutil.CreateStream(context.Background(), js, jetstream.StreamConfig{Name: prefix, Subjects: []string{prefix + ".>"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), prefix) })
+	exchange, queue := rabbitTopology(t, "clicks")
+
+	e := newEnv(t, newServer(t))
+	e.cfg.Topics["clicks.nats"] = config.Topic{Sink: "nats", URL: natsURL(), Subject: prefix + ".{topic}", Lane: config.LaneBatch}
+	e.cfg.Topics["clicks.rabbit"] = config.Topic{Sink: "rabbitmq", URL: rabbitURL(), Exchange: exchange, RoutingKey: "clicks", Lane: config.LaneBatch}
+	e.startWorker(t)
+	viaNATS := enqueueMany(t, e, "clicks.nats", 300)
+	viaRabbit := enqueueMany(t, e, "clicks.rabbit", 300)
+	e.startRelay(t)
+	e.waitAllSent(t, append(slices.Clone(viaNATS), viaRabbit...), 2*time.Minute)
+
+	info, err := st.Info(context.Background())
+	require.NoError(t, err)
+	require.EqualValues(t, len(viaNATS), info.State.Msgs, "the stream stored each message once")
+	requireOnceEach(t, viaRabbit, drainQueue(t, queue))
+	rows, err := e.store.GetAll(context.Background(), append(slices.Clone(viaNATS), viaRabbit...))
+	require.NoError(t, err)
+	for id, row := range rows {
+		require.NotNil(t, row.BatchID, "message %s was delivered by a batch", id)
 	}
 }

@@ -301,6 +301,59 @@ func (s *Sink) Send(ctx context.Context, d delivery.Message) error {
 	}
 }
 
+// SendBatch produces msgs together (the batch lane, delivery.BatchHandler): every record
+// is handed to the client at once, which writes them in as few produce requests as their
+// partitions allow, and the acknowledgements are awaited together. Each message's outcome
+// is classified as Send's; a record not acknowledged before the attempt ends is ambiguous.
+func (s *Sink) SendBatch(ctx context.Context, msgs []delivery.Message) []error {
+	errs := make([]error, len(msgs))
+	produceCtx, cancel := giveUpBefore(ctx)
+	defer cancel()
+	type pending struct {
+		i     int
+		topic string
+		done  chan error
+	}
+	var waits []pending
+	for i, d := range msgs {
+		topic, err := s.topic.Expand(d)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		if err := checkTopicName(topic); err != nil {
+			errs[i] = delivery.Permanent(fmt.Errorf("topic of message %s: %w", d.MessageID, err))
+			continue
+		}
+		rec, err := s.record(ctx, topic, d)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		done := make(chan error, 1)
+		if err := s.produce(produceCtx, rec, func(_ *kgo.Record, err error) { done <- err }); err != nil {
+			errs[i] = err
+			continue
+		}
+		waits = append(waits, pending{i, topic, done})
+	}
+	for _, w := range waits {
+		select {
+		case err := <-w.done:
+			errs[w.i] = s.outcome(ctx, w.topic, err)
+		case <-ctx.Done():
+			select {
+			case err := <-w.done:
+				errs[w.i] = s.outcome(ctx, w.topic, err)
+			default:
+				errs[w.i] = delivery.Ambiguous(fmt.Errorf("kafka produce to topic %q: no acknowledgement before the attempt ended (%w); the record may still be written",
+					w.topic, context.Cause(ctx)))
+			}
+		}
+	}
+	return errs
+}
+
 // outcome classifies a produce error. A topic the client reports unknown is confirmed
 // missing with a metadata request before the failure is permanent: the client may give a
 // batch up as unknown-topic after a request whose answer it lost.

@@ -464,3 +464,36 @@ func TestNewValidation(t *testing.T) {
 		require.NoError(t, h.(*kafkasink.Sink).Close())
 	})
 }
+
+// TestSendBatchProducesTogether hands a batch's records to the client at once: each is
+// written once with its headers, and a message whose topic the template cannot make fails
+// alone. (Against the in-process cluster: no Kafka broker runs here.)
+func TestSendBatchProducesTogether(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, kfake.SeedTopics(3, "clicks"))
+	s := openSink(t, c, kafkasink.Config{Topic: "{ordering_key}"})
+	var _ delivery.BatchHandler = s
+	var batch []delivery.Message
+	for i := range 100 {
+		batch = append(batch, testMessage("clicks", "clicks", i))
+	}
+	batch[7].OrderingKey = "" // {ordering_key} of a message without one: permanent
+	errs := s.SendBatch(sendCtx(t, 10*time.Second), batch)
+	require.Len(t, errs, 100)
+	for i, err := range errs {
+		if i == 7 {
+			require.True(t, delivery.IsPermanent(err), "%v", err)
+			continue
+		}
+		require.NoError(t, err, "message %d", i)
+	}
+	ids := map[string]bool{}
+	for _, r := range consume(t, c, "clicks", 99) {
+		id, ok := header(r, sinks.HeaderMessageID)
+		require.True(t, ok)
+		require.False(t, ids[id], "record %s written twice", id)
+		ids[id] = true
+	}
+	require.Len(t, ids, 99)
+	require.False(t, ids[batch[7].MessageID])
+}

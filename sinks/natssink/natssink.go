@@ -306,40 +306,97 @@ func (s *Sink) Close() error {
 // Send publishes the message and waits for the stream's ack. A publish the stream had
 // already stored (the same Nats-Msg-Id inside the duplicate window) counts as delivered.
 func (s *Sink) Send(ctx context.Context, d delivery.Message) error {
-	subject, err := s.subject.Expand(d)
+	msg, err := s.build(ctx, d)
 	if err != nil {
 		return err
-	}
-	if err := checkSubject(subject); err != nil {
-		return delivery.Permanent(fmt.Errorf("subject %q of message %s: %w", subject, d.MessageID, err))
 	}
 	js, err := s.jetStream()
 	if err != nil {
 		return delivery.Retryable(err, 0)
 	}
+	ack, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(d.MessageID))
+	if err != nil {
+		return s.classify(ctx, js, msg.Subject, err)
+	}
+	s.acked(ctx, js, d, ack)
+	return nil
+}
+
+// build is the NATS message of d: its subject, payload and headers.
+func (s *Sink) build(ctx context.Context, d delivery.Message) (*nats.Msg, error) {
+	subject, err := s.subject.Expand(d)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSubject(subject); err != nil {
+		return nil, delivery.Permanent(fmt.Errorf("subject %q of message %s: %w", subject, d.MessageID, err))
+	}
 	msg := nats.NewMsg(subject)
 	msg.Data = d.Payload
 	headers, err := sinks.Headers(ctx, d, s.headers, sinks.NATSReserved)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for k, v := range headers {
 		if !validHeaderName(k) {
-			return delivery.Permanent(fmt.Errorf("message %s has header %q, which NATS cannot carry (allowed: letters, digits and !#$%%&'*+-.^_`|~)", d.MessageID, k))
+			return nil, delivery.Permanent(fmt.Errorf("message %s has header %q, which NATS cannot carry (allowed: letters, digits and !#$%%&'*+-.^_`|~)", d.MessageID, k))
 		}
 		msg.Header.Set(k, v)
 	}
 	msg.Header.Set("Content-Type", "application/json")
-	ack, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(d.MessageID))
-	if err != nil {
-		return s.classify(ctx, js, subject, err)
-	}
+	return msg, nil
+}
+
+// acked notes a stored message: a duplicate the stream dropped, and, once per stream, the
+// stream's duplicate window (Open checked the stream of a static subject already).
+func (s *Sink) acked(ctx context.Context, js jetstream.JetStream, d delivery.Message, ack *jetstream.PubAck) {
 	if ack.Duplicate {
 		s.log().DebugContext(ctx, "NATS stream already had the message", slog.String("message_id", d.MessageID), slog.String("stream", ack.Stream))
 	}
-	// Once per stream: Open checked the stream of a static subject already.
 	s.checkWindow(ctx, js, ack.Stream)
-	return nil
+}
+
+// SendBatch publishes msgs together (the batch lane, delivery.BatchHandler): every message
+// goes out at once as an asynchronous JetStream publish with its Nats-Msg-Id, and the
+// acknowledgements are awaited together, so the batch costs about one round trip. Each
+// message's outcome is classified as Send's: a message the attempt ends before its
+// acknowledgement came is ambiguous (the stream may have it; its duplicate window drops a
+// resend).
+func (s *Sink) SendBatch(ctx context.Context, msgs []delivery.Message) []error {
+	errs := make([]error, len(msgs))
+	js, err := s.jetStream()
+	if err != nil {
+		for i := range errs {
+			errs[i] = delivery.Retryable(err, 0)
+		}
+		return errs
+	}
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	for i, d := range msgs {
+		msg, err := s.build(ctx, d)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		if futures[i], err = js.PublishMsgAsync(msg, jetstream.WithMsgID(d.MessageID)); err != nil {
+			errs[i] = s.classify(ctx, js, msg.Subject, err)
+		}
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case ack := <-f.Ok():
+			s.acked(ctx, js, msgs[i], ack)
+		case err := <-f.Err():
+			errs[i] = s.classify(ctx, js, f.Msg().Subject, err)
+		case <-ctx.Done():
+			errs[i] = delivery.Ambiguous(fmt.Errorf("nats publish to %q: no acknowledgement before the attempt ended (%w); the stream may have the message",
+				f.Msg().Subject, context.Cause(ctx)))
+		}
+	}
+	return errs
 }
 
 // JetStream error codes the sink tells apart.

@@ -217,3 +217,51 @@ func TestNewRefusesBadSettings(t *testing.T) {
 		require.NotContains(t, err.Error(), "secret")
 	}
 }
+
+// TestSendBatchPublishesTogether publishes a batch with one asynchronous publish per
+// message against the real server: each message once with its Nats-Msg-Id, a resend of
+// the batch absorbed by the duplicate window, and a message whose subject the template
+// cannot make failed alone.
+func TestSendBatchPublishesTogether(t *testing.T) {
+	t.Parallel()
+	_, st, prefix := stream(t)
+	s := newSink(t, natssink.Config{Subject: prefix + ".{ordering_key}"})
+	var _ delivery.BatchHandler = s
+	var batch []delivery.Message
+	for i := range 100 {
+		batch = append(batch, message("clicks", fmt.Sprintf("k%d", i%7)))
+	}
+	batch[42].OrderingKey = "" // {ordering_key} of a message without one: permanent
+	errs := s.SendBatch(context.Background(), batch)
+	require.Len(t, errs, 100)
+	for i, err := range errs {
+		if i == 42 {
+			require.True(t, delivery.IsPermanent(err), "%v", err)
+			continue
+		}
+		require.NoError(t, err, "message %d", i)
+	}
+	for _, d := range batch {
+		d.Attempt = 2
+	}
+	for i, err := range s.SendBatch(context.Background(), batch) {
+		if i != 42 {
+			require.NoError(t, err, "a resend counts as delivered")
+		}
+	}
+	info, err := st.Info(context.Background())
+	require.NoError(t, err)
+	require.EqualValues(t, 99, info.State.Msgs, "the stream stored each message once")
+	seen := map[string]bool{}
+	for _, m := range fetchAll(t, st, 99) {
+		seen[m.Headers().Get(jetstream.MsgIDHeader)] = true
+	}
+	require.Len(t, seen, 99)
+
+	// An attempt that ends before its acknowledgements leaves those messages ambiguous.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, err := range s.SendBatch(ctx, batch[:3]) {
+		require.True(t, err == nil || delivery.IsAmbiguous(err), "%v", err)
+	}
+}

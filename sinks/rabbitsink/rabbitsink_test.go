@@ -636,3 +636,29 @@ func TestSendAfterCloseIsRetryable(t *testing.T) {
 		t.Errorf("queue holds %d messages, want 1", depth)
 	}
 }
+
+// TestBatchIsPublishedWithConfirms sends a batch the way the batch lane does for a sink
+// without a batch publish (delivery.SendAll, 16 at once): every message is confirmed by the
+// broker and queued once with its message_id.
+func TestBatchIsPublishedWithConfirms(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	ex := b.exchange("clicks")
+	topic := b.name + ".clicks"
+	q := b.queue("clicks", ex, nil, topic)
+	s := newSink(t, topic, rabbitsink.Config{Exchange: ex})
+	ctx := ctxFor(t)
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	batch := make([]delivery.Message, 100)
+	for i := range batch {
+		batch[i] = testMessage(topic, i)
+	}
+	for i, err := range delivery.SendAll(ctx, s, batch, 16, 5*time.Second) {
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	eventually(t, 10*time.Second, "the queue holds the batch", func() bool { return b.depth(q) == len(batch) })
+}

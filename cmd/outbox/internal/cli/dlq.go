@@ -170,8 +170,12 @@ func workflowURL(a *app.App, workflowID, runID string) string {
 		u.RawQuery, u.Fragment = "", ""
 		base = u.String() // with its path, for a UI behind a path prefix
 	}
-	return fmt.Sprintf("%s/namespaces/%s/workflows/%s/%s/history", strings.TrimRight(base, "/"),
-		url.PathEscape(a.Config.Temporal.Namespace), url.PathEscape(workflowID), url.PathEscape(runID))
+	workflow := fmt.Sprintf("%s/namespaces/%s/workflows/%s", strings.TrimRight(base, "/"),
+		url.PathEscape(a.Config.Temporal.Namespace), url.PathEscape(workflowID))
+	if runID == "" {
+		return workflow // its latest run
+	}
+	return workflow + "/" + url.PathEscape(runID) + "/history"
 }
 
 func parseIDs(args []string) ([]uuid.UUID, error) {

@@ -83,6 +83,7 @@ type messageView struct {
 	SentAt        *time.Time         `json:"sent_at,omitempty"`
 	OrderingKey   *string            `json:"ordering_key,omitempty"`
 	OrderingSeq   *int64             `json:"ordering_seq,omitempty"`
+	Batch         *batchView         `json:"batch,omitempty"` // the batch run the message was handed to (lane batch)
 	Runs          []runView          `json:"runs"`
 	HistoryError  string             `json:"history_error,omitempty"` // why Runs is empty or short
 	DeadLetters   []deadLetterJSON   `json:"dead_letters"`
@@ -99,6 +100,19 @@ type runView struct {
 	Close      *time.Time    `json:"close_time,omitempty"`
 	URL        string        `json:"url"`
 	Attempts   []attemptView `json:"attempts"`
+}
+
+// batchView is the OutboxBatch run a message of the batch lane was handed to, and what
+// the message came to in it.
+type batchView struct {
+	WorkflowID string `json:"workflow_id"`
+	RunID      string `json:"run_id,omitempty"`
+	Status     string `json:"status,omitempty"` // Running, Completed, ...; empty when the run is gone
+	URL        string `json:"url"`
+	// Outcome is the message's in the batch's result (sent, handed_over, ...), once the
+	// batch completed; Error its failed attempt's error.
+	Outcome string `json:"outcome,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 // attemptView is one activity execution in a run's history.
@@ -126,6 +140,9 @@ func inspectMessage(ctx context.Context, a *app.App, id uuid.UUID) (*messageView
 		v.RetryTimes, v.MaxRetryTimes, v.NextRetryAt, v.LastError = row.RetryTimes, row.MaxRetryTimes, row.NextRetryAt, row.LastError
 		v.RedriveCount, v.CreatedAt, v.SentAt = row.RedriveCount, &row.CreatedAt, row.SentAt
 		v.OrderingKey, v.OrderingSeq = row.OrderingKey, row.OrderingSeq
+		if row.BatchID != nil {
+			v.Batch = &batchView{WorkflowID: *row.BatchID, URL: workflowURL(a, *row.BatchID, "")}
+		}
 	}
 	dls, err := a.Driver.DeadLetters(ctx, id)
 	if err != nil {
@@ -156,6 +173,11 @@ func inspectMessage(ctx context.Context, a *app.App, id uuid.UUID) (*messageView
 	v.Runs, err = readRuns(hctx, a, workflows.WorkflowID(id.String()), runIDs)
 	if err != nil {
 		v.HistoryError = err.Error()
+	}
+	if v.Batch != nil && err == nil {
+		if err := readBatch(hctx, a, v.Batch, id); err != nil {
+			v.HistoryError = err.Error()
+		}
 	}
 	if v.rowMissing && len(dls) == 0 && len(v.Runs) == 0 {
 		if v.HistoryError != "" {
@@ -221,6 +243,40 @@ func readRuns(ctx context.Context, a *app.App, workflowID string, runIDs []strin
 	}
 	slices.SortStableFunc(runs, func(x, y runView) int { return x.Start.Compare(y.Start) })
 	return runs, nil
+}
+
+// readBatch fills b with the batch run's status and, once it completed, what the message
+// came to in its result.
+func readBatch(ctx context.Context, a *app.App, b *batchView, messageID uuid.UUID) error {
+	c, err := app.Dial(ctx, a.Config)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	desc, err := c.DescribeWorkflowExecution(ctx, b.WorkflowID, "")
+	var notFound *serviceerror.NotFound
+	switch {
+	case errors.As(err, &notFound):
+		return nil // past the namespace's retention
+	case err != nil:
+		return fmt.Errorf("describe batch %s: %w", b.WorkflowID, err)
+	}
+	info := desc.GetWorkflowExecutionInfo()
+	b.RunID, b.Status = info.GetExecution().GetRunId(), statusName(info.GetStatus())
+	b.URL = workflowURL(a, b.WorkflowID, b.RunID)
+	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
+		return nil
+	}
+	var res workflows.BatchResult
+	if err := c.GetWorkflow(ctx, b.WorkflowID, b.RunID).Get(ctx, &res); err != nil {
+		return fmt.Errorf("read the result of batch %s: %w", b.WorkflowID, err)
+	}
+	for _, o := range res.Outcomes {
+		if o.MessageID == messageID.String() {
+			b.Outcome, b.Error = string(o.Outcome), o.Error
+		}
+	}
+	return nil
 }
 
 // statusName is the status as the Temporal UI writes it: Running, Completed, Failed,
@@ -343,9 +399,25 @@ func (v *messageView) write(w io.Writer) {
 		}
 		writePayload(w, v.Payload)
 	}
-	if v.HistoryError != "" {
+	if b := v.Batch; b != nil {
+		line := b.WorkflowID
+		if b.Status != "" {
+			line += "  " + b.Status
+		}
+		if b.Outcome != "" {
+			line += ", the message " + strings.ReplaceAll(b.Outcome, "_", " ")
+			if b.Error != "" {
+				line += " after: " + truncate(b.Error, 200)
+			}
+		}
+		fmt.Fprintf(w, "\nBatch        %s\n  %s\n", line, b.URL)
+	}
+	switch {
+	case v.HistoryError != "":
 		fmt.Fprintf(w, "\nAttempts: the workflow history could not be read: %s\n", v.HistoryError)
-	} else if len(v.Runs) == 0 {
+	case len(v.Runs) == 0 && v.Batch != nil:
+		fmt.Fprintln(w, "\nNo run of its own: its batch delivers it (a message leaves the batch for a run of its own only after a failed attempt).")
+	case len(v.Runs) == 0:
 		fmt.Fprintln(w, "\nNo workflow run yet (the relay starts one when the row is due).")
 	}
 	for i, r := range v.Runs {
