@@ -182,6 +182,53 @@ func TestBatchLane(t *testing.T) {
 	perMessage := float64(cost.Actions) / float64(delivered)
 	t.Logf("%d batches: %d actions and %d events, %.3f actions per message they delivered", len(batches), cost.Actions, cost.Events, perMessage)
 	require.LessOrEqual(t, perMessage, 0.1)
+
+	// outbox show names each message's batch and what it came to there, and the run of
+	// its own of a message that left the batch.
+	cfgPath := filepath.Join(t.TempDir(), "outbox.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte(fmt.Sprintf("schema: %s\ntemporal:\n  address: %s\n  namespace: %s\n  task_queue: %s\n",
+		e.store.Schema(), ts.GetFrontendHostPort(), e.namespace, e.taskQueue)), 0o600))
+	show := func(id uuid.UUID) (text string, v struct {
+		Batch struct {
+			WorkflowID string `json:"workflow_id"`
+			Status     string `json:"status"`
+			Outcome    string `json:"outcome"`
+			Error      string `json:"error"`
+		} `json:"batch"`
+		Runs []struct {
+			Attempts []struct {
+				Activity string `json:"activity"`
+				Outcome  string `json:"outcome"`
+			} `json:"attempts"`
+		} `json:"runs"`
+	}) {
+		procEnv := map[string]string{"DATABASE_URL": testdb.URL()}
+		out, code := runOutbox(t, time.Minute, "", procEnv, "show", id.String(), "--json", "--config", cfgPath)
+		require.Equal(t, 0, code, out) // 0: ok
+		require.NoError(t, json.Unmarshal([]byte(out), &v), out)
+		text, code = runOutbox(t, time.Minute, "", procEnv, "show", id.String(), "--config", cfgPath)
+		require.Equal(t, 0, code, text)
+		return text, v
+	}
+	text, plain := show(ids[0])
+	require.Equal(t, *rows[ids[0]].BatchID, plain.Batch.WorkflowID)
+	require.Equal(t, "Completed", plain.Batch.Status)
+	require.Equal(t, "sent", plain.Batch.Outcome)
+	require.Empty(t, plain.Runs, "delivered by its batch: no run of its own")
+	require.Contains(t, text, "Batch        "+plain.Batch.WorkflowID+"  Completed, the message sent")
+	troubled := ids[50]
+	text, v := show(troubled)
+	require.Equal(t, "handed_over", v.Batch.Outcome)
+	require.Contains(t, v.Batch.Error, "HTTP 503")
+	require.Len(t, v.Runs, 1)
+	var sends []string
+	for _, a := range v.Runs[0].Attempts {
+		if a.Activity == workflows.ActivitySend {
+			sends = append(sends, a.Outcome)
+		}
+	}
+	require.Equal(t, []string{"failed", "ok"}, sends, "its own run's attempts 2 (failed) and 3")
+	require.Contains(t, text, "the message handed over after: POST")
 }
 
 // runStory returns a delivery run's input and the attempts its send activities made, in
