@@ -40,7 +40,7 @@ const recordEnv = "OUTBOX_RECORD_HISTORIES"
 // recordGeneration names the folder of workflows/testdata that TestRecordHistories
 // writes. The replay test replays every generation, so when a change to OutboxDelivery adds
 // a path or changes its input, bump this and record: the older generations stay, guarded.
-const recordGeneration = "v7"
+const recordGeneration = "v8"
 
 // historiesDir is where workflows/replay_test.go reads the recorded histories from.
 var historiesDir = filepath.Join("..", "workflows", "testdata", recordGeneration)
@@ -64,13 +64,67 @@ func TestRecordHistories(t *testing.T) {
 			Timeout: config.Duration(5 * time.Second)}
 	}
 
+	// batchOf is the workflow ID of the batch run a message was handed to.
+	batchOf := func(t *testing.T, e *env, id uuid.UUID) string {
+		row, err := e.store.Get(ctx, id)
+		require.NoError(t, err)
+		require.NotNil(t, row.BatchID, "message %s was handed to a batch", id)
+		return *row.BatchID
+	}
 	for _, sc := range []struct {
 		file string
 		// run sets the env up, enqueues one message and waits for its row's final status.
 		run func(t *testing.T, e *env) uuid.UUID
 		// failed says whether the run ends failed (dead-lettered).
 		failed bool
+		// workflowID is the run to record, when it is not the message's own
+		// (workflows.WorkflowID): its batch, for instance.
+		workflowID func(t *testing.T, e *env, id uuid.UUID) string
 	}{
+		{
+			file: "batch_sent.json",
+			run: func(t *testing.T, e *env) uuid.UUID {
+				// A topic of the batch lane: the batch delivers its three messages.
+				topic := fast(e)
+				topic.Lane = config.LaneBatch
+				e.cfg.Topics["page.viewed"] = topic
+				ids := enqueueMany(t, e, "page.viewed", 3)
+				e.start(t)
+				e.waitAllSent(t, ids, time.Minute)
+				return ids[0]
+			},
+			workflowID: batchOf,
+		},
+		{
+			file: "batch_handed_over.json",
+			run: func(t *testing.T, e *env) uuid.UUID {
+				// The downstream refuses one message of the batch once: it leaves the batch
+				// for a run of its own, which delivers it at its second attempt.
+				topic := fast(e)
+				topic.Lane = config.LaneBatch
+				e.cfg.Topics["page.viewed"] = topic
+				ids := enqueueMany(t, e, "page.viewed", 3)
+				e.recv.Before = flaky(e.recv, map[string]int{ids[1].String(): 1})
+				e.start(t)
+				e.waitAllSent(t, ids, time.Minute)
+				return ids[1]
+			},
+			workflowID: batchOf,
+		},
+		{
+			file: "delivery_from_batch.json",
+			run: func(t *testing.T, e *env) uuid.UUID {
+				// That message's own run: it goes on from the batch's attempt.
+				topic := fast(e)
+				topic.Lane = config.LaneBatch
+				e.cfg.Topics["page.viewed"] = topic
+				ids := enqueueMany(t, e, "page.viewed", 3)
+				e.recv.Before = flaky(e.recv, map[string]int{ids[1].String(): 1})
+				e.start(t)
+				e.waitAllSent(t, ids, time.Minute)
+				return ids[1]
+			},
+		},
 		{
 			file: "delivery_success.json",
 			run: func(t *testing.T, e *env) uuid.UUID {
@@ -314,6 +368,9 @@ func TestRecordHistories(t *testing.T) {
 			e := newEnv(t, ts)
 			id := sc.run(t, e)
 			wid := workflows.WorkflowID(id.String())
+			if sc.workflowID != nil {
+				wid = sc.workflowID(t, e, id)
+			}
 
 			waitCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 			defer cancel()

@@ -17,7 +17,7 @@ import (
 	"github.com/outbox-go/outbox/workflows"
 )
 
-// TestReplayRecordedHistories replays the OutboxDelivery histories recorded from real runs
+// TestReplayRecordedHistories replays the OutboxDelivery and OutboxBatch histories recorded from real runs
 // (testdata/<generation>/*.json) against the current workflow code. Each generation was
 // recorded by the code of its day; all of them must still replay. A change to Delivery that would
 // make an in-flight delivery fail with a nondeterminism error after a deploy fails here.
@@ -50,6 +50,9 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"delivery_team_workflow_signalled.json",
 		"delivery_first_task_lost.json",
 		"delivery_first_attempt_activity.json",
+		"batch_sent.json",
+		"batch_handed_over.json",
+		"delivery_from_batch.json",
 	}
 	for _, name := range want {
 		require.FileExists(t, filepath.Join(latest, name))
@@ -66,6 +69,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 
 			replayer := worker.NewWorkflowReplayer()
 			replayer.RegisterWorkflowWithOptions(workflows.Delivery, workflows.RegisterOptions())
+			replayer.RegisterWorkflowWithOptions(workflows.Batch, workflows.BatchRegisterOptions())
 			require.NoError(t, replayer.ReplayWorkflowHistoryFromJSONFile(logger, file),
 				"OutboxDelivery no longer replays %s: guard the change with workflow.GetVersion", file)
 		})
