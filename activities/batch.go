@@ -95,7 +95,11 @@ func (a *Activities) SendBatch(ctx context.Context, in workflows.SendBatchInput)
 
 	stop := heartbeat(ctx)
 	rec := a.newSentRecorder(ctx, in)
-	errs := a.sendAll(ctx, h, rows, send, in, rec.delivered)
+	// The whole batch has one send timeout: a message whose turn comes later is not
+	// sent, and leaves the batch with no attempt used.
+	sendCtx, cancel := context.WithTimeout(ctx, in.SendTimeout)
+	errs := a.sendAll(sendCtx, h, rows, send, in, rec.delivered)
+	cancel()
 	stop()
 	for j, err := range errs {
 		o := &out.Outcomes[sendAt[j]]
@@ -106,6 +110,10 @@ func (a *Activities) SendBatch(ctx context.Context, in workflows.SendBatchInput)
 		}
 		if errors.Is(err, delivery.ErrConnectionLost) {
 			a.Metrics.ConnectionLost(in.Topic)
+		}
+		if errors.Is(err, delivery.ErrNotAttempted) {
+			*o = workflows.BatchOutcome{MessageID: o.MessageID, Outcome: workflows.BatchFailed, Error: err.Error(), ErrType: workflows.ErrTypeNotAttempted}
+			continue
 		}
 		*o = failedOutcome(o.MessageID, teamactivity.ApplicationError(err))
 	}
@@ -122,13 +130,14 @@ func (a *Activities) sendAll(ctx context.Context, h delivery.Handler, rows map[u
 	if len(msgs) == 0 {
 		return nil
 	}
-	for range msgs {
-		a.Metrics.SendAttempt(in.Topic)
-	}
 	if _, ok := h.(delivery.BatchHandler); ok {
+		for range msgs {
+			a.Metrics.SendAttempt(in.Topic)
+		}
 		return delivery.SendAll(ctx, h, msgs, in.Concurrency, in.SendTimeout)
 	}
 	traced := delivery.HandlerFunc(func(ctx context.Context, m delivery.Message) error {
+		a.Metrics.SendAttempt(in.Topic)
 		id, _ := uuid.Parse(m.MessageID)
 		ctx, span := a.startSendSpan(ctx, rows[id], workflows.SendInput{MessageID: m.MessageID, Topic: m.Topic, Attempt: 1, MaxAttempts: in.MaxAttempts})
 		defer span.End()
@@ -320,6 +329,9 @@ func (a *Activities) recordBatchFailures(ctx context.Context, in workflows.SendB
 			continue
 		}
 		failed++
+		if o.ErrType == workflows.ErrTypeNotAttempted {
+			continue // nothing was sent: no attempt to record
+		}
 		id, err := uuid.Parse(o.MessageID)
 		if err != nil {
 			continue

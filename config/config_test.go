@@ -152,6 +152,16 @@ func TestParse(t *testing.T) {
 			{"relay: {batchsize: 5}\n", "field batchsize not found"},
 			{"topics: {a: {workflow: W, task_queue: q, signal: paid, workflow_id_reuse: reject_duplicate}}\n", `topics["a"].workflow_id_reuse reject_duplicate cannot go with signal paid`},
 			{"topics: {a: {workflow: W, task_queue: q, signal: paid}}\n", ""},
+			{"topics: {a: {url: 'http://x', lane: batch}}\n", ""},
+			{"topics: {a: {sink: nats, url: 'nats://h:4222', lane: batch, batch: {size: 500, wait: 1s, concurrency: 4}}}\n", ""},
+			{"topics: {a: {url: 'http://x', lane: bulk}}\n", `topics["a"].lane: must be message or batch, got "bulk"`},
+			{"topics: {a: {activity: A, task_queue: q, lane: batch}}\n", `topics["a"].lane: batch needs a sink in the outbox's worker; activity A delivers one message per attempt`},
+			{"topics: {a: {workflow: W, task_queue: q, lane: batch}}\n", `topics["a"].lane: batch needs a sink in the outbox's worker; workflow W is started once per message`},
+			{"topics: {a: {url: 'http://x', batch: {size: 10}}}\n", `topics["a"].batch: applies to lane: batch only, and the lane is message`},
+			{"topics: {a: {url: 'http://x', lane: batch, batch: {size: 5000}}}\n", `topics["a"].batch.size: must be between 1 and 1000 (unset: 100), got 5000`},
+			{"topics: {a: {url: 'http://x', lane: batch, batch: {wait: 1m}}}\n", `topics["a"].batch.wait: must be between 0s and 10s (unset: 200ms), got 1m0s`},
+			{"topics: {a: {url: 'http://x', lane: batch, batch: {concurrency: -1}}}\n", `topics["a"].batch.concurrency: must be between 1 and 256 (unset: 16), got -1`},
+			{"default: {url: 'http://x', lane: batch}\n", ""},
 		} {
 			c, err := config.Parse(strings.NewReader(tc.yaml))
 			if err == nil {

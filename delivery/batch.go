@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -20,11 +21,17 @@ type BatchHandler interface {
 	SendBatch(ctx context.Context, msgs []Message) []error
 }
 
+// ErrNotAttempted marks a message of a batch that SendAll did not send: ctx ended before
+// its turn came. Nothing went out for it; SendAll reports it Retryable, wrapping this.
+var ErrNotAttempted = errors.New("not sent: the batch's time ran out before its turn")
+
 // SendAll delivers msgs with h and returns one error per message, in order: with
 // h.SendBatch when h is a BatchHandler, else with h.Send for each message, at most
 // concurrency at once (at least one), each bounded by perMessage when it is positive. A
-// BatchHandler that answers for fewer messages than it was given leaves the others
-// ambiguous: they may have been sent. A Send that panics fails its message as ambiguous.
+// message whose turn comes after ctx ended is not sent (a Retryable error wrapping
+// ErrNotAttempted). A BatchHandler that answers for fewer messages than it was given
+// leaves the others ambiguous: they may have been sent. A Send that panics fails its
+// message as ambiguous.
 func SendAll(ctx context.Context, h Handler, msgs []Message, concurrency int, perMessage time.Duration) []error {
 	if len(msgs) == 0 {
 		return nil
@@ -46,6 +53,11 @@ func SendAll(ctx context.Context, h Handler, msgs []Message, concurrency int, pe
 	var wg sync.WaitGroup
 	for i, m := range msgs {
 		sem <- struct{}{}
+		if err := ctx.Err(); err != nil {
+			<-sem
+			errs[i] = Retryable(fmt.Errorf("message %s: %w (%w)", m.MessageID, ErrNotAttempted, context.Cause(ctx)), 0)
+			continue
+		}
 		wg.Go(func() {
 			defer func() { <-sem }()
 			defer func() {

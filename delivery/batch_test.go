@@ -89,3 +89,27 @@ func TestSendAllUsesSendBatch(t *testing.T) {
 		t.Error("no messages, no answers")
 	}
 }
+
+func TestSendAllLeavesWhatItHadNoTimeForUnsent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	var sent atomic.Int32
+	h := delivery.HandlerFunc(func(ctx context.Context, m delivery.Message) error {
+		sent.Add(1)
+		time.Sleep(20 * time.Millisecond)
+		return nil
+	})
+	errs := delivery.SendAll(ctx, h, messages(10), 1, 0)
+	var notSent int
+	for _, err := range errs {
+		if errors.Is(err, delivery.ErrNotAttempted) {
+			notSent++
+			if _, ok := delivery.IsRetryable(err); !ok {
+				t.Errorf("%v: want retryable", err)
+			}
+		}
+	}
+	if int(sent.Load())+notSent != 10 || notSent == 0 {
+		t.Errorf("%d sent and %d not sent of 10, want some of each", sent.Load(), notSent)
+	}
+}

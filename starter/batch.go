@@ -227,6 +227,11 @@ func (r *Relay) startBatch(ctx context.Context, topic string, rows []store.Claim
 	if in.SearchAttributes {
 		opts.TypedSearchAttributes = workflows.BatchSearchAttributes(in)
 	}
+	if in.LocalSend() {
+		// The send runs as a local activity inside the first workflow task, which must
+		// outlast it.
+		opts.WorkflowTaskTimeout = workflows.BatchTaskTimeout(in.Policy)
+	}
 	_, err := r.client.ExecuteWorkflow(ctx, opts, workflows.BatchWorkflowType, in)
 	if err == nil {
 		r.cfg.Metrics.BatchStarted(topic, len(rows))

@@ -14,12 +14,13 @@ import (
 // The batch lane: a topic whose Policy.Batch is set has its rows handed over in batches,
 // each batch to one OutboxBatch run. The run sends the batch's messages with one activity
 // (a broker's batch publish, or the topic's handler for each message, several at once),
-// which records the delivered ones sent in one statement; every message the batch could
+// which records the delivered ones sent as they are delivered; every message the batch could
 // not deliver leaves it for an OutboxDelivery run of its own (outbox-<message_id>, as in
 // the message lane), started by the batch run as an abandoned child, which carries on
 // from the batch's attempt: the backoff, the retries, check-processed and the dead letter.
-// So a message delivered at once costs its share of the batch (about 3 actions for the
-// whole batch), and every message that needed a retry has a history of its own.
+// So a message delivered at once costs its share of the batch (2 actions for the whole
+// batch: the start, and the send as a local activity of its first workflow task, or as a
+// regular activity), and every message that needed a retry has a history of its own.
 const (
 	// BatchWorkflowType is the registered name of the batch workflow.
 	BatchWorkflowType = "OutboxBatch"
@@ -199,16 +200,28 @@ const (
 	BatchHeartbeatInterval = 5 * time.Second
 )
 
-// batchSendTimeout bounds the send-batch activity of n messages: every round of
-// Concurrency sends running out its SendTimeout, and the loading and recording around them.
-func batchSendTimeout(p Policy, n int) time.Duration {
-	b := p.Batch.WithDefaults()
-	rounds := (n + b.Concurrency - 1) / b.Concurrency
-	return time.Duration(max(rounds, 1))*p.SendTimeout + 30*time.Second
+// batchSendTimeout bounds the send-batch activity: the batch's sends share the policy's
+// SendTimeout (a message whose turn comes later is not sent), and the loading and
+// recording around them.
+func batchSendTimeout(p Policy) time.Duration { return p.SendTimeout + 10*time.Second }
+
+// LocalSend reports whether the batch sends as a local activity in its first workflow
+// task, as a message's first attempt does (Policy.LocalFirstAttempt: a sink topic, its
+// first attempt local, a timeout of at most MaxLocalSendTimeout): the run then completes
+// in that task when every message was delivered, and dispatches no activity. The relay
+// starts such a batch with the workflow task timeout BatchTaskTimeout; otherwise the send
+// is a regular activity that heartbeats.
+func (in BatchInput) LocalSend() bool { return in.Policy.LocalFirstAttempt() }
+
+// BatchTaskTimeout is the workflow task timeout of a batch whose send is local: long
+// enough that the task is never heartbeated while the send runs (see FirstTaskTimeout).
+func BatchTaskTimeout(p Policy) time.Duration {
+	return FirstTaskTimeout(batchSendTimeout(p.WithDefaults()))
 }
 
-// Batch is the OutboxBatch workflow: it sends its messages with the send-batch activity,
-// records the delivered ones sent (the activity does, or the mark-sent-all step when it
+// Batch is the OutboxBatch workflow: it sends its messages with the send-batch activity
+// (a local activity in its first workflow task when the topic's first attempts are local,
+// see BatchInput.LocalSend), records the delivered ones sent (the activity does, or the mark-sent-all step when it
 // could not), and hands each message it could not deliver to an OutboxDelivery run of its
 // own, which goes on from the batch's attempt. When the activity itself fails (its worker
 // was lost, it timed out), every message it did not report is handed over as after an
@@ -226,18 +239,38 @@ func Batch(ctx workflow.Context, in BatchInput) (BatchResult, error) {
 	policy := in.Policy.WithDefaults()
 	batch := policy.Batch.WithDefaults()
 	info := workflow.GetInfo(ctx)
-	sendCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: batchSendTimeout(policy, len(in.Messages)),
-		// The send heartbeats while it runs: a batch whose worker was lost is noticed
-		// within this, not at the end of its whole send timeout.
-		HeartbeatTimeout: BatchHeartbeatTimeout,
-		RetryPolicy:      &temporal.RetryPolicy{MaximumAttempts: 1},
-	})
-	var res SendBatchResult
-	err := workflow.ExecuteActivity(sendCtx, ActivitySendBatch, SendBatchInput{
+	send := SendBatchInput{
 		Batch: info.WorkflowExecution.ID, Topic: in.Topic, Messages: in.Messages, MaxAttempts: max(policy.MaxAttempts, 1),
 		Concurrency: batch.Concurrency, SendTimeout: policy.SendTimeout, Deployment: in.Deployment,
-	}).Get(ctx, &res)
+	}
+	timeout := batchSendTimeout(policy)
+	var (
+		res SendBatchResult
+		err error
+	)
+	switch local := in.LocalSend() && localSendFits(info.WorkflowTaskTimeout, timeout); {
+	case local && firstTaskRetried(ctx):
+		// An earlier try of this first task did not complete (its worker was lost
+		// mid-send): its local send may have reached the downstream. Send nothing here;
+		// every message goes to a run of its own, which checks first.
+		err = errors.New("the batch's first workflow task was tried before: its send may have happened")
+	case local:
+		localCtx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+			StartToCloseTimeout:    timeout,
+			ScheduleToCloseTimeout: timeout,
+			RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
+		})
+		err = workflow.ExecuteLocalActivity(localCtx, ActivitySendBatch, send).Get(ctx, &res)
+	default:
+		sendCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			StartToCloseTimeout: timeout,
+			// The send heartbeats while it runs: a batch whose worker was lost is noticed
+			// within this, not at the end of its send timeout.
+			HeartbeatTimeout: BatchHeartbeatTimeout,
+			RetryPolicy:      &temporal.RetryPolicy{MaximumAttempts: 1},
+		})
+		err = workflow.ExecuteActivity(sendCtx, ActivitySendBatch, send).Get(ctx, &res)
+	}
 	outcomes := make([]BatchOutcome, len(in.Messages))
 	if err != nil {
 		// Nothing is known of any message: each goes to a run of its own, which checks
@@ -329,10 +362,10 @@ func handOver(ctx workflow.Context, in BatchInput, policy Policy, outcomes []Bat
 			MessageID: m.MessageID, Topic: in.Topic, Policy: own, SearchAttributes: in.SearchAttributes,
 			Version: in.Version, Deployment: in.Deployment,
 		}
-		if o.ErrType != ErrTypeStoreUnavailable && o.ErrType != ErrTypeWrongDeployment {
-			// Nothing was sent when the database was unavailable or the worker was
-			// another outbox's: the run starts afresh. Otherwise it goes on from the
-			// batch's attempt.
+		if o.ErrType != ErrTypeStoreUnavailable && o.ErrType != ErrTypeWrongDeployment && o.ErrType != ErrTypeNotAttempted {
+			// Nothing was sent when the database was unavailable, the worker was another
+			// outbox's or the batch's time ran out first: the run starts afresh. Otherwise
+			// it goes on from the batch's attempt.
 			din.Prior = &PriorAttempt{Attempts: 1, Error: o.Error, ErrType: o.ErrType, RetryAfter: o.RetryAfter, Batch: info.WorkflowExecution.ID}
 		}
 		opts := workflow.ChildWorkflowOptions{

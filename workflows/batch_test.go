@@ -165,7 +165,7 @@ func TestBatch(t *testing.T) {
 	t.Run("SendLostWithItsWorker", func(t *testing.T) {
 		t.Parallel()
 		b := setupBatch(t, 3)
-		b.env.SetStartWorkflowOptions(startOptions(b.input))
+		b.env.SetStartWorkflowOptions(regularStartOptions(b.input))
 		b.env.OnActivity(workflows.ActivitySendBatch, mock.Anything, mock.Anything).Return(workflows.SendBatchResult{},
 			temporal.NewTimeoutError(0, errors.New("activity StartToClose timeout"))).Once()
 		res := b.run(t)
@@ -180,7 +180,7 @@ func TestBatch(t *testing.T) {
 	t.Run("DatabaseUnavailable", func(t *testing.T) {
 		t.Parallel()
 		b := setupBatch(t, 2)
-		b.env.SetStartWorkflowOptions(startOptions(b.input))
+		b.env.SetStartWorkflowOptions(regularStartOptions(b.input))
 		b.env.OnActivity(workflows.ActivitySendBatch, mock.Anything, mock.Anything).Return(workflows.SendBatchResult{},
 			temporal.NewApplicationError("connection refused", workflows.ErrTypeStoreUnavailable)).Once()
 		res := b.run(t)
@@ -211,6 +211,34 @@ func TestBatch(t *testing.T) {
 		}
 	})
 
+	t.Run("RegularActivity", func(t *testing.T) {
+		t.Parallel()
+		b := setupBatch(t, 2)
+		b.input.Policy.FirstAttempt = workflows.FirstAttemptActivity
+		require.False(t, b.input.LocalSend())
+		b.env.SetStartWorkflowOptions(regularStartOptions(b.input))
+		b.env.OnActivity(workflows.ActivitySendBatch, mock.Anything, mock.Anything).Return(b.answer(t, func(int, string) workflows.BatchOutcome {
+			return workflows.BatchOutcome{Outcome: workflows.BatchSent, Recorded: true}
+		})).Once()
+		require.Equal(t, 2, b.run(t).Sent)
+	})
+
+	t.Run("NotAttemptedStartsAfresh", func(t *testing.T) {
+		t.Parallel()
+		b := setupBatch(t, 2)
+		b.env.SetStartWorkflowOptions(startOptions(b.input))
+		b.env.OnActivity(workflows.ActivitySendBatch, mock.Anything, mock.Anything).Return(b.answer(t, func(i int, _ string) workflows.BatchOutcome {
+			if i == 1 {
+				return workflows.BatchOutcome{Outcome: workflows.BatchFailed, ErrType: workflows.ErrTypeNotAttempted, Error: "not sent"}
+			}
+			return workflows.BatchOutcome{Outcome: workflows.BatchSent, Recorded: true}
+		})).Once()
+		res := b.run(t)
+		require.Equal(t, 1, res.HandedOver)
+		in := b.runs[b.input.Messages[1].MessageID]
+		require.Nil(t, in.Prior, "nothing was sent: no attempt used")
+	})
+
 	t.Run("NewerVersionIsLeftForANewerWorker", func(t *testing.T) {
 		t.Parallel()
 		b := setupBatch(t, 1)
@@ -221,8 +249,16 @@ func TestBatch(t *testing.T) {
 	})
 }
 
-// startOptions are the batch's start options as the relay sets them (its ID).
+// startOptions are the batch's start options as the relay sets them: its ID, and the
+// workflow task timeout of a local send.
 func startOptions(in workflows.BatchInput) client.StartWorkflowOptions {
+	return client.StartWorkflowOptions{ID: workflows.BatchWorkflowID(in.Messages[0].MessageID), TaskQueue: "outbox",
+		WorkflowTaskTimeout: workflows.BatchTaskTimeout(in.Policy)}
+}
+
+// regularStartOptions start a batch as a client without the relay's task timeout does: its
+// send is a regular activity.
+func regularStartOptions(in workflows.BatchInput) client.StartWorkflowOptions {
 	return client.StartWorkflowOptions{ID: workflows.BatchWorkflowID(in.Messages[0].MessageID), TaskQueue: "outbox"}
 }
 

@@ -63,6 +63,9 @@ const (
 	// workflow asks again after a wait, for a worker of its own deployment, without using
 	// up an attempt. A task queue belongs to one outbox database.
 	ErrTypeWrongDeployment = "OutboxWrongDeployment"
+	// ErrTypeNotAttempted marks a message of a batch that was not sent: the batch's send
+	// timeout ran out before its turn. It leaves the batch with no attempt used.
+	ErrTypeNotAttempted = "OutboxNotAttempted"
 )
 
 // SearchStatus is a value of the OutboxStatus search attribute.

@@ -112,7 +112,7 @@ rate); and prints tables of messages per second, ratios, actions and history eve
 	f.Float64Var(&o.Rate, "rate", 10, "offered rate of the steady latency run, messages per second")
 	f.IntVar(&o.LatencyMessages, "latency-messages", 300, "single-row commits in each latency run")
 	f.IntVar(&o.Runs, "runs", 1, "repeat each drain this often (alternating the shapes) and report min/median/max")
-	f.StringVar(&o.Only, "only", "", `run only these parts, e.g. "naive,outbox" (default: all)`)
+	f.StringVar(&o.Only, "only", "", `run only these parts, e.g. "naive,outbox", or with --lane batch "message,batch,latency" (default: all)`)
 	f.StringVar(&o.CPUProfile, "cpu-profile", "", "write a CPU profile of this process to this file")
 	f.StringVar(&o.Lane, "lane", "", `"batch": measure a topic of lane batch beside the message lane of the same topic, both with outbox run`)
 	return cmd

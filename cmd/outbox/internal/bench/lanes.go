@@ -31,6 +31,9 @@ func (b *bench) runLanes(ctx context.Context) error {
 			if run%2 == 1 {
 				s = shapes[len(shapes)-1-i]
 			}
+			if !b.wants(s.name) {
+				continue
+			}
 			r, err := s.drain(ctx, b.o.Messages)
 			if err != nil {
 				return fmt.Errorf("%s: %w", s.name, err)
@@ -41,6 +44,9 @@ func (b *bench) runLanes(ctx context.Context) error {
 	}
 	fmt.Fprintf(b.out, "\n| lane | what | msg/s min / median / max | median vs message lane | actions/msg | events/msg |\n|---|---|---:|---:|---:|---:|\n")
 	for _, s := range shapes {
+		if len(rates[s.name]) == 0 {
+			continue
+		}
 		actions, events, err := b.cost(ctx, s.name)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
@@ -60,6 +66,9 @@ func (b *bench) runLanes(ctx context.Context) error {
 	}
 	var rows []row
 	for _, s := range shapes {
+		if len(rates[s.name]) == 0 {
+			continue
+		}
 		lane := ""
 		if s.name == laneBatch {
 			lane = laneBatch
