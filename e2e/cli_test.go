@@ -122,4 +122,15 @@ func TestBenchSmoke(t *testing.T) {
 		require.Regexp(t, `\| `+shape+` \|[^\n]*\| 2\.0 \| 6\.0 \|`, string(out), "the %s shape costs 2 actions and 6 events per message", shape)
 	}
 	t.Logf("outbox bench:\n%s", out)
+
+	// The batch lane beside the message lane: 300 messages are 3 batches of 100, each the
+	// start and one task of its local send (2 actions, 6 events).
+	cmd = exec.Command(bin, "bench", "--lane", "batch", "--messages", "300", "--latency-messages", "60", "--rate", "50")
+	cmd.Env = append(devEnv(), "DATABASE_URL="+testdb.URL())
+	out, err = cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Regexp(t, `\| message \|[^\n]*\| 2\.000 \| 6\.00 \|`, string(out))
+	require.Regexp(t, `\| batch \|[^\n]*\| 0\.020 \| 0\.06 \|`, string(out), "a batch of 100 costs 2 actions and 6 events")
+	require.Contains(t, string(out), "| batch | 50.0 msg/s | 60 |")
+	t.Logf("outbox bench --lane batch:\n%s", out)
 }
