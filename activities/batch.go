@@ -27,9 +27,9 @@ import (
 // (ErrTypeStoreUnavailable) or the batch is another outbox's (ErrTypeWrongDeployment).
 //
 // A row is the batch's to send while it is claimed or dispatched and names this batch or
-// no batch (the relay records the batch when the run has started); a row sent already is
-// reported so, and one that another batch holds, or that is dead, discarded, pending again
-// or gone, is skipped.
+// no batch; the activity records the batch on such rows before it sends (the relay does
+// too, once the run has started). A row sent already is reported so, and one that another
+// batch holds, or that is dead, discarded, pending again or gone, is skipped.
 func (a *Activities) SendBatch(ctx context.Context, in workflows.SendBatchInput) (workflows.SendBatchResult, error) {
 	out := workflows.SendBatchResult{Outcomes: make([]workflows.BatchOutcome, len(in.Messages))}
 	if len(in.Messages) == 0 {
@@ -49,7 +49,13 @@ func (a *Activities) SendBatch(ctx context.Context, in workflows.SendBatchInput)
 		}
 		ids = append(ids, id)
 	}
-	rows, err := a.Store.GetAll(ctx, ids)
+	// The batch takes its rows first (batch_id): a row that another batch holds is that
+	// batch's to send, so a row claimed again after its lease is never sent by two batches.
+	_, err := a.Store.TakeForBatch(ctx, in.Batch, ids)
+	var rows map[uuid.UUID]store.Row
+	if err == nil {
+		rows, err = a.Store.GetAll(ctx, ids)
+	}
 	if err != nil {
 		a.logger().WarnContext(ctx, "Cannot load the batch's messages: the outbox database is unavailable",
 			slog.String("batch", in.Batch), slog.Int("messages", len(in.Messages)), slog.Any("error", err))
@@ -97,10 +103,10 @@ func (a *Activities) SendBatch(ctx context.Context, in workflows.SendBatchInput)
 	rec := a.newSentRecorder(ctx, in)
 	// The whole batch has one send timeout: a message whose turn comes later is not
 	// sent, and leaves the batch with no attempt used.
+	defer stop() // after the recording below too
 	sendCtx, cancel := context.WithTimeout(ctx, in.SendTimeout)
 	errs := a.sendAll(sendCtx, h, rows, send, in, rec.delivered)
 	cancel()
-	stop()
 	for j, err := range errs {
 		o := &out.Outcomes[sendAt[j]]
 		if err == nil {
@@ -231,11 +237,7 @@ func (r *sentRecorder) flush(ctx context.Context) {
 	if len(ids) == 0 {
 		return
 	}
-	wait := 10 * time.Second
-	if deadline, ok := ctx.Deadline(); ok {
-		wait = min(wait, time.Until(deadline)/2)
-	}
-	markCtx, cancel := context.WithTimeout(ctx, wait)
+	markCtx, cancel := context.WithTimeout(ctx, recordWait(r.ctx))
 	defer cancel()
 	sent, err := r.a.Store.RecordSentAll(markCtx, ids)
 	if err != nil {
@@ -256,6 +258,18 @@ func (r *sentRecorder) flush(ctx context.Context) {
 		r.recorded[id.String()] = true
 	}
 	r.mu.Unlock()
+}
+
+// recordWait bounds one write of the batch's outcome: half the time the activity has left
+// (a database that hangs must not turn a delivered batch into a timed-out one), at most
+// 10s, and at least a second even when that time has run out (the write then still spares
+// the messages' own runs a resend).
+func recordWait(ctx context.Context) time.Duration {
+	wait := 10 * time.Second
+	if deadline, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(deadline)/2)
+	}
+	return max(wait, time.Second)
 }
 
 // finish stops the recorder, records what is left and marks the delivered outcomes that
@@ -322,7 +336,7 @@ func failedOutcome(messageID string, err error) workflows.BatchOutcome {
 // failure on its row (retry_times, last_error), as the send activity does for one.
 func (a *Activities) recordBatchFailures(ctx context.Context, in workflows.SendBatchInput, outcomes []workflows.BatchOutcome) {
 	var failed int
-	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordWait(ctx))
 	defer cancel()
 	for _, o := range outcomes {
 		if o.Outcome != workflows.BatchFailed {

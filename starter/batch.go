@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
@@ -59,8 +62,9 @@ func (r *Relay) hold(rows []store.Claimed, claimedAt time.Time) {
 	}
 	leaseEnd := claimedAt.Add(r.cfg.Lease)
 	// The batch starts after its wait, and in any case while its first row's lease leaves
-	// time for the start.
-	last := leaseEnd.Add(-min(r.cfg.StartTimeout, r.cfg.Lease/2))
+	// time for the start, with a margin for the wait for a start slot.
+	cut := min(r.cfg.StartTimeout, r.cfg.Lease/2)
+	last := leaseEnd.Add(-cut - min(time.Second, r.cfg.Lease/10))
 	now := time.Now()
 	r.batchMu.Lock()
 	defer r.batchMu.Unlock()
@@ -132,23 +136,49 @@ func (r *Relay) nextBatchDue() (wait time.Duration, ok bool) {
 // flushBatches starts the batches that are due, or every waiting one with all (when the
 // relay stops: its rows would otherwise wait for their lease).
 func (r *Relay) flushBatches(ctx context.Context, all bool) {
+	g := r.newStartGroup(ctx)
 	for _, b := range r.dueBatches(all) {
-		r.startBatchAsync(ctx, b)
+		g.start(b)
 	}
+	g.close()
 }
 
-// startBatchAsync starts one OutboxBatch run for b (its workflow ID comes from its first
-// message), at most StartConcurrency at once, and marks its rows dispatched once it
-// started; it does not wait (Relay.batches does). Rows whose lease runs out before the
-// start are left to the next claim. When the start meets a batch of that ID already (its
-// rows were claimed again: a relay lost track of the start), the rows are handed to runs
-// of their own, which check before they send.
-func (r *Relay) startBatchAsync(ctx context.Context, b *heldBatch) {
-	hand := context.WithoutCancel(ctx)
-	r.batches.Add(1)
-	go func() {
-		defer r.batches.Done()
-		r.startSem <- struct{}{}
+// startGroup is the batch starts of one pass: they run without holding up the next claim,
+// and once the last has ended their outcome is noted as the pass's (noteStarts), as the
+// starts of the message lane are.
+type startGroup struct {
+	r                  *Relay
+	ctx                context.Context
+	wg                 sync.WaitGroup
+	attempted, refused atomic.Int32
+	first              atomic.Pointer[error]
+}
+
+func (r *Relay) newStartGroup(ctx context.Context) *startGroup { return &startGroup{r: r, ctx: ctx} }
+
+// close notes the group's starts once they have all ended.
+func (g *startGroup) close() {
+	g.r.batches.Go(func() {
+		g.wg.Wait()
+		g.r.noteStarts(g.ctx, int(g.attempted.Load()), int(g.refused.Load()), g.first.Load())
+	})
+}
+
+// start starts one OutboxBatch run for b (its workflow ID comes from its first message)
+// and marks its rows dispatched once it started, without waiting for it; it waits only
+// while StartConcurrency batch starts are in flight, which keeps the claims from running
+// ahead of the starts. Rows whose lease runs out before the start are left to the next
+// claim. When the start meets a batch of that ID already (its rows were claimed again: a
+// relay lost track of the start), the rows that batch took stay its own, and the others get
+// runs of their own, which check before they send; so do all of them while an older worker
+// keeps the batch lane off.
+func (g *startGroup) start(b *heldBatch) {
+	r := g.r
+	hand := context.WithoutCancel(g.ctx)
+	r.startSem <- struct{}{}
+	g.wg.Add(1)
+	r.batches.Go(func() {
+		defer g.wg.Done()
 		released := false
 		release := func() {
 			if !released {
@@ -157,6 +187,7 @@ func (r *Relay) startBatchAsync(ctx context.Context, b *heldBatch) {
 			}
 		}
 		defer release()
+		claimedAt := b.leaseEnds[0].Add(-r.cfg.Lease)
 		live := make([]store.Claimed, 0, len(b.rows))
 		startBy := time.Now().Add(min(r.cfg.StartTimeout, r.cfg.Lease/2))
 		for i, row := range b.rows {
@@ -165,37 +196,81 @@ func (r *Relay) startBatchAsync(ctx context.Context, b *heldBatch) {
 			}
 		}
 		if len(live) < len(b.rows) {
-			r.log.InfoContext(ctx, "Lease running out before the batch's start; leaving its rows for the next claim",
+			r.log.InfoContext(g.ctx, "Lease running out before the batch's start; leaving its rows for the next claim",
 				slog.String("topic", b.topic), slog.Int("rows", len(b.rows)-len(live)))
 		}
 		if len(live) == 0 {
 			return
 		}
+		if r.version.Load() < workflows.BatchVersion {
+			release()
+			r.handOverOwn(hand, claimedAt, live)
+			return
+		}
 		startCtx, cancel := context.WithTimeout(hand, r.cfg.StartTimeout)
 		id, err := r.startBatch(startCtx, b.topic, live)
 		cancel()
+		release() // what follows takes slots of its own
 		var started *serviceerror.WorkflowExecutionAlreadyStarted
 		switch {
 		case err == nil:
+			g.attempted.Add(1)
 			for i := range live {
 				live[i].Batch = id
 			}
-			release()
 			r.markDispatched(hand, live)
-			r.noteStarts(ctx, 1, 0, nil)
 		case errors.As(err, &started):
-			release() // the hand-over below takes slots of its own
-			r.log.InfoContext(ctx, "A batch of this ID ran already: its rows were claimed again; each gets a run of its own, which checks before it sends",
-				slog.String("workflow_id", id), slog.Int("rows", len(live)))
-			p := r.newPass(hand, time.Now())
-			p.handOver(live, func(store.Claimed) bool { return true })
-			p.finish()
+			r.batchStartedBefore(hand, claimedAt, id, live)
 		default:
-			r.noteStarts(ctx, 1, 1, &err)
-			r.log.DebugContext(ctx, "Cannot start the batch; its rows are retried after the lease",
+			g.attempted.Add(1)
+			g.refused.Add(1)
+			g.first.CompareAndSwap(nil, &err)
+			r.log.DebugContext(g.ctx, "Cannot start the batch; its rows are retried after the lease",
 				slog.String("topic", b.topic), slog.Int("rows", len(live)), slog.Any("error", err))
 		}
-	}()
+	})
+}
+
+// batchStartedBefore handles a batch start that met a batch of the same ID: the rows of
+// this claim that the earlier batch took (batch_id) are its own and are marked dispatched to
+// it; the others get runs of their own, which check before they send.
+func (r *Relay) batchStartedBefore(ctx context.Context, claimedAt time.Time, id string, rows []store.Claimed) {
+	ids := make([]uuid.UUID, len(rows))
+	for i, row := range rows {
+		ids[i] = row.MessageID
+	}
+	readCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	current, err := r.store.GetAll(readCtx, ids)
+	cancel()
+	if err != nil {
+		r.log.WarnContext(ctx, "A batch of this ID ran already, and its rows cannot be read; they are handed over after their lease",
+			slog.String("workflow_id", id), slog.Int("rows", len(rows)), slog.Any("error", err))
+		return
+	}
+	var taken, others []store.Claimed
+	for _, row := range rows {
+		if c, ok := current[row.MessageID]; ok && c.BatchID != nil && *c.BatchID == id {
+			row.Batch = id
+			taken = append(taken, row)
+		} else {
+			others = append(others, row)
+		}
+	}
+	r.log.InfoContext(ctx, "A batch of this ID ran already: its rows were claimed again; the rows it took stay its own, the others get runs of their own",
+		slog.String("workflow_id", id), slog.Int("its_rows", len(taken)), slog.Int("runs_of_their_own", len(others)))
+	r.markDispatched(ctx, taken)
+	r.handOverOwn(ctx, claimedAt, others)
+}
+
+// handOverOwn gives each of rows, claimed at claimedAt, a delivery run of its own that asks
+// check-processed before it sends (a batch may have sent them).
+func (r *Relay) handOverOwn(ctx context.Context, claimedAt time.Time, rows []store.Claimed) {
+	if len(rows) == 0 {
+		return
+	}
+	p := r.newPass(ctx, claimedAt)
+	p.handOver(rows, func(store.Claimed) bool { return true })
+	p.finish()
 }
 
 // startBatch starts the OutboxBatch run of rows, all of topic, and returns its workflow

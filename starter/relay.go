@@ -375,6 +375,10 @@ func (r *Relay) Run(ctx context.Context) error {
 		// The database did not answer: each pass tries again before it claims.
 		r.log.WarnContext(ctx, "Cannot read the outbox deployment yet; the relay checks again before each claim", slog.Any("error", err))
 	}
+	// However Run returns, the batches waiting for more rows start first (their rows
+	// would otherwise wait for their lease), and the batch starts in flight end.
+	defer r.batches.Wait()
+	defer r.flushBatches(context.WithoutCancel(ctx), true)
 	// The background loops stop when Run returns, whichever way it does.
 	ctx, stop := context.WithCancel(ctx)
 	wake := make(chan struct{}, 1)
@@ -390,10 +394,6 @@ func (r *Relay) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			// Batches that wait for more rows start now: their rows would otherwise wait
-			// for their lease.
-			r.flushBatches(context.WithoutCancel(ctx), true)
-			r.batches.Wait()
 			r.log.InfoContext(context.WithoutCancel(ctx), "Relay stopped")
 			return nil
 		case <-wake:
@@ -482,6 +482,8 @@ func (r *Relay) drainDue(ctx context.Context) error {
 // in the message lane.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	n, err := r.runOnce(ctx)
+	// The batches still waiting for more rows start now too.
+	r.flushBatches(context.WithoutCancel(ctx), true)
 	r.batches.Wait()
 	return n, err
 }
@@ -507,9 +509,11 @@ func (r *Relay) runOnce(ctx context.Context) (int, error) {
 	r.hold(batched, began)
 	p := r.newPass(ctx, began)
 	p.handOver(rows, nil)
+	g := r.newStartGroup(ctx)
 	for _, b := range r.dueBatches(false) {
-		r.startBatchAsync(ctx, b)
+		g.start(b)
 	}
+	g.close()
 	p.finish()
 	if n := len(claim.Claimed); n > 0 {
 		r.cfg.Metrics.Batch(n, time.Since(began))

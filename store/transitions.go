@@ -59,10 +59,10 @@ claimed AS (
     FROM due
     WHERE m.id = due.id AND NOT due.blocked
     RETURNING m.id, m.message_id, m.topic, m.retry_times, m.max_retry_times, m.redrive_count,
-              m.created_at, m.dispatched_at, m.claim_token, m.lease_until)
+              m.created_at, m.dispatched_at, m.claim_token, m.lease_until, m.batch_id)
 SELECT c.*, NULL::bigint[], NULL::text[] FROM claimed c
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        (SELECT array_agg(id) FROM parked), (SELECT array_agg(DISTINCT ordering_key) FROM parked)`
 
 // orderingArgs are the claim's parameters for rules.
@@ -106,11 +106,12 @@ func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, 
 			topic               *string
 			retryTimes, redrive *int
 			createdAt, until    *time.Time
+			batch               *string
 			ids                 []int64
 			keys                []string
 		)
 		if err := rows.Scan(&id, &messageID, &topic, &retryTimes, &c.MaxRetryTimes, &redrive,
-			&createdAt, &c.DispatchedAt, &token, &until, &ids, &keys); err != nil {
+			&createdAt, &c.DispatchedAt, &token, &until, &batch, &ids, &keys); err != nil {
 			rows.Close()
 			return ClaimResult{}, fmt.Errorf("claim messages: %w", err)
 		}
@@ -120,6 +121,9 @@ func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, 
 		}
 		c.ID, c.MessageID, c.Topic, c.RetryTimes, c.RedriveCount = *id, messageID.UUID, *topic, *retryTimes, *redrive
 		c.CreatedAt, c.ClaimToken, c.LeaseUntil = *createdAt, token.UUID, *until
+		if batch != nil {
+			c.Batch = *batch
+		}
 		res.Claimed = append(res.Claimed, c)
 	}
 	if err := rows.Err(); err != nil {
@@ -249,6 +253,27 @@ WHERE m.id = d.id AND m.status = 'claimed' AND m.claim_token = d.token`, ids, to
 	return int(tag.RowsAffected()), nil
 }
 
+// TakeForBatch records batch as the batch run of the rows of messageIDs that are claimed
+// or dispatched and name no batch or this one, and returns the message IDs of the rows that
+// name it now: the ones that batch run may send. A row another batch holds, or that has
+// moved on (sent, dead, pending again), is left alone. It changes no status.
+func (s *Store) TakeForBatch(ctx context.Context, batch string, messageIDs []uuid.UUID) ([]uuid.UUID, error) {
+	if len(messageIDs) == 0 {
+		return nil, nil
+	}
+	rows, err := s.db.Query(ctx, `UPDATE `+s.messages+` SET batch_id = $1
+WHERE message_id = ANY($2) AND status IN ('claimed', 'dispatched') AND (batch_id IS NULL OR batch_id = $1)
+RETURNING message_id`, batch, messageIDs)
+	if err != nil {
+		return nil, fmt.Errorf("take %d messages for batch %s: %w", len(messageIDs), batch, err)
+	}
+	taken, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("take %d messages for batch %s: %w", len(messageIDs), batch, err)
+	}
+	return taken, nil
+}
+
 // RetryClaimAfter leaves a claimed row claimed but ends its lease after d, so that a
 // claim then (by this relay or another) takes it again soon instead of after the whole
 // lease; only while the caller still holds the claim. ok is false when the row has moved
@@ -279,11 +304,30 @@ func (s *Store) RecordSent(ctx context.Context, messageID uuid.UUID) (*Sent, err
 
 // RecordSentAll is RecordSent for many messages in one statement: the delivered messages
 // of a batch run. It returns the rows it moved.
+//
+// The release trigger takes the park lock of each keyed row it moves, in the order the
+// UPDATE moves them; so that two writers of several keys never deadlock, the statement's
+// keys are locked first, in the order of their hashes, as the claim's recheck takes them.
 func (s *Store) RecordSentAll(ctx context.Context, messageIDs []uuid.UUID) ([]Sent, error) {
 	if len(messageIDs) == 0 {
 		return nil, nil
 	}
-	return s.markSent(ctx, s.db, messageIDs, nil)
+	if len(messageIDs) == 1 {
+		return s.markSent(ctx, s.db, messageIDs, nil)
+	}
+	var sent []Sent
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT count(pg_advisory_xact_lock(hashtext($1), h))
+FROM (SELECT DISTINCT hashtext(ordering_key) AS h FROM `+s.messages+`
+      WHERE message_id = ANY($2) AND ordering_key IS NOT NULL ORDER BY 1) AS keys`,
+			s.cfg.Schema+".outbox_messages.park", messageIDs); err != nil {
+			return fmt.Errorf("mark %d messages sent: lock their ordering keys: %w", len(messageIDs), err)
+		}
+		var err error
+		sent, err = s.markSent(ctx, tx, messageIDs, nil)
+		return err
+	})
+	return sent, err
 }
 
 // markSent is the one writer of → sent: pending, claimed or dispatched → sent, for the

@@ -378,7 +378,12 @@ func (s *Sink) SendBatch(ctx context.Context, msgs []delivery.Message) []error {
 			errs[i] = err
 			continue
 		}
-		if futures[i], err = js.PublishMsgAsync(msg, jetstream.WithMsgID(d.MessageID)); err != nil {
+		futures[i], err = js.PublishMsgAsync(msg, jetstream.WithMsgID(d.MessageID))
+		switch {
+		case errors.Is(err, jetstream.ErrTooManyStalledMsgs):
+			// Refused before it went out: too many publishes wait for their acks.
+			errs[i] = delivery.Retryable(fmt.Errorf("nats publish to %q: %w", msg.Subject, err), 0)
+		case err != nil:
 			errs[i] = s.classify(ctx, js, msg.Subject, err)
 		}
 	}
@@ -392,8 +397,16 @@ func (s *Sink) SendBatch(ctx context.Context, msgs []delivery.Message) []error {
 		case err := <-f.Err():
 			errs[i] = s.classify(ctx, js, f.Msg().Subject, err)
 		case <-ctx.Done():
-			errs[i] = delivery.Ambiguous(fmt.Errorf("nats publish to %q: no acknowledgement before the attempt ended (%w); the stream may have the message",
-				f.Msg().Subject, context.Cause(ctx)))
+			// An answer that came as the attempt ended still counts.
+			select {
+			case ack := <-f.Ok():
+				s.acked(ctx, js, msgs[i], ack)
+			case err := <-f.Err():
+				errs[i] = s.classify(ctx, js, f.Msg().Subject, err)
+			default:
+				errs[i] = delivery.Ambiguous(fmt.Errorf("nats publish to %q: no acknowledgement before the attempt ended (%w); the stream may have the message",
+					f.Msg().Subject, context.Cause(ctx)))
+			}
 		}
 	}
 	return errs

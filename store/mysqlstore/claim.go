@@ -183,7 +183,7 @@ WHERE id IN (`+idList(claim)+`)`, token.String(), micros(lease)); err != nil {
 			return err
 		}
 		rows, err := tx.QueryContext(ctx, `SELECT id, message_id, topic, retry_times, max_retry_times, redrive_count,
-  created_at, dispatched_at, claim_token, lease_until
+  created_at, dispatched_at, claim_token, lease_until, COALESCE(batch_id, '')
 FROM `+s.messages+` WHERE id IN (`+idList(claim)+`)`)
 		if err != nil {
 			return err
@@ -193,7 +193,7 @@ FROM `+s.messages+` WHERE id IN (`+idList(claim)+`)`)
 		for rows.Next() {
 			var c storedriver.Claimed
 			if err := rows.Scan(&c.ID, &c.MessageID, &c.Topic, &c.RetryTimes, &c.MaxRetryTimes, &c.RedriveCount,
-				&c.CreatedAt, &c.DispatchedAt, &c.ClaimToken, &c.LeaseUntil); err != nil {
+				&c.CreatedAt, &c.DispatchedAt, &c.ClaimToken, &c.LeaseUntil, &c.Batch); err != nil {
 				return err
 			}
 			byID[c.ID] = c
@@ -435,6 +435,39 @@ WHERE id IN (`+idList(ids)+`) AND status = 'claimed' AND (id, claim_token) IN (`
 		return 0, fmt.Errorf("mark %d messages dispatched: %w", len(rows), err)
 	}
 	return int(n), nil
+}
+
+// TakeForBatch records batch as the batch run of the rows of messageIDs that are claimed
+// or dispatched and name no batch or this one, and returns the message IDs of the rows that
+// name it now: the ones that batch run may send. A row another batch holds, or that has
+// moved on, is left alone. It changes no status.
+func (s *Store) TakeForBatch(ctx context.Context, batch string, messageIDs []uuid.UUID) ([]uuid.UUID, error) {
+	if len(messageIDs) == 0 {
+		return nil, nil
+	}
+	if _, err := s.db.ExecContext(ctx, `UPDATE `+s.messages+` SET batch_id = ?
+WHERE message_id IN (`+uuidList(messageIDs)+`) AND status IN ('claimed', 'dispatched') AND (batch_id IS NULL OR batch_id = ?)`,
+		batch, batch); err != nil {
+		return nil, fmt.Errorf("take %d messages for batch %s: %w", len(messageIDs), batch, err)
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT message_id FROM `+s.messages+`
+WHERE message_id IN (`+uuidList(messageIDs)+`) AND status IN ('claimed', 'dispatched') AND batch_id = ?`, batch)
+	if err != nil {
+		return nil, fmt.Errorf("take %d messages for batch %s: %w", len(messageIDs), batch, err)
+	}
+	defer rows.Close()
+	var taken []uuid.UUID
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("take %d messages for batch %s: %w", len(messageIDs), batch, err)
+		}
+		taken = append(taken, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("take %d messages for batch %s: %w", len(messageIDs), batch, err)
+	}
+	return taken, nil
 }
 
 // RetryClaimAfter leaves a claimed row claimed but ends its lease after d, so that a claim

@@ -124,6 +124,9 @@ WHERE id IN (`+idList(ids)+`)`)
 	if err := latency.Close(); err != nil {
 		return fail(err)
 	}
+	if err := latency.Err(); err != nil {
+		return fail(err)
+	}
 	for i := range sent {
 		sent[i].Latency = byID[sent[i].MessageID]
 	}

@@ -46,16 +46,17 @@ type Claimed struct {
 	DispatchedAt *time.Time
 	ClaimToken   uuid.UUID
 	LeaseUntil   time.Time
-	// Batch is set by a relay that hands the row to a batch run: the run's workflow ID,
-	// which MarkDispatchedAll records as the row's batch_id. Empty for the message lane.
+	// Batch is the workflow ID of the batch run the row was handed to: read by the claim
+	// (the row's batch_id, when a batch had it before), or set by a relay that hands the
+	// row to a batch, which MarkDispatchedAll records. Empty for the message lane.
 	Batch string
 }
 
 // MayHaveBeenSent reports whether an earlier delivery of the message may have reached the
-// downstream: it was handed over to a workflow before, failed an attempt before, or was
-// redriven. Its next run then asks check-processed before it sends.
+// downstream: it was handed over to a workflow or a batch before, failed an attempt
+// before, or was redriven. Its next run then asks check-processed before it sends.
 func (c Claimed) MayHaveBeenSent() bool {
-	return c.DispatchedAt != nil || c.RetryTimes > 0 || c.RedriveCount > 0
+	return c.DispatchedAt != nil || c.RetryTimes > 0 || c.RedriveCount > 0 || c.Batch != ""
 }
 
 // ClaimResult is what one claim did.

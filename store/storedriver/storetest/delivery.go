@@ -158,6 +158,27 @@ func testTransitions(t *testing.T, h Harness) {
 		require.Equal(t, batch, *all[ids[0].MessageID].BatchID)
 		require.Nil(t, all[ids[4].MessageID].BatchID)
 
+		// A batch takes the rows it may send: those that name it or no batch, claimed or
+		// dispatched; another batch's row and a row that moved on are left alone.
+		claimedAgain := e.claimed("clicks")
+		taken, err := e.d().TakeForBatch(e.ctx, "outbox-batch-other", []uuid.UUID{ids[0].MessageID, claimedAgain.MessageID, uuid.New()})
+		require.NoError(t, err)
+		require.Equal(t, []uuid.UUID{claimedAgain.MessageID}, taken)
+		require.Equal(t, "outbox-batch-other", *e.get(claimedAgain.MessageID).BatchID)
+		require.Equal(t, storedriver.StatusClaimed, e.status(claimedAgain.MessageID), "no status changes")
+		taken, err = e.d().TakeForBatch(e.ctx, batch, []uuid.UUID{ids[0].MessageID, ids[1].MessageID, claimedAgain.MessageID})
+		require.NoError(t, err)
+		require.ElementsMatch(t, []uuid.UUID{ids[0].MessageID, ids[1].MessageID}, taken, "its own rows, again")
+		nothing, err := e.d().TakeForBatch(e.ctx, batch, nil)
+		require.NoError(t, err)
+		require.Empty(t, nothing)
+		reclaimed := e.claim(10, storedriver.OrderingRules{})
+		require.Empty(t, reclaimed.Claimed, "nothing else is due")
+		e.shift("lease_until", claimedAgain.ID)
+		reclaim := e.claimOnly(claimedAgain.MessageID)
+		require.Equal(t, "outbox-batch-other", reclaim.Batch, "the claim reads the row's batch")
+		require.True(t, reclaim.MayHaveBeenSent(), "a row a batch had may have been sent")
+
 		// One of them was sent by its own run before the batch records the others.
 		ok, err := e.d().MarkSent(e.ctx, ids[1].MessageID)
 		require.NoError(t, err)

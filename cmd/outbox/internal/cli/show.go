@@ -176,7 +176,7 @@ func inspectMessage(ctx context.Context, a *app.App, id uuid.UUID) (*messageView
 	}
 	if v.Batch != nil && err == nil {
 		if err := readBatch(hctx, a, v.Batch, id); err != nil {
-			v.HistoryError = err.Error()
+			v.Batch.Error = "(the batch's run could not be read: " + err.Error() + ")"
 		}
 	}
 	if v.rowMissing && len(dls) == 0 && len(v.Runs) == 0 {
