@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
@@ -22,7 +20,6 @@ import (
 	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/internal/temporalcost"
 	"github.com/outbox-go/outbox/internal/testdb"
-	"github.com/outbox-go/outbox/internal/testutil"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/workflows"
 )
@@ -325,15 +322,7 @@ topics:
 // publish. Every message is stored once, by its batch.
 func TestBatchLaneBrokers(t *testing.T) {
 	t.Parallel()
-	nc, err := nats.Connect(natsURL())
-	require.NoError(t, err, "NATS with JetStream must run at %s: run scripts/services.sh", natsURL())
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	prefix := "outbox_batch_" + uuid.NewString()[:8]
-	st, err := testutil.CreateStream(context.Background(), js, jetstream.StreamConfig{Name: prefix, Subjects: []string{prefix + ".>"}})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), prefix) })
+	st, prefix := natsStream(t, "outbox_batch_")
 	exchange, queue := rabbitTopology(t, "clicks")
 
 	e := newEnv(t, newServer(t))

@@ -39,6 +39,22 @@ func rabbitURL() string {
 	return cmp.Or(os.Getenv("RABBITMQ_URL"), "amqp://guest:guest@127.0.0.1:5672/")
 }
 
+// natsStream makes a JetStream stream of the test's own over <prefix><random>.>, removed
+// when the test ends, and returns it with its subject prefix.
+func natsStream(t *testing.T, prefix string) (jetstream.Stream, string) {
+	t.Helper()
+	nc, err := nats.Connect(natsURL())
+	require.NoError(t, err, "NATS with JetStream must run at %s: run scripts/services.sh", natsURL())
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	prefix += uuid.NewString()[:8]
+	st, err := testutil.CreateStream(context.Background(), js, jetstream.StreamConfig{Name: prefix, Subjects: []string{prefix + ".>"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), prefix) })
+	return st, prefix
+}
+
 // enqueueKeyed enqueues n messages of topic, each with the ordering key keys[i%len(keys)]
 // (none when keys is empty) and its sequence number within the key in the payload.
 func (e *env) enqueueKeyed(t *testing.T, topic string, n int, keys ...string) []uuid.UUID {
@@ -102,15 +118,7 @@ func (p publishThenFail) Send(ctx context.Context, d delivery.Message) error {
 // absorbed by the stream.
 func TestNATSSink(t *testing.T) {
 	t.Parallel()
-	nc, err := nats.Connect(natsURL())
-	require.NoError(t, err, "NATS with JetStream must run at %s: run scripts/services.sh", natsURL())
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	prefix := "outbox_e2e_" + uuid.NewString()[:8]
-	st, err := testutil.CreateStream(context.Background(), js, jetstream.StreamConfig{Name: prefix, Subjects: []string{prefix + ".>"}})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), prefix) })
+	st, prefix := natsStream(t, "outbox_e2e_")
 
 	e := newEnv(t, newServer(t))
 	// The default delivery policy: a resend waits the default first retry interval.

@@ -64,6 +64,18 @@ func TestRecordHistories(t *testing.T) {
 			Timeout: config.Duration(5 * time.Second)}
 	}
 
+	// handedOver runs a batch of three whose second message the downstream refuses once,
+	// and returns that message.
+	handedOver := func(t *testing.T, e *env) uuid.UUID {
+		topic := fast(e)
+		topic.Lane = config.LaneBatch
+		e.cfg.Topics["page.viewed"] = topic
+		ids := enqueueMany(t, e, "page.viewed", 3)
+		e.recv.Before = flaky(e.recv, map[string]int{ids[1].String(): 1})
+		e.start(t)
+		e.waitAllSent(t, ids, time.Minute)
+		return ids[1]
+	}
 	// batchOf is the workflow ID of the batch run a message was handed to.
 	batchOf := func(t *testing.T, e *env, id uuid.UUID) string {
 		row, err := e.store.Get(ctx, id)
@@ -96,34 +108,16 @@ func TestRecordHistories(t *testing.T) {
 			workflowID: batchOf,
 		},
 		{
-			file: "batch_handed_over.json",
-			run: func(t *testing.T, e *env) uuid.UUID {
-				// The downstream refuses one message of the batch once: it leaves the batch
-				// for a run of its own, which delivers it at its second attempt.
-				topic := fast(e)
-				topic.Lane = config.LaneBatch
-				e.cfg.Topics["page.viewed"] = topic
-				ids := enqueueMany(t, e, "page.viewed", 3)
-				e.recv.Before = flaky(e.recv, map[string]int{ids[1].String(): 1})
-				e.start(t)
-				e.waitAllSent(t, ids, time.Minute)
-				return ids[1]
-			},
+			// The downstream refuses one message of the batch once: it leaves the batch
+			// for a run of its own, which delivers it at its second attempt.
+			file:       "batch_handed_over.json",
+			run:        handedOver,
 			workflowID: batchOf,
 		},
 		{
+			// That message's own run: it goes on from the batch's attempt.
 			file: "delivery_from_batch.json",
-			run: func(t *testing.T, e *env) uuid.UUID {
-				// That message's own run: it goes on from the batch's attempt.
-				topic := fast(e)
-				topic.Lane = config.LaneBatch
-				e.cfg.Topics["page.viewed"] = topic
-				ids := enqueueMany(t, e, "page.viewed", 3)
-				e.recv.Before = flaky(e.recv, map[string]int{ids[1].String(): 1})
-				e.start(t)
-				e.waitAllSent(t, ids, time.Minute)
-				return ids[1]
-			},
+			run:  handedOver,
 		},
 		{
 			file: "delivery_success.json",

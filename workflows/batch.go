@@ -221,12 +221,13 @@ func BatchTaskTimeout(p Policy) time.Duration {
 
 // Batch is the OutboxBatch workflow: it sends its messages with the send-batch activity
 // (a local activity in its first workflow task when the topic's first attempts are local,
-// see BatchInput.LocalSend), records the delivered ones sent (the activity does, or the mark-sent-all step when it
-// could not), and hands each message it could not deliver to an OutboxDelivery run of its
-// own, which goes on from the batch's attempt. When the activity itself fails (its worker
-// was lost, it timed out), every message it did not report is handed over as after an
-// ambiguous failure; when it found the outbox's database unavailable, or reached a worker
-// of another outbox, the messages are handed over with no attempt used. The run completes
+// see BatchInput.LocalSend), records the delivered ones sent (the activity does, or the
+// mark-sent-all step when it could not), and hands each message it could not deliver to an
+// OutboxDelivery run of its own, which goes on from the batch's attempt. When the activity
+// itself fails (its worker was lost, it timed out, or the first task was tried before),
+// every message is handed over as after an ambiguous failure; when it found the outbox's
+// database unavailable, or reached a worker of another outbox, the messages are handed
+// over with no attempt used. The run completes
 // with every message's outcome, those whose run could not be started included
 // (BatchHandOverFailed): their rows stay with the batch, and reconciliation hands them
 // over again.

@@ -276,25 +276,9 @@ func (b *bench) run(ctx context.Context) error {
 	if b.o.Lane == laneBatch {
 		return b.runLanes(ctx)
 	}
-	rates := map[string][]float64{}
-	for run := 0; run < b.o.Runs; run++ {
-		for i := range shapes {
-			// Alternate the order between runs, so neither shape always runs on a
-			// warmer server.
-			s := shapes[i]
-			if run%2 == 1 {
-				s = shapes[len(shapes)-1-i]
-			}
-			if !b.wants(s.name) {
-				continue
-			}
-			r, err := s.drain(ctx, b.o.Messages)
-			if err != nil {
-				return fmt.Errorf("%s: %w", s.name, err)
-			}
-			fmt.Fprintf(b.out, "  run %d: %-6s %8.1f msg/s\n", run+1, s.name, r)
-			rates[s.name] = append(rates[s.name], r)
-		}
+	rates, err := b.drains(ctx, shapes)
+	if err != nil {
+		return err
 	}
 
 	fmt.Fprintf(b.out, "\n| shape | what | msg/s min / median / max | median vs naive | median vs bare | actions/msg | events/msg |\n|---|---|---:|---:|---:|---:|---:|\n")
@@ -318,6 +302,30 @@ func (b *bench) run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// drains drains each of shapes --runs times, alternating their order between runs so that
+// none always runs on a warmer server, and returns each shape's rates.
+func (b *bench) drains(ctx context.Context, shapes []shape) (map[string][]float64, error) {
+	rates := map[string][]float64{}
+	for run := 0; run < b.o.Runs; run++ {
+		for i := range shapes {
+			s := shapes[i]
+			if run%2 == 1 {
+				s = shapes[len(shapes)-1-i]
+			}
+			if !b.wants(s.name) {
+				continue
+			}
+			r, err := s.drain(ctx, b.o.Messages)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", s.name, err)
+			}
+			fmt.Fprintf(b.out, "  run %d: %-7s %8.1f msg/s\n", run+1, s.name, r)
+			rates[s.name] = append(rates[s.name], r)
+		}
+	}
+	return rates, nil
 }
 
 // latencyShapes are the outbox shapes whose commit-to-sent latency the bench measures:

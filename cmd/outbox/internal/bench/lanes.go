@@ -24,23 +24,9 @@ func (b *bench) laneShapes() []shape {
 // commit-to-sent latency at the offered rate and at half their drain rate.
 func (b *bench) runLanes(ctx context.Context) error {
 	shapes := b.laneShapes()
-	rates := map[string][]float64{}
-	for run := 0; run < b.o.Runs; run++ {
-		for i := range shapes {
-			s := shapes[i]
-			if run%2 == 1 {
-				s = shapes[len(shapes)-1-i]
-			}
-			if !b.wants(s.name) {
-				continue
-			}
-			r, err := s.drain(ctx, b.o.Messages)
-			if err != nil {
-				return fmt.Errorf("%s: %w", s.name, err)
-			}
-			fmt.Fprintf(b.out, "  run %d: %-7s %8.1f msg/s\n", run+1, s.name, r)
-			rates[s.name] = append(rates[s.name], r)
-		}
+	rates, err := b.drains(ctx, shapes)
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(b.out, "\n| lane | what | msg/s min / median / max | median vs message lane | actions/msg | events/msg |\n|---|---|---:|---:|---:|---:|\n")
 	for _, s := range shapes {
