@@ -47,6 +47,15 @@ func (s *Store) ListDeadLetters(ctx context.Context, f DeadLetterFilter) ([]Dead
 		args = append(args, f.Since)
 		where = append(where, fmt.Sprintf("d.dead_lettered_at >= $%d", len(args)))
 	}
+	if !f.Until.IsZero() {
+		args = append(args, f.Until)
+		where = append(where, fmt.Sprintf("d.dead_lettered_at < $%d", len(args)))
+	}
+	if f.Error != "" {
+		// strpos, not LIKE: the text may hold % and _.
+		args = append(args, f.Error)
+		where = append(where, fmt.Sprintf("strpos(lower(d.last_error), lower($%d)) > 0", len(args)))
+	}
 	args = append(args, f.Limit)
 	rows, err := s.db.Query(ctx, `SELECT `+deadLetterColumns+` FROM `+s.dead+` d
 WHERE `+strings.Join(where, " AND ")+`

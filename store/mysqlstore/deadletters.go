@@ -56,6 +56,15 @@ func (s *Store) ListDeadLetters(ctx context.Context, f storedriver.DeadLetterFil
 		where = append(where, "d.dead_lettered_at >= ?")
 		args = append(args, f.Since.UTC())
 	}
+	if !f.Until.IsZero() {
+		where = append(where, "d.dead_lettered_at < ?")
+		args = append(args, f.Until.UTC())
+	}
+	if f.Error != "" {
+		// LOCATE, not LIKE: the text may hold % and _.
+		where = append(where, "LOCATE(LOWER(?), LOWER(d.last_error)) > 0")
+		args = append(args, f.Error)
+	}
 	args = append(args, f.Limit)
 	rows, err := s.db.QueryContext(ctx, `SELECT `+deadLetterColumns+` FROM `+s.dead+` d
 WHERE `+strings.Join(where, " AND ")+`

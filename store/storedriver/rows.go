@@ -176,6 +176,11 @@ type DeadLetterFilter struct {
 	Topic string
 	// Since, when set, selects dead letters written at or after it.
 	Since time.Time
+	// Until, when set, selects dead letters written before it.
+	Until time.Time
+	// Error, when set, selects dead letters whose last error contains it, compared
+	// without regard to case.
+	Error string
 	// Limit caps the rows returned; 0 means 100.
 	Limit int
 	// IncludeClosed also returns dead letters already redriven or discarded. By default

@@ -385,6 +385,39 @@ func testTransitions(t *testing.T, h Harness) {
 		recent, err := e.d().ListDeadLetters(e.ctx, storedriver.DeadLetterFilter{Since: time.Now().Add(-time.Hour)})
 		require.NoError(t, err)
 		require.Len(t, recent, 3)
+		before, err := e.d().ListDeadLetters(e.ctx, storedriver.DeadLetterFilter{Until: time.Now().Add(-time.Hour)})
+		require.NoError(t, err)
+		require.Empty(t, before, "until: only dead letters written before it")
+		window, err := e.d().ListDeadLetters(e.ctx, storedriver.DeadLetterFilter{
+			Since: time.Now().Add(-time.Hour), Until: time.Now().Add(time.Hour), Topic: "order.created"})
+		require.NoError(t, err)
+		require.Len(t, window, 2, "since, until and topic together")
+
+		// The error filter: a substring of the last error, without regard to case, with
+		// LIKE's wildcards taken as text.
+		odd := e.dispatched("order.odd").MessageID
+		ok, err := e.d().DeadLetter(e.ctx, storedriver.DeadLetter{MessageID: odd, Topic: "order.odd", WorkflowID: "outbox-" + odd.String(),
+			RunID: "run-1", Attempts: 1, LastError: "permanent failure: HTTP 422: discount 100% off_sale"})
+		require.NoError(t, err)
+		require.True(t, ok)
+		for text, want := range map[string][]uuid.UUID{
+			"http 422":     {odd},
+			"HTTP 500":     {c, b, a},
+			"100% off_":    {odd},
+			"100%_off":     nil,
+			"gave up":      {c, b, a},
+			"no such text": nil,
+		} {
+			got, err := e.d().ListDeadLetters(e.ctx, storedriver.DeadLetterFilter{Error: text})
+			require.NoError(t, err)
+			ids := []uuid.UUID{}
+			for _, d := range got {
+				ids = append(ids, d.MessageID)
+			}
+			require.Equal(t, append([]uuid.UUID{}, want...), ids, "error %q", text)
+		}
+		require.Equal(t, storedriver.StatusDead, e.status(odd), "the filter only reads")
+		require.NoError(t, e.d().Discard(e.ctx, odd, "alice"))
 
 		_, err = e.d().Redrive(e.ctx, b, "alice")
 		require.NoError(t, err)
@@ -395,7 +428,7 @@ func testTransitions(t *testing.T, h Harness) {
 		require.Equal(t, a, open[0].MessageID)
 		closed, err := e.d().ListDeadLetters(e.ctx, storedriver.DeadLetterFilter{IncludeClosed: true})
 		require.NoError(t, err)
-		require.Len(t, closed, 3)
+		require.Len(t, closed, 4)
 	})
 
 	t.Run("Reconcile", func(t *testing.T) {

@@ -6,11 +6,11 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/url"
 	"os/user"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -32,35 +32,60 @@ func newDLQCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-// filterFlags are the dead-letter filters of list and redrive.
+// filterFlags are the dead-letter filters of list, redrive and discard.
 type filterFlags struct {
-	topic string
-	since string
-	limit int
-	all   bool
+	topic     string
+	since     string
+	until     string
+	errorText string
+	limit     int
+	all       bool
 }
 
 func (f *filterFlags) add(cmd *cobra.Command, limitDefault int) {
 	cmd.Flags().StringVar(&f.topic, "topic", "", "only this topic")
 	cmd.Flags().StringVar(&f.since, "since", "", "only dead letters since this long ago (1h, 30m) or this time (RFC 3339)")
-	cmd.Flags().IntVar(&f.limit, "limit", limitDefault, "at most this many dead letters")
+	cmd.Flags().StringVar(&f.until, "until", "", "only dead letters before this long ago (1h, 30m) or this time (RFC 3339)")
+	cmd.Flags().StringVar(&f.errorText, "error", "", "only dead letters whose last error contains this text (any case)")
+	cmd.Flags().IntVar(&f.limit, "limit", limitDefault, "at most this many dead letters, the newest")
+}
+
+// set reports whether a filter that selects messages was given.
+func (f *filterFlags) set() bool {
+	return f.topic != "" || f.since != "" || f.until != "" || f.errorText != ""
 }
 
 func (f *filterFlags) filter(now time.Time) (store.DeadLetterFilter, error) {
-	out := store.DeadLetterFilter{Topic: f.topic, Limit: f.limit, IncludeClosed: f.all}
+	out := store.DeadLetterFilter{Topic: f.topic, Limit: f.limit, IncludeClosed: f.all, Error: f.errorText}
 	if f.limit < 1 {
 		return out, usageErrorf("--limit must be at least 1, got %d", f.limit)
 	}
-	if f.since != "" {
-		if d, err := time.ParseDuration(f.since); err == nil && d > 0 {
-			out.Since = now.Add(-d)
-		} else if t, err := time.Parse(time.RFC3339, f.since); err == nil {
-			out.Since = t
-		} else {
-			return out, usageErrorf("--since must be a duration such as 1h or a time such as 2026-11-30T09:00:00Z, got %q", f.since)
-		}
+	var err error
+	if out.Since, err = pointInTime("--since", f.since, now); err != nil {
+		return out, err
+	}
+	if out.Until, err = pointInTime("--until", f.until, now); err != nil {
+		return out, err
+	}
+	if !out.Since.IsZero() && !out.Until.IsZero() && !out.Since.Before(out.Until) {
+		return out, usageErrorf("--since (%s) must be before --until (%s)", out.Since.Format(time.RFC3339), out.Until.Format(time.RFC3339))
 	}
 	return out, nil
+}
+
+// pointInTime reads flag's value v: a duration back from now, or an RFC 3339 time. Empty
+// is the zero time.
+func pointInTime(flag, v string, now time.Time) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		return now.Add(-d), nil
+	}
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return t, nil
+	}
+	return time.Time{}, usageErrorf("%s must be a duration such as 1h or a time such as 2026-11-30T09:00:00Z, got %q", flag, v)
 }
 
 func newDLQListCmd(g *globals) *cobra.Command {
@@ -89,13 +114,8 @@ func newDLQListCmd(g *globals) *cobra.Command {
 					fmt.Fprintln(cmd.OutOrStdout(), "no dead letters")
 					return nil
 				}
-				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "MESSAGE ID\tTOPIC\tATTEMPTS\tDEAD-LETTERED\tSTATE\tLAST ERROR")
-				for _, d := range dls {
-					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", d.MessageID, d.Topic, d.Attempts,
-						d.DeadLetteredAt.Local().Format(time.DateTime), state(d), truncate(d.LastError, 80))
-				}
-				return tw.Flush()
+				writeDeadLetterTable(cmd.OutOrStdout(), dls)
+				return nil
 			})
 		},
 	}
@@ -261,52 +281,163 @@ func currentUser(lookup func(string) (string, bool)) string {
 	return "unknown"
 }
 
-// selectMessages returns the IDs named on the command line, or those the filter matches
-// when allMatching is set.
-func selectMessages(ctx context.Context, a *app.App, args []string, f filterFlags, allMatching bool, verb string) ([]uuid.UUID, error) {
+// bulkFlags are what redrive and discard share: the messages (named, or chosen with a
+// filter and --all-matching), --dry-run, the confirmation and who acts.
+type bulkFlags struct {
+	f           filterFlags
+	allMatching bool
+	dryRun      bool
+	yes         bool
+	confirmOver int
+	by          string
+}
+
+func (b *bulkFlags) add(cmd *cobra.Command, verb string, confirmOver int) {
+	b.f.add(cmd, 1000)
+	cmd.Flags().BoolVar(&b.allMatching, "all-matching", false, verb+" every open dead letter the filter selects")
+	cmd.Flags().BoolVar(&b.dryRun, "dry-run", false, "print how many dead letters would be "+pastTense(verb)+" and a sample, and change nothing")
+	cmd.Flags().BoolVarP(&b.yes, "yes", "y", false, "do not ask for confirmation")
+	cmd.Flags().IntVar(&b.confirmOver, "confirm-over", confirmOver, "ask for confirmation when more than this many messages are selected (0: always)")
+	cmd.Flags().StringVar(&b.by, "by", "", "who "+verb+"s, for the audit (default: the current user)")
+}
+
+// pastTense is the participle of redrive and discard.
+func pastTense(verb string) string {
+	if verb == "redrive" {
+		return "redriven"
+	}
+	return verb + "ed"
+}
+
+// sampleSize is how many selected dead letters --dry-run lists.
+const sampleSize = 5
+
+// selection is what a bulk command acts on: the messages' IDs, and, when a filter chose
+// them, their dead letters and whether more matched than --limit let through.
+type selection struct {
+	ids     []uuid.UUID
+	letters []store.DeadLetterRecord
+	more    bool
+}
+
+// selectMessages returns the messages named on the command line, or those the filter
+// matches when --all-matching is set.
+func (b *bulkFlags) selectMessages(ctx context.Context, a *app.App, args []string, verb string) (selection, error) {
 	switch {
-	case len(args) > 0 && (allMatching || f.topic != "" || f.since != ""):
-		return nil, fmt.Errorf("give message IDs or a filter (--topic, --since with --all-matching), not both")
+	case len(args) > 0 && (b.allMatching || b.f.set()):
+		return selection{}, usageErrorf("give message IDs or a filter (--topic, --since, --until, --error with --all-matching), not both")
 	case len(args) > 0:
-		return parseIDs(args)
-	case !allMatching:
-		return nil, fmt.Errorf("name the messages to %s, or select them with --all-matching (and --topic, --since)", verb)
+		ids, err := parseIDs(args)
+		return selection{ids: ids}, err
+	case !b.allMatching:
+		return selection{}, usageErrorf("name the messages to %s, or select them with --all-matching (and --topic, --since, --until, --error)", verb)
 	}
-	filter, err := f.filter(time.Now())
+	filter, err := b.f.filter(time.Now())
 	if err != nil {
-		return nil, err
+		return selection{}, err
 	}
+	filter.Limit++ // one more tells that --limit cut the selection
 	dls, err := a.Driver.ListDeadLetters(ctx, filter)
 	if err != nil {
-		return nil, err
+		return selection{}, err
 	}
-	ids := make([]uuid.UUID, 0, len(dls))
+	sel := selection{letters: dls}
+	if len(dls) > b.f.limit {
+		sel.letters, sel.more = dls[:b.f.limit], true
+	}
+	for _, d := range sel.letters {
+		sel.ids = append(sel.ids, d.MessageID)
+	}
+	return sel, nil
+}
+
+// confirm prints a dry run's count and sample, or asks before acting on the selection when
+// it holds more than --confirm-over messages (and --yes is not given). It reports whether
+// to go on.
+func (b *bulkFlags) confirm(cmd *cobra.Command, sel selection, verb, warning string) (bool, error) {
+	w := cmd.OutOrStdout()
+	n := len(sel.ids)
+	if n == 0 {
+		fmt.Fprintln(w, "no dead letters match")
+		return false, nil
+	}
+	if sel.more {
+		fmt.Fprintf(cmd.ErrOrStderr(), "more dead letters match than --limit %d lets through: the %d newest are selected; run again, or raise --limit\n", b.f.limit, n)
+	}
+	if b.dryRun {
+		fmt.Fprintf(w, "would %s %d dead-lettered message(s)%s\n", verb, n, byTopic(sel.letters))
+		if len(sel.letters) > 0 {
+			shown := sel.letters[:min(len(sel.letters), sampleSize)]
+			fmt.Fprintf(w, "the newest %d:\n", len(shown))
+			writeDeadLetterTable(w, shown)
+		}
+		return false, nil
+	}
+	if b.yes || n <= b.confirmOver {
+		return true, nil
+	}
+	fmt.Fprintf(w, "%s %d dead-lettered message(s)?%s [y/N] ", capitalize(verb), n, warning)
+	answer, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+	if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+		return false, fmt.Errorf("not %s: not confirmed (answer y, or pass --yes)", pastTense(verb))
+	}
+	return true, nil
+}
+
+func capitalize(s string) string { return strings.ToUpper(s[:1]) + s[1:] }
+
+// byTopic counts dead letters by topic: " (order.created: 3, order.paid: 1)".
+func byTopic(dls []store.DeadLetterRecord) string {
+	if len(dls) == 0 {
+		return ""
+	}
+	counts := map[string]int{}
+	var topics []string
 	for _, d := range dls {
-		ids = append(ids, d.MessageID)
+		if counts[d.Topic] == 0 {
+			topics = append(topics, d.Topic)
+		}
+		counts[d.Topic]++
 	}
-	return ids, nil
+	slices.Sort(topics)
+	parts := make([]string, 0, len(topics))
+	for _, t := range topics {
+		parts = append(parts, fmt.Sprintf("%s: %d", t, counts[t]))
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+// writeDeadLetterTable writes dead letters as dlq list does.
+func writeDeadLetterTable(w io.Writer, dls []store.DeadLetterRecord) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MESSAGE ID\tTOPIC\tATTEMPTS\tDEAD-LETTERED\tSTATE\tLAST ERROR")
+	for _, d := range dls {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", d.MessageID, d.Topic, d.Attempts,
+			d.DeadLetteredAt.Local().Format(time.DateTime), state(d), truncate(d.LastError, 80))
+	}
+	_ = tw.Flush()
 }
 
 func newDLQRedriveCmd(g *globals) *cobra.Command {
-	var (
-		f           filterFlags
-		allMatching bool
-		by          string
-	)
+	var b bulkFlags
 	cmd := &cobra.Command{
 		Use:   "redrive [MESSAGE_ID...]",
 		Short: "Deliver dead-lettered messages again, as a new run under the same workflow ID",
 		Example: `  outbox dlq redrive 01a22bd4-e1d1-7a2a-9e3e-c3f8ce034627
-  outbox dlq redrive --all-matching --topic order.created --since 2h`,
+  outbox dlq redrive --all-matching --topic order.created --since 2h
+  outbox dlq redrive --all-matching --error 'HTTP 503' --since 2026-12-01T09:00:00Z --until 2026-12-01T11:00:00Z --dry-run`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withApp(cmd.Context(), false, func(a *app.App) error {
-				ids, err := selectMessages(cmd.Context(), a, args, f, allMatching, "redrive")
+				sel, err := b.selectMessages(cmd.Context(), a, args, "redrive")
 				if err != nil {
 					return err
 				}
-				actor := cmp.Or(by, currentUser(g.lookupEnv))
+				if ok, err := b.confirm(cmd, sel, "redrive", ""); !ok || err != nil {
+					return err
+				}
+				actor := cmp.Or(b.by, currentUser(g.lookupEnv))
 				var failed []error
-				for _, id := range ids {
+				for _, id := range sel.ids {
 					r, err := a.Driver.Redrive(cmd.Context(), id, actor)
 					if err != nil {
 						failed = append(failed, err)
@@ -315,52 +446,36 @@ func newDLQRedriveCmd(g *globals) *cobra.Command {
 					}
 					fmt.Fprintf(cmd.OutOrStdout(), "redriven %s (%s, redrive %d)\n", r.MessageID, r.Topic, r.RedriveCount)
 				}
-				if len(ids) == 0 {
-					fmt.Fprintln(cmd.OutOrStdout(), "no dead letters match")
-				}
 				if len(failed) > 0 {
-					return fmt.Errorf("%d of %d messages not redriven", len(failed), len(ids))
+					return fmt.Errorf("%d of %d messages not redriven", len(failed), len(sel.ids))
 				}
 				return nil
 			})
 		},
 	}
-	f.add(cmd, 1000)
-	cmd.Flags().BoolVar(&allMatching, "all-matching", false, "redrive every open dead letter the filter selects")
-	cmd.Flags().StringVar(&by, "by", "", "who redrives, for the audit (default: the current user)")
+	b.add(cmd, "redrive", 10)
 	return cmd
 }
 
 func newDLQDiscardCmd(g *globals) *cobra.Command {
-	var (
-		f           filterFlags
-		allMatching bool
-		by          string
-		yes         bool
-	)
+	var b bulkFlags
 	cmd := &cobra.Command{
 		Use:   "discard [MESSAGE_ID...]",
 		Short: "Give up on dead-lettered messages (asks first unless --yes)",
+		Example: `  outbox dlq discard 01a22bd4-e1d1-7a2a-9e3e-c3f8ce034627
+  outbox dlq discard --all-matching --topic order.created --error 'HTTP 422' --until 24h --dry-run`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withApp(cmd.Context(), false, func(a *app.App) error {
-				ids, err := selectMessages(cmd.Context(), a, args, f, allMatching, "discard")
+				sel, err := b.selectMessages(cmd.Context(), a, args, "discard")
 				if err != nil {
 					return err
 				}
-				if len(ids) == 0 {
-					fmt.Fprintln(cmd.OutOrStdout(), "no dead letters match")
-					return nil
+				if ok, err := b.confirm(cmd, sel, "discard", " They will not be delivered."); !ok || err != nil {
+					return err
 				}
-				if !yes {
-					fmt.Fprintf(cmd.OutOrStdout(), "Discard %d dead-lettered message(s)? They will not be delivered. [y/N] ", len(ids))
-					answer, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
-					if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
-						return errors.New("not discarded: not confirmed (answer y, or pass --yes)")
-					}
-				}
-				actor := cmp.Or(by, currentUser(g.lookupEnv))
+				actor := cmp.Or(b.by, currentUser(g.lookupEnv))
 				var failed int
-				for _, id := range ids {
+				for _, id := range sel.ids {
 					if err := a.Driver.Discard(cmd.Context(), id, actor); err != nil {
 						failed++
 						fmt.Fprintf(cmd.ErrOrStderr(), "not discarded: %v\n", err)
@@ -369,16 +484,14 @@ func newDLQDiscardCmd(g *globals) *cobra.Command {
 					fmt.Fprintf(cmd.OutOrStdout(), "discarded %s\n", id)
 				}
 				if failed > 0 {
-					return fmt.Errorf("%d of %d messages not discarded", failed, len(ids))
+					return fmt.Errorf("%d of %d messages not discarded", failed, len(sel.ids))
 				}
 				return nil
 			})
 		},
 	}
-	f.add(cmd, 1000)
-	cmd.Flags().BoolVar(&allMatching, "all-matching", false, "discard every open dead letter the filter selects")
-	cmd.Flags().StringVar(&by, "by", "", "who discards, for the audit (default: the current user)")
-	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	// A discard is final: it asks whatever the count.
+	b.add(cmd, "discard", 0)
 	return cmd
 }
 

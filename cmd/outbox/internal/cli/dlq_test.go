@@ -100,3 +100,92 @@ func TestDLQ(t *testing.T) {
 	require.NoError(t, r.err)
 	require.True(t, strings.Contains(r.stdout, "order.created") && strings.Contains(r.stdout, "Oldest pending"), r.stdout)
 }
+
+// TestDLQBulk selects dead letters by topic, time and error text, prints a dry run's count
+// and sample without changing anything, asks before acting on more than --confirm-over of
+// them, and says when --limit cut the selection.
+func TestDLQBulk(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, schema, env := setup(t)
+	require.NoError(t, run(t, env, "", "migrate", "--config", cfg).err)
+	st, err := store.New(testdb.Pool(t), store.Config{Schema: schema})
+	require.NoError(t, err)
+	dead := func(topic, lastError string) uuid.UUID {
+		id, err := st.Enqueue(ctx, st.DB(), store.Message{Topic: topic, Payload: json.RawMessage(`{"order_id": 9}`)})
+		require.NoError(t, err)
+		_, err = st.DeadLetter(ctx, store.DeadLetter{MessageID: id, Topic: topic, WorkflowID: "outbox-" + id.String(), RunID: "run-1", Attempts: 12, LastError: lastError})
+		require.NoError(t, err)
+		return id
+	}
+	outage := []uuid.UUID{
+		dead("order.created", "gave up after 12 attempts: HTTP 503: maintenance"),
+		dead("order.paid", "gave up after 12 attempts: HTTP 503: maintenance"),
+		dead("order.created", "gave up after 12 attempts: http 503: Maintenance"),
+	}
+	poison := dead("order.created", "permanent failure: HTTP 422: SKU POISON")
+	status := func(id uuid.UUID) store.Status {
+		row, err := st.Get(ctx, id)
+		require.NoError(t, err)
+		return row.Status
+	}
+
+	r := run(t, env, "", "dlq", "redrive", "--config", cfg, "--all-matching", "--error", "http 503", "--since", "1h", "--until", "2026-01-01T00:00:00Z")
+	require.ErrorContains(t, r.err, "--since (")
+	require.ErrorContains(t, r.err, ") must be before --until (2026-01-01T00:00:00Z)")
+	r = run(t, env, "", "dlq", "list", "--config", cfg, "--until", "tomorrow")
+	require.ErrorContains(t, r.err, `--until must be a duration such as 1h or a time such as 2026-11-30T09:00:00Z, got "tomorrow"`)
+	r = run(t, env, "", "dlq", "redrive", poison.String(), "--config", cfg, "--error", "POISON")
+	require.ErrorContains(t, r.err, "give message IDs or a filter")
+
+	r = run(t, env, "", "dlq", "list", "--config", cfg, "--error", "sku poison")
+	require.NoError(t, r.err)
+	require.Contains(t, r.stdout, poison.String())
+	require.Equal(t, 2, strings.Count(r.stdout, "\n"), "the header and the poison message: %s", r.stdout)
+	r = run(t, env, "", "dlq", "list", "--config", cfg, "--until", "1h")
+	require.NoError(t, r.err)
+	require.Equal(t, "no dead letters\n", r.stdout)
+
+	// A dry run counts and shows; nothing changes and nothing is asked.
+	r = run(t, env, "", "dlq", "redrive", "--config", cfg, "--all-matching", "--error", "HTTP 503", "--since", "1h", "--dry-run")
+	require.NoError(t, r.err)
+	require.Contains(t, r.stdout, "would redrive 3 dead-lettered message(s) (order.created: 2, order.paid: 1)\nthe newest 3:\nMESSAGE ID")
+	for _, id := range outage {
+		require.Contains(t, r.stdout, id.String())
+		require.Equal(t, store.StatusDead, status(id))
+	}
+	require.NotContains(t, r.stdout, poison.String())
+	r = run(t, env, "", "dlq", "discard", "--config", cfg, "--all-matching", "--topic", "order.created", "--dry-run")
+	require.NoError(t, r.err)
+	require.Contains(t, r.stdout, "would discard 3 dead-lettered message(s) (order.created: 3)")
+	require.NotContains(t, r.stdout, "[y/N]")
+
+	// More than --confirm-over asks; no answer redrives nothing.
+	r = run(t, env, "n\n", "dlq", "redrive", "--config", cfg, "--all-matching", "--error", "HTTP 503", "--confirm-over", "2", "--by", "alice")
+	require.ErrorContains(t, r.err, "not redriven: not confirmed (answer y, or pass --yes)")
+	require.Contains(t, r.stdout, "Redrive 3 dead-lettered message(s)? [y/N] ")
+	for _, id := range outage {
+		require.Equal(t, store.StatusDead, status(id))
+	}
+
+	// --limit cuts the selection to the newest, and says so.
+	r = run(t, env, "", "dlq", "redrive", "--config", cfg, "--all-matching", "--error", "HTTP 503", "--limit", "1", "--by", "alice")
+	require.NoError(t, r.err)
+	require.Contains(t, r.stderr, "more dead letters match than --limit 1 lets through: the 1 newest are selected")
+	require.Equal(t, "redriven "+outage[2].String()+" (order.created, redrive 1)\n", r.stdout)
+
+	// At or below --confirm-over it acts at once, each message audited.
+	r = run(t, env, "", "dlq", "redrive", "--config", cfg, "--all-matching", "--error", "HTTP 503", "--by", "alice")
+	require.NoError(t, r.err)
+	for _, id := range outage {
+		require.Equal(t, store.StatusPending, status(id))
+		audit, err := st.Audit(ctx, id)
+		require.NoError(t, err)
+		require.Len(t, audit, 1)
+		require.Equal(t, "alice", audit[0].Actor)
+	}
+	r = run(t, env, "y\n", "dlq", "discard", "--config", cfg, "--all-matching", "--error", "poison", "--by", "bob")
+	require.NoError(t, r.err)
+	require.Equal(t, "Discard 1 dead-lettered message(s)? They will not be delivered. [y/N] discarded "+poison.String()+"\n", r.stdout)
+	require.Equal(t, store.StatusDiscarded, status(poison))
+}
