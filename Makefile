@@ -14,6 +14,9 @@ WORKFLOWCHECK := go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0
 # own so a team on PostgreSQL never downloads the MySQL driver), and what both stores
 # share, the store driver, the URL redactor and the trace helpers (modules of their own
 # so a team on MySQL never downloads the PostgreSQL driver).
+# deploy/monitoring (the test of the Grafana dashboard and the Prometheus alert rules) is a
+# module outside go.work, tested and vetted with GOWORK=off: Prometheus's server module
+# would otherwise raise the workspace's shared dependencies under the Temporal server.
 MODULES = ./... ./cmd/outbox/... ./e2e/... ./benchmarks/enqueue/... ./deploy/kubernetes/... ./store/mysqlstore/... ./store/storedriver/... ./internal/redact/... ./internal/tracing/...
 # Every package with tests but e2e, which links the Temporal server and runs without -race.
 # (Packages without tests are left out: go test would still build them with -race, and
@@ -33,6 +36,7 @@ test: ## Start what the tests need, then run every test (the quick-start and doc
 	@eval "$$(scripts/services.sh)"; \
 	for p in $$(go list ./examples/...); do go build -o /dev/null "$$p"; done; \
 	go test -count=1 -race $(UNIT_PKGS); \
+	(cd deploy/monitoring && GOWORK=off go test -count=1 ./...); \
 	go test -c -o bin/e2e.test ./e2e/; \
 	cd e2e; \
 	../bin/e2e.test -test.count=1 -test.timeout=30m -test.skip='^(TestQuickStart|TestDocsCommands)$$'; \
@@ -43,6 +47,7 @@ test: ## Start what the tests need, then run every test (the quick-start and doc
 lint: ## go vet, gofmt, staticcheck, workflowcheck and the docker-compose.yml check
 	go vet $(MODULES)
 	go vet -tags nodev ./cmd/outbox/
+	cd deploy/monitoring && GOWORK=off go vet ./...
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	@if go run $(STATICCHECK) -version >/dev/null 2>&1; then go run $(STATICCHECK) $(MODULES); else echo "staticcheck unavailable; skipped"; fi
 	@if go run $(WORKFLOWCHECK) -h >/dev/null 2>&1; then go run $(WORKFLOWCHECK) ./workflows/...; else echo "workflowcheck unavailable; skipped"; fi
@@ -67,6 +72,7 @@ tidy: ## go mod tidy in each module
 	cd store/storedriver && GOWORK=off go mod tidy
 	cd internal/redact && GOWORK=off go mod tidy
 	cd internal/tracing && GOWORK=off go mod tidy
+	cd deploy/monitoring && GOWORK=off go mod tidy
 
 .PHONY: bench
 bench: ## Run the store benchmarks (see docs/benchmarks.md)

@@ -183,7 +183,9 @@ func (a *Activities) Send(ctx context.Context, in workflows.SendInput) (workflow
 	}
 	ctx, span := a.startSendSpan(ctx, row, in)
 	defer span.End()
+	began := time.Now()
 	err = h.Send(ctx, message(row, in.Attempt, in.MaxAttempts))
+	a.Metrics.SendDuration(in.Topic, time.Since(began))
 	if err == nil {
 		return workflows.SendResult{Recorded: a.recordDelivered(ctx, in)}, nil
 	}

@@ -76,6 +76,9 @@ func (a *App) initMetrics() error {
 		if err := reg.Register(metrics.NewBacklogCollector(a.driver(), backlogTimeout)); err != nil {
 			return err
 		}
+		if err := reg.Register(metrics.NewReadyGauge(a.Ready)); err != nil {
+			return err
+		}
 		// The Temporal SDK reports through OpenTelemetry; its exporter writes into the same
 		// registry, so one /metrics serves both (series named temporal_*).
 		exporter, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo(), otelprom.WithoutTargetInfo())

@@ -73,6 +73,7 @@ func TestMetricsEndpoint(t *testing.T) {
 			`outbox_messages_redriven_total{topic="order.created"} 1`, // a topic of the config
 			`outbox_messages_redriven_total{topic="(other)"} 1`,
 			"outbox_backlog_query_failures_total 0",
+			"outbox_ready 0", // as /readyz: Temporal is not connected
 		} {
 			require.Contains(t, strings.Split(body, "\n"), line)
 		}
@@ -104,6 +105,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		require.Equal(t, http.StatusOK, code)
 		require.Contains(t, body, "outbox_backlog_query_failures_total 1")
 		require.NotContains(t, body, "outbox_messages_pending ")
+		require.Contains(t, strings.Split(body, "\n"), "outbox_ready 0")
 	})
 
 	t.Run("AddressInUseIsAnError", func(t *testing.T) {

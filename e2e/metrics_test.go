@@ -83,6 +83,9 @@ func TestMetrics(t *testing.T) {
 		`outbox_errors_total{operation="mark_sent"}`:                            0,
 		`outbox_errors_total{operation="dead_letter"}`:                          0,
 		`outbox_backlog_query_failures_total`:                                   0,
+		`outbox_send_duration_seconds_count{topic="order.created"}`:             3,
+		`outbox_send_duration_seconds_count{topic="order.failing"}`:             1,
+		`outbox_ready`: 1, // as /readyz: the database, Temporal and the search attributes answer
 	} {
 		got, ok := m[series]
 		require.True(t, ok, "series %s is missing", series)

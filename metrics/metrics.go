@@ -57,6 +57,7 @@ type Metrics struct {
 	batchDuration  prometheus.Histogram
 	sendAttempts   *prometheus.CounterVec
 	sendFailures   *prometheus.CounterVec
+	sendDuration   *prometheus.HistogramVec
 	sent           *prometheus.CounterVec
 	commitToSent   *prometheus.HistogramVec
 	deadLettered   *prometheus.CounterVec
@@ -162,6 +163,11 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "outbox_send_failures_total",
 			Help: "Failed send attempts, by topic and kind (permanent, unknown_topic, retryable, ambiguous, other).",
 		}, []string{"topic", "kind"}),
+		sendDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "outbox_send_duration_seconds",
+			Help:    "Time the topic's handler took for one send attempt of the message lane (its request, publish or team activity call), whatever its outcome, by topic.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"topic"}),
 		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "outbox_messages_sent_total",
 			Help: "Messages recorded as sent, by topic.",
@@ -194,7 +200,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	if reg != nil {
 		for _, c := range []prometheus.Collector{
 			m.claimed, m.started, m.alreadyStarted, m.batchSize, m.batchDuration, m.sendAttempts,
-			m.sendFailures, m.sent, m.commitToSent, m.deadLettered, m.redriven, m.reconciled, m.errors,
+			m.sendFailures, m.sendDuration, m.sent, m.commitToSent, m.deadLettered, m.redriven, m.reconciled, m.errors,
 			m.signalClosed, m.connLost, m.sinkReady, m.batches, m.batchMessages, m.batchOutcomes,
 		} {
 			if err := reg.Register(c); err != nil {
@@ -260,6 +266,13 @@ func (m *Metrics) WorkflowAlreadyStarted() {
 func (m *Metrics) SendAttempt(topic string) {
 	if m != nil {
 		m.sendAttempts.WithLabelValues(m.topic(topic)).Inc()
+	}
+}
+
+// SendDuration records how long the handler of topic took for one send attempt.
+func (m *Metrics) SendDuration(topic string, d time.Duration) {
+	if m != nil {
+		m.sendDuration.WithLabelValues(m.topic(topic)).Observe(d.Seconds())
 	}
 }
 
