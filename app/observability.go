@@ -73,7 +73,7 @@ func (a *App) initMetrics() error {
 			return err
 		}
 		m.KnownTopics(slices.Collect(maps.Keys(a.Config.Topics))...)
-		if err := reg.Register(metrics.NewBacklogCollector(a.driver(), backlogTimeout)); err != nil {
+		if err := reg.Register(metrics.NewBacklogCollector(a.driver(), backlogTimeout).LabelTopics(m)); err != nil {
 			return err
 		}
 		if err := reg.Register(metrics.NewReadyGauge(a.Ready)); err != nil {

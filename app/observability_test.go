@@ -67,8 +67,8 @@ func TestMetricsEndpoint(t *testing.T) {
 		code, body = testutil.HTTPGet(t, base+"/metrics")
 		require.Equal(t, http.StatusOK, code)
 		for _, line := range []string{
-			"outbox_messages_pending 0",
-			"outbox_oldest_pending_age_seconds 0",
+			`outbox_messages_pending{topic="order.created"} 0`, // every topic of the config
+			`outbox_oldest_pending_age_seconds{topic="order.created"} 0`,
 			`outbox_errors_total{operation="claim"} 0`,
 			`outbox_messages_redriven_total{topic="order.created"} 1`, // a topic of the config
 			`outbox_messages_redriven_total{topic="(other)"} 1`,
@@ -104,7 +104,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		code, body = testutil.HTTPGet(t, "http://"+addr.String()+"/metrics")
 		require.Equal(t, http.StatusOK, code)
 		require.Contains(t, body, "outbox_backlog_query_failures_total 1")
-		require.NotContains(t, body, "outbox_messages_pending ")
+		require.NotContains(t, body, "outbox_messages_pending{")
 		require.Contains(t, strings.Split(body, "\n"), "outbox_ready 0")
 	})
 

@@ -3,6 +3,7 @@ package metrics
 import (
 	"cmp"
 	"context"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -11,13 +12,18 @@ import (
 	"github.com/outbox-go/outbox/store"
 )
 
-// BacklogCollector reports the messages waiting for a relay, read from the database at
-// each scrape:
+// BacklogCollector reports the messages waiting for a relay, by topic, read from the
+// database at each scrape:
 //
-//   - outbox_messages_pending: rows with status pending or claimed (committed, not yet
-//     handed to Temporal);
-//   - outbox_oldest_pending_age_seconds: the age (since created_at) of the oldest such
-//     row that is due, 0 when there is none.
+//   - outbox_messages_pending{topic}: rows with status pending or claimed (committed, not
+//     yet handed to Temporal);
+//   - outbox_oldest_pending_age_seconds{topic}: the age (since created_at) of the oldest
+//     such row that is due, 0 when there is none.
+//
+// With [BacklogCollector.LabelTopics], topics not declared with [Metrics.KnownTopics]
+// are reported together under [OtherTopic] (their rows added up, the oldest age), and
+// every declared topic has its series, 0 while none of its rows waits; without it, each
+// topic that has waiting rows is reported under its own name.
 //
 // A query that fails or exceeds its timeout leaves both out of that scrape and counts
 // outbox_backlog_query_failures_total.
@@ -25,6 +31,7 @@ type BacklogCollector struct {
 	st       store.Delivery
 	timeout  time.Duration
 	failures atomic.Uint64
+	metrics  *Metrics
 
 	pending, age, failed *prometheus.Desc
 }
@@ -36,12 +43,19 @@ func NewBacklogCollector(st store.Delivery, timeout time.Duration) *BacklogColle
 		st:      st,
 		timeout: cmp.Or(timeout, 2*time.Second),
 		pending: prometheus.NewDesc("outbox_messages_pending",
-			"Messages committed but not yet handed to Temporal (status pending or claimed).", nil, nil),
+			"Messages committed but not yet handed to Temporal (status pending or claimed), by topic.", []string{"topic"}, nil),
 		age: prometheus.NewDesc("outbox_oldest_pending_age_seconds",
-			"Age since created_at of the oldest due message not yet handed to Temporal; 0 when none.", nil, nil),
+			"Age since created_at of the oldest due message not yet handed to Temporal, by topic; 0 when none.", []string{"topic"}, nil),
 		failed: prometheus.NewDesc("outbox_backlog_query_failures_total",
 			"Scrapes whose backlog query failed or timed out.", nil, nil),
 	}
+}
+
+// LabelTopics makes the collector label topics as m does: the topics m knows under their
+// names, every other one under OtherTopic. It returns c.
+func (c *BacklogCollector) LabelTopics(m *Metrics) *BacklogCollector {
+	c.metrics = m
+	return c
 }
 
 // Describe implements prometheus.Collector.
@@ -55,11 +69,38 @@ func (c *BacklogCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *BacklogCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	if n, age, err := c.st.Backlog(ctx); err != nil {
+	if backlog, err := c.st.Backlog(ctx); err != nil {
 		c.failures.Add(1)
 	} else {
-		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(n))
-		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, max(age.Seconds(), 0))
+		for _, b := range c.byLabel(backlog) {
+			ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(b.Pending), b.Topic)
+			ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, max(b.OldestAge.Seconds(), 0), b.Topic)
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.failed, prometheus.CounterValue, float64(c.failures.Load()))
+}
+
+// byLabel gathers the topics' backlogs under their labels.
+func (c *BacklogCollector) byLabel(backlog []store.TopicBacklog) []store.TopicBacklog {
+	if c.metrics == nil {
+		return backlog
+	}
+	labelled := map[string]store.TopicBacklog{}
+	c.metrics.mu.RLock()
+	for t := range c.metrics.known {
+		labelled[t] = store.TopicBacklog{Topic: t}
+	}
+	c.metrics.mu.RUnlock()
+	for _, b := range backlog {
+		label := c.metrics.topic(b.Topic)
+		l := labelled[label]
+		l.Topic, l.Pending, l.OldestAge = label, l.Pending+b.Pending, max(l.OldestAge, b.OldestAge)
+		labelled[label] = l
+	}
+	out := make([]store.TopicBacklog, 0, len(labelled))
+	for _, l := range labelled {
+		out = append(out, l)
+	}
+	slices.SortFunc(out, func(a, b store.TopicBacklog) int { return cmp.Compare(a.Topic, b.Topic) })
+	return out
 }

@@ -120,22 +120,30 @@ func TestBacklogCollector(t *testing.T) {
 	t.Run("CountsRowsWaitingForARelay", func(t *testing.T) {
 		t.Parallel()
 		pool, st := testdb.Schema(t)
-		c := metrics.NewBacklogCollector(st, 0)
-		want := func(pending int) string {
-			return `
+		m, err := metrics.New(nil)
+		require.NoError(t, err)
+		m.KnownTopics("a", "quiet")
+		c := metrics.NewBacklogCollector(st, 0).LabelTopics(m)
+		want := func(a, other int) string {
+			s := `
 # HELP outbox_backlog_query_failures_total Scrapes whose backlog query failed or timed out.
 # TYPE outbox_backlog_query_failures_total counter
 outbox_backlog_query_failures_total 0
-# HELP outbox_messages_pending Messages committed but not yet handed to Temporal (status pending or claimed).
+# HELP outbox_messages_pending Messages committed but not yet handed to Temporal (status pending or claimed), by topic.
 # TYPE outbox_messages_pending gauge
-outbox_messages_pending ` + strconv.Itoa(pending) + `
+`
+			if other > 0 {
+				s += `outbox_messages_pending{topic="(other)"} ` + strconv.Itoa(other) + "\n"
+			}
+			return s + `outbox_messages_pending{topic="a"} ` + strconv.Itoa(a) + `
+outbox_messages_pending{topic="quiet"} 0
 `
 		}
-		require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want(0)), "outbox_messages_pending", "outbox_backlog_query_failures_total"))
-		require.Equal(t, 0.0, age(t, c))
+		require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want(0, 0)), "outbox_messages_pending", "outbox_backlog_query_failures_total"))
+		require.Equal(t, 0.0, age(t, c, "a"))
 
 		table := st.Schema() + ".outbox_messages"
-		_, err := pool.Exec(ctx, `INSERT INTO `+table+` (topic, payload, status, created_at, sent_at) VALUES
+		_, err = pool.Exec(ctx, `INSERT INTO `+table+` (topic, payload, status, created_at, sent_at) VALUES
 			('a', '{}', 'pending', now() - interval '90 seconds', NULL),
 			('a', '{}', 'sent', now() - interval '1 hour', now())`)
 		require.NoError(t, err)
@@ -147,11 +155,23 @@ outbox_messages_pending ` + strconv.Itoa(pending) + `
 		_, err = st.Enqueue(ctx, pool, store.Message{Topic: "a", Payload: []byte(`{}`)})
 		require.NoError(t, err)
 
-		require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want(3)), "outbox_messages_pending", "outbox_backlog_query_failures_total"))
+		// Topics not declared are counted together.
+		for _, topic := range []string{"b", "c"} {
+			_, err = st.Enqueue(ctx, pool, store.Message{Topic: topic, Payload: []byte(`{}`)})
+			require.NoError(t, err)
+		}
+
+		require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want(3, 2)), "outbox_messages_pending", "outbox_backlog_query_failures_total"))
 		// The row not due for an hour does not count towards the age; the claimed one does.
-		a := age(t, c)
+		a := age(t, c, "a")
 		require.GreaterOrEqual(t, a, 90.0)
 		require.Less(t, a, 3600.0)
+		require.Less(t, age(t, c, metrics.OtherTopic), 90.0)
+		require.Equal(t, 0.0, age(t, c, "quiet"))
+
+		// Without LabelTopics every topic with waiting rows has its own series.
+		plain := metrics.NewBacklogCollector(st, 0)
+		require.Equal(t, 3, testutil.CollectAndCount(plain, "outbox_messages_pending"))
 	})
 
 	t.Run("UnreachableDatabaseLeavesTheGaugesOut", func(t *testing.T) {
@@ -172,17 +192,23 @@ outbox_backlog_query_failures_total 3
 	})
 }
 
-func age(t *testing.T, c prometheus.Collector) float64 {
+// age returns the value of outbox_oldest_pending_age_seconds for topic.
+func age(t *testing.T, c prometheus.Collector, topic string) float64 {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(c))
 	families, err := reg.Gather()
 	require.NoError(t, err)
 	for _, f := range families {
-		if f.GetName() == "outbox_oldest_pending_age_seconds" {
-			return f.GetMetric()[0].GetGauge().GetValue()
+		if f.GetName() != "outbox_oldest_pending_age_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if m.GetLabel()[0].GetValue() == topic {
+				return m.GetGauge().GetValue()
+			}
 		}
 	}
-	t.Fatal("no outbox_oldest_pending_age_seconds")
+	t.Fatalf("no outbox_oldest_pending_age_seconds{topic=%q}", topic)
 	return 0
 }

@@ -43,6 +43,7 @@ type (
 	AuditEntry       = storedriver.AuditEntry
 	Redriven         = storedriver.Redriven
 	Stats            = storedriver.Stats
+	TopicBacklog     = storedriver.TopicBacklog
 	PurgeOptions     = storedriver.PurgeOptions
 	PurgeResult      = storedriver.PurgeResult
 	Migration        = storedriver.Migration

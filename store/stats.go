@@ -78,25 +78,42 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	return st, nil
 }
 
-// backlogSQL counts the rows waiting for a relay. Each subquery's WHERE clause is the
-// predicate of one of the claim's partial indexes (due at once, delayed, held back), so it
-// reads those indexes (a few pages while the relays keep up), not the table's sent rows.
-// The age is that of the oldest row that is due and not held back behind its ordering key:
-// pending with next_retry_at passed or unset, or claimed.
-const backlogSQL = `SELECT
-  (SELECT count(*) FROM %[1]s WHERE status IN ('pending', 'claimed') AND next_retry_at IS NULL AND NOT held_back)
-  + (SELECT count(*) FROM %[1]s WHERE status IN ('pending', 'claimed') AND next_retry_at IS NOT NULL AND NOT held_back)
-  + (SELECT count(*) FROM %[1]s WHERE held_back AND status IN ('pending', 'claimed')),
-  COALESCE(EXTRACT(EPOCH FROM now() - LEAST(
-    (SELECT min(created_at) FROM %[1]s WHERE status IN ('pending', 'claimed') AND next_retry_at IS NULL AND NOT held_back),
-    (SELECT min(created_at) FROM %[1]s WHERE status IN ('pending', 'claimed') AND next_retry_at IS NOT NULL AND NOT held_back
-       AND next_retry_at <= now()))), 0)::float8`
+// backlogSQL counts the rows waiting for a relay, by topic. Each branch's WHERE clause is
+// the predicate of one of the claim's partial indexes (due at once, delayed, held back), so
+// it finds the rows through those indexes, not among the table's sent rows, and reads only
+// the waiting rows themselves (their topic). The age is that of the oldest row that is
+// due and not held back behind its ordering key: pending with next_retry_at passed or
+// unset, or claimed.
+const backlogSQL = `SELECT topic, count(*),
+  COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE due)), 0)::float8
+FROM (
+  SELECT topic, created_at, true AS due FROM %[1]s
+   WHERE status IN ('pending', 'claimed') AND next_retry_at IS NULL AND NOT held_back
+  UNION ALL
+  SELECT topic, created_at, next_retry_at <= now() FROM %[1]s
+   WHERE status IN ('pending', 'claimed') AND next_retry_at IS NOT NULL AND NOT held_back
+  UNION ALL
+  SELECT topic, created_at, false FROM %[1]s
+   WHERE held_back AND status IN ('pending', 'claimed')
+) waiting
+GROUP BY topic
+ORDER BY topic`
 
 // Backlog implements Delivery.
-func (s *Store) Backlog(ctx context.Context) (pending int64, oldestAge time.Duration, err error) {
-	var age float64
-	if err := s.db.QueryRow(ctx, fmt.Sprintf(backlogSQL, s.messages)).Scan(&pending, &age); err != nil {
-		return 0, 0, fmt.Errorf("read the backlog: %w", err)
+func (s *Store) Backlog(ctx context.Context) ([]TopicBacklog, error) {
+	rows, err := s.db.Query(ctx, fmt.Sprintf(backlogSQL, s.messages))
+	if err != nil {
+		return nil, fmt.Errorf("read the backlog: %w", err)
 	}
-	return pending, time.Duration(age * float64(time.Second)), nil
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (TopicBacklog, error) {
+		var b TopicBacklog
+		var age float64
+		err := row.Scan(&b.Topic, &b.Pending, &age)
+		b.OldestAge = max(time.Duration(age*float64(time.Second)), 0)
+		return b, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the backlog: %w", err)
+	}
+	return out, nil
 }

@@ -101,7 +101,9 @@ func (c *capturing) Register(col prometheus.Collector) error {
 // backlog is a store whose backlog is empty; the collector reads nothing else.
 type backlog struct{ store.Delivery }
 
-func (backlog) Backlog(context.Context) (int64, time.Duration, error) { return 0, 0, nil }
+func (backlog) Backlog(context.Context) ([]store.TopicBacklog, error) {
+	return []store.TopicBacklog{{Topic: "order.created", Pending: 1}}, nil
+}
 
 // touch makes one child of a vector, with as many label values as its labels.
 func touch(t *testing.T, c prometheus.Collector) {

@@ -85,25 +85,43 @@ func (s *Store) Stats(ctx context.Context) (storedriver.Stats, error) {
 	return st, nil
 }
 
-// backlogSQL counts the rows waiting for a relay: those on the claim's lanes and the
-// held-back ones (pending or claimed), each count read from an index (the lane index and
-// outbox_messages_held_back_idx), not the table's sent rows. The age is that of the
+// backlogSQL counts the rows waiting for a relay, by topic: those on the claim's lanes and
+// the held-back ones (pending or claimed), each found through an index (the lane index and
+// outbox_messages_held_back_idx), not among the table's sent rows. The age is that of the
 // oldest row that is due and not held back: lane 1, or lane 2 with next_retry_at passed.
-const backlogSQL = `SELECT
-  (SELECT COUNT(*) FROM %[1]s WHERE claim_lane IN (1, 2))
-  + (SELECT COUNT(*) FROM %[1]s WHERE held_back = TRUE AND status IN ('pending', 'claimed')),
-  (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6)) FROM %[1]s WHERE claim_lane = 1 AND next_retry_at IS NULL),
-  (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6)) FROM %[1]s WHERE claim_lane = 2 AND next_retry_at <= NOW(6))`
+const backlogSQL = `SELECT topic, COUNT(*),
+  TIMESTAMPDIFF(MICROSECOND, MIN(CASE WHEN due THEN created_at END), NOW(6))
+FROM (
+  SELECT topic, created_at,
+         (claim_lane = 1 AND next_retry_at IS NULL) OR (claim_lane = 2 AND next_retry_at <= NOW(6)) AS due
+    FROM %[1]s WHERE claim_lane IN (1, 2)
+  UNION ALL
+  SELECT topic, created_at, FALSE FROM %[1]s WHERE held_back = TRUE AND status IN ('pending', 'claimed')
+) waiting
+GROUP BY topic
+ORDER BY topic`
 
-// Backlog implements storedriver.Delivery: the rows not yet handed to Temporal and the age of
-// the oldest due one (zero when none).
-func (s *Store) Backlog(ctx context.Context) (pending int64, oldestAge time.Duration, err error) {
-	var immediate, delayed sql.NullInt64
-	if err := s.db.QueryRowContext(ctx, fmt.Sprintf(backlogSQL, s.messages)).Scan(&pending, &immediate, &delayed); err != nil {
-		return 0, 0, fmt.Errorf("read the backlog: %w", err)
+// Backlog implements storedriver.Delivery.
+func (s *Store) Backlog(ctx context.Context) ([]storedriver.TopicBacklog, error) {
+	rows, err := s.db.QueryContext(ctx, fmt.Sprintf(backlogSQL, s.messages))
+	if err != nil {
+		return nil, fmt.Errorf("read the backlog: %w", err)
 	}
-	if immediate.Valid || delayed.Valid {
-		oldestAge = time.Duration(max(immediate.Int64, delayed.Int64)) * time.Microsecond
+	defer rows.Close()
+	var out []storedriver.TopicBacklog
+	for rows.Next() {
+		var b storedriver.TopicBacklog
+		var age sql.NullInt64
+		if err := rows.Scan(&b.Topic, &b.Pending, &age); err != nil {
+			return nil, fmt.Errorf("read the backlog: %w", err)
+		}
+		if age.Valid {
+			b.OldestAge = max(time.Duration(age.Int64)*time.Microsecond, 0)
+		}
+		out = append(out, b)
 	}
-	return pending, oldestAge, nil
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the backlog: %w", err)
+	}
+	return out, nil
 }

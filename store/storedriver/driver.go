@@ -87,9 +87,11 @@ type Delivery interface {
 
 	// PurgeBatch removes (or archives) one batch of old sent and discarded messages.
 	PurgeBatch(ctx context.Context, opts PurgeOptions) (PurgeResult, error)
-	// Backlog counts the rows not yet handed to Temporal and the age of the oldest due
-	// one (zero when none), for the outbox_messages_pending metrics.
-	Backlog(ctx context.Context) (pending int64, oldestAge time.Duration, err error)
+	// Backlog counts, by topic, the rows not yet handed to Temporal (pending or claimed,
+	// held back or not) and the age of the oldest due one (zero when none), for the
+	// outbox_messages_pending metrics. Topics without such rows are left out; the
+	// topics come in order.
+	Backlog(ctx context.Context) ([]TopicBacklog, error)
 
 	// DeploymentID is the ID of this database's outbox deployment.
 	DeploymentID(ctx context.Context) (uuid.UUID, error)

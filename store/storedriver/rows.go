@@ -237,3 +237,21 @@ type Stats struct {
 	// At is the database time of the snapshot.
 	At time.Time `json:"at"`
 }
+
+// TopicBacklog is one topic's rows not yet handed to Temporal: Pending counts them,
+// OldestAge is the age (since created_at) of the oldest of them that is due and not held
+// back behind its ordering key, zero when none is.
+type TopicBacklog struct {
+	Topic     string
+	Pending   int64
+	OldestAge time.Duration
+}
+
+// TotalBacklog adds up the topics' backlogs: all their rows, the oldest of their ages.
+func TotalBacklog(topics []TopicBacklog) (pending int64, oldestAge time.Duration) {
+	for _, b := range topics {
+		pending += b.Pending
+		oldestAge = max(oldestAge, b.OldestAge)
+	}
+	return pending, oldestAge
+}

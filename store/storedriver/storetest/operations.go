@@ -128,10 +128,9 @@ func testStatsAndBacklog(t *testing.T, h Harness) {
 	}
 	require.Empty(t, empty.ByTopic)
 	require.Zero(t, empty.OldestPendingAge)
-	pending, age, err := e.d().Backlog(e.ctx)
+	backlog, err := e.d().Backlog(e.ctx)
 	require.NoError(t, err)
-	require.Zero(t, pending)
-	require.Zero(t, age)
+	require.Empty(t, backlog)
 
 	e.claimed("b")
 	e.dispatched("c")
@@ -171,11 +170,40 @@ func testStatsAndBacklog(t *testing.T, h Harness) {
 	require.Less(t, st.OldestInFlightAge, time.Minute)
 	require.WithinDuration(t, time.Now(), st.At, time.Minute)
 
-	pending, age, err = e.d().Backlog(e.ctx)
+	backlog, err = e.d().Backlog(e.ctx)
 	require.NoError(t, err)
+	pending, age := storedriver.TotalBacklog(backlog)
 	require.EqualValues(t, 6, pending, "pending and claimed rows, held back or not")
 	require.GreaterOrEqual(t, age, time.Duration(0))
 	require.Less(t, age, time.Minute)
+	// By topic, in order: a's two, b's claimed one, g's three (two held back).
+	var topics []string
+	byTopic := map[string]storedriver.TopicBacklog{}
+	for _, b := range backlog {
+		topics = append(topics, b.Topic)
+		byTopic[b.Topic] = b
+	}
+	require.Equal(t, []string{"a", "b", "g"}, topics)
+	require.EqualValues(t, 2, byTopic["a"].Pending)
+	require.EqualValues(t, 1, byTopic["b"].Pending)
+	require.EqualValues(t, 3, byTopic["g"].Pending)
+
+	// The age is the oldest due row's, by topic: a row due in an hour, however old, and a
+	// held-back row do not count; a topic with only such rows has age zero.
+	old := e.enqueue(storedriver.Message{Topic: "later", Payload: json.RawMessage(`{}`), DeliverAfter: time.Now().Add(time.Hour)})[0].MessageID
+	e.shift("created_at", e.get(old).ID)
+	backlog, err = e.d().Backlog(e.ctx)
+	require.NoError(t, err)
+	for _, b := range backlog {
+		if b.Topic == "later" {
+			require.EqualValues(t, 1, b.Pending)
+			require.Zero(t, b.OldestAge, "not due for an hour")
+			continue
+		}
+		require.Less(t, b.OldestAge, time.Hour, "topic %s", b.Topic)
+	}
+	_, age = storedriver.TotalBacklog(backlog)
+	require.Less(t, age, time.Hour)
 }
 
 // testPlainSQLRows pins what the store does with rows a writer without the library
