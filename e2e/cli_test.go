@@ -133,4 +133,15 @@ func TestBenchSmoke(t *testing.T) {
 	require.Regexp(t, `\| batch \|[^\n]*\| 0\.020 \| 0\.06 \|`, string(out), "a batch of 100 costs 2 actions and 6 events")
 	require.Contains(t, string(out), "| batch | 50.0 msg/s | 60 |")
 	t.Logf("outbox bench --lane batch:\n%s", out)
+
+	// One topic beside a hanging one and beside a backlog of another.
+	cmd = exec.Command(bin, "bench", "--isolation", "--latency-messages", "20", "--rate", "20", "--bulk", "200")
+	cmd.Env = append(devEnv(), "DATABASE_URL="+testdb.URL())
+	out, err = cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, want := range []string{"| nothing (idle) | 20 |", "| a topic whose downstream hangs to the send timeout (30 s), 20 msg/s | 20 |",
+		"| a topic draining 200 rows committed at once | 20 |"} {
+		require.Contains(t, string(out), want)
+	}
+	t.Logf("outbox bench --isolation:\n%s", out)
 }

@@ -174,6 +174,8 @@ var docRules = []docRule{
 		skip: "runs for minutes (the full end-to-end benchmark against the server above); its smoke version runs in TestBenchSmoke"},
 	{match: `^temporal server start-dev --headless --port 7400 &`,
 		skip: "starts the Temporal CLI's development server for the batch lane's benchmark below; TestQuickStart runs outbox dev on that server"},
+	{match: `^TEMPORAL_ADDRESS=127\.0\.0\.1:7400 go run \./cmd/outbox bench --isolation `,
+		skip: "runs for minutes (a topic beside a hanging one and beside a backlog of 5,000 rows); its smoke version runs in TestBenchSmoke"},
 	{match: `^TEMPORAL_ADDRESS=127\.0\.0\.1:7400 go run \./cmd/outbox bench --lane batch `,
 		skip: "runs for minutes (the batch lane beside the message lane); its smoke version runs in TestBenchSmoke"},
 	{match: `^go test -run XXX -bench 'BenchmarkClaim\$' -benchtime 30x -count 3 \./store$`, scenario: scGo,

@@ -70,6 +70,12 @@ type Options struct {
 	// CPUProfile, when set, writes a CPU profile of this process (the naive and bare
 	// workers) to the file.
 	CPUProfile string
+	// Isolation, when set, measures instead whether one topic slows another: see
+	// bench.isolation.
+	Isolation bool
+	// Bulk is the number of rows the isolation measurement commits at once for its bulk
+	// topic.
+	Bulk int
 	// Lane, when "batch", measures the batch lane (a topic with lane: batch) beside the
 	// message lane of the same topic, both with outbox run, instead of the shapes above.
 	Lane string
@@ -100,7 +106,9 @@ schema of its own:
 
 or, with --lane batch, the bench topic with lane: batch beside the same topic in the
 message lane, both with outbox run (drains, then latency at --rate and at half their drain
-rate); and prints tables of messages per second, ratios, actions and history events per message
+rate); or, with --isolation, the bench topic's commit-to-sent at --rate with outbox run
+alone, beside a topic whose downstream hangs, and beside --bulk rows of another topic;
+and prints tables of messages per second, ratios, actions and history events per message
 (read back from the runs' histories), latency and peak memory.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -114,6 +122,8 @@ rate); and prints tables of messages per second, ratios, actions and history eve
 	f.IntVar(&o.Runs, "runs", 1, "repeat each drain this often (alternating the shapes) and report min/median/max")
 	f.StringVar(&o.Only, "only", "", `run only these parts, e.g. "naive,outbox", or with --lane batch "message,batch,latency" (default: all)`)
 	f.StringVar(&o.CPUProfile, "cpu-profile", "", "write a CPU profile of this process to this file")
+	f.BoolVar(&o.Isolation, "isolation", false, "measure instead whether one topic slows another: the bench topic's commit-to-sent at --rate with outbox run, alone, beside a topic whose downstream hangs, and beside --bulk rows of another topic")
+	f.IntVar(&o.Bulk, "bulk", 5000, "rows of the bulk topic that --isolation commits at once")
 	f.StringVar(&o.Lane, "lane", "", `"batch": measure a topic of lane batch beside the message lane of the same topic, both with outbox run`)
 	return cmd
 }
@@ -188,6 +198,9 @@ func (b *bench) cost(ctx context.Context, shape string) (actions, events float64
 func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) error {
 	if o.Messages < 1 || o.LatencyMessages < 1 || o.Rate <= 0 || o.Runs < 1 {
 		return fmt.Errorf("--messages, --latency-messages and --runs must be at least 1 and --rate positive, got %d, %d, %d and %g", o.Messages, o.LatencyMessages, o.Runs, o.Rate)
+	}
+	if o.Isolation && (o.Lane != "" || o.Bulk < 1) {
+		return fmt.Errorf("--isolation takes no --lane, and --bulk must be at least 1, got %d", o.Bulk)
 	}
 	if o.Lane != "" && o.Lane != "message" && o.Lane != laneBatch {
 		return fmt.Errorf("--lane must be message or batch, got %q", o.Lane)
@@ -275,6 +288,9 @@ func (b *bench) run(ctx context.Context) error {
 	}
 	if b.o.Lane == laneBatch {
 		return b.runLanes(ctx)
+	}
+	if b.o.Isolation {
+		return b.isolation(ctx)
 	}
 	rates, err := b.drains(ctx, shapes)
 	if err != nil {
@@ -462,15 +478,21 @@ func (s *schema) samplePhases(ctx context.Context, c client.Client, tag string, 
 	return ps, nil
 }
 
-// receiver is the downstream of every shape: it answers 200 at once and counts.
+// receiver is the downstream of every shape: it answers 200 at once and counts (but the
+// hanging topic's, see hang).
 type receiver struct {
-	srv   *httptest.Server
-	count atomic.Int64
+	srv     *httptest.Server
+	count   atomic.Int64
+	closing chan struct{}
 }
 
 func newReceiver() *receiver {
-	r := &receiver{}
+	r := &receiver{closing: make(chan struct{})}
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if isHang(req) {
+			hang(w, req, r.closing)
+			return
+		}
 		_, _ = io.Copy(io.Discard, req.Body)
 		r.count.Add(1)
 		w.WriteHeader(http.StatusOK)
@@ -478,7 +500,11 @@ func newReceiver() *receiver {
 	return r
 }
 
-func (r *receiver) close() { r.srv.Close() }
+// close stops the receiver; requests still open (the hanging topic's) are answered.
+func (r *receiver) close() {
+	close(r.closing)
+	r.srv.Close()
+}
 
 // startTemporal starts the built-in Temporal server (as outbox dev --temporal-server
 // builtin --ephemeral runs it: the same server whatever is installed, so figures compare

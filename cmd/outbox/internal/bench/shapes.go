@@ -42,6 +42,9 @@ type schema struct {
 	// lane is the bench topic's lane in the outbox processes' config: "" (the message
 	// lane) or "batch".
 	lane string
+	// extraTopics is more of the topics map of the outbox processes' config, as YAML
+	// indented under topics:.
+	extraTopics string
 }
 
 func (b *bench) newSchema(ctx context.Context, shape string) (*schema, error) {
@@ -447,6 +450,7 @@ topics:
 		if s.lane == laneBatch {
 			body += "    lane: batch\n"
 		}
+		body += s.extraTopics
 		if err := os.WriteFile(config, []byte(body), 0o600); err != nil {
 			return ps, err
 		}
