@@ -13,20 +13,30 @@ import (
 	"github.com/outbox-go/outbox/store"
 )
 
-func TestDLQ(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
+// dlqSetup migrates a fresh schema with outbox migrate and returns its config, the
+// environment, its store and a function that writes a dead message of topic whose last
+// of attempts attempts failed with lastError.
+func dlqSetup(t *testing.T) (cfg string, env map[string]string, st *store.Store, dead func(topic string, attempts int, lastError string) uuid.UUID) {
+	t.Helper()
 	cfg, schema, env := setup(t)
 	require.NoError(t, run(t, env, "", "migrate", "--config", cfg).err)
 	st, err := store.New(testdb.Pool(t), store.Config{Schema: schema})
 	require.NoError(t, err)
-	dead := func(topic string) uuid.UUID {
+	return cfg, env, st, func(topic string, attempts int, lastError string) uuid.UUID {
+		ctx := context.Background()
 		id, err := st.Enqueue(ctx, st.DB(), store.Message{Topic: topic, Payload: json.RawMessage(`{"order_id": 9}`)})
 		require.NoError(t, err)
-		_, err = st.DeadLetter(ctx, store.DeadLetter{MessageID: id, Topic: topic, WorkflowID: "outbox-" + id.String(), RunID: "run-1", Attempts: 1, LastError: "permanent failure: HTTP 400: bad order"})
+		_, err = st.DeadLetter(ctx, store.DeadLetter{MessageID: id, Topic: topic, WorkflowID: "outbox-" + id.String(), RunID: "run-1", Attempts: attempts, LastError: lastError})
 		require.NoError(t, err)
 		return id
 	}
+}
+
+func TestDLQ(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, env, st, deadLetter := dlqSetup(t)
+	dead := func(topic string) uuid.UUID { return deadLetter(topic, 1, "permanent failure: HTTP 400: bad order") }
 	a, b, c := dead("order.created"), dead("order.paid"), dead("order.created")
 
 	r := run(t, env, "", "dlq", "list", "--config", cfg)
@@ -107,17 +117,8 @@ func TestDLQ(t *testing.T) {
 func TestDLQBulk(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg, schema, env := setup(t)
-	require.NoError(t, run(t, env, "", "migrate", "--config", cfg).err)
-	st, err := store.New(testdb.Pool(t), store.Config{Schema: schema})
-	require.NoError(t, err)
-	dead := func(topic, lastError string) uuid.UUID {
-		id, err := st.Enqueue(ctx, st.DB(), store.Message{Topic: topic, Payload: json.RawMessage(`{"order_id": 9}`)})
-		require.NoError(t, err)
-		_, err = st.DeadLetter(ctx, store.DeadLetter{MessageID: id, Topic: topic, WorkflowID: "outbox-" + id.String(), RunID: "run-1", Attempts: 12, LastError: lastError})
-		require.NoError(t, err)
-		return id
-	}
+	cfg, env, st, deadLetter := dlqSetup(t)
+	dead := func(topic, lastError string) uuid.UUID { return deadLetter(topic, 12, lastError) }
 	outage := []uuid.UUID{
 		dead("order.created", "gave up after 12 attempts: HTTP 503: maintenance"),
 		dead("order.paid", "gave up after 12 attempts: HTTP 503: maintenance"),
