@@ -43,15 +43,7 @@ func rabbitURL() string {
 // when the test ends, and returns it with its subject prefix.
 func natsStream(t *testing.T, prefix string) (jetstream.Stream, string) {
 	t.Helper()
-	nc, err := nats.Connect(natsURL())
-	require.NoError(t, err, "NATS with JetStream must run at %s: run scripts/services.sh", natsURL())
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	prefix += uuid.NewString()[:8]
-	st, err := testutil.CreateStream(context.Background(), js, jetstream.StreamConfig{Name: prefix, Subjects: []string{prefix + ".>"}})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), prefix) })
+	_, st, prefix := testutil.Stream(t, natsURL(), prefix, 0)
 	return st, prefix
 }
 

@@ -3,10 +3,32 @@ package testutil
 import (
 	"context"
 	"errors"
+	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
 )
+
+// Stream connects to the NATS server at url and makes a stream of the test's own over
+// <prefix><random>.>, with the duplicate window window (zero: the server's default),
+// removed when the test ends. It returns the JetStream context, the stream and its
+// subject prefix.
+func Stream(t testing.TB, url, prefix string, window time.Duration) (jetstream.JetStream, jetstream.Stream, string) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	require.NoError(t, err, "NATS with JetStream must run at %s: run scripts/services.sh", url)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	prefix += uuid.NewString()[:8]
+	st, err := CreateStream(context.Background(), js, jetstream.StreamConfig{Name: prefix, Subjects: []string{prefix + ".>"}, Duplicates: window})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), prefix) })
+	return js, st, prefix
+}
 
 // anchorStream is a stream the tests create and never delete. nats-server 2.9 (Debian's
 // package) removes the account's stream directory with its last stream, and a stream

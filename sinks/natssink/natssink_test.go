@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -27,17 +26,7 @@ func natsURL() string { return cmp.Or(os.Getenv("NATS_URL"), "nats://127.0.0.1:4
 // stream makes a stream of its own for the test over prefix.>, removed afterwards.
 func stream(t *testing.T) (jetstream.JetStream, jetstream.Stream, string) {
 	t.Helper()
-	nc, err := nats.Connect(natsURL())
-	require.NoError(t, err, "NATS with JetStream must run at %s: run scripts/services.sh", natsURL())
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	prefix := "outboxtest_" + uuid.NewString()[:8]
-	ctx := context.Background()
-	st, err := testutil.CreateStream(ctx, js, jetstream.StreamConfig{Name: prefix, Subjects: []string{prefix + ".>"}, Duplicates: time.Minute})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), prefix) })
-	return js, st, prefix
+	return testutil.Stream(t, natsURL(), "outboxtest_", time.Minute)
 }
 
 func newSink(t *testing.T, cfg natssink.Config) *natssink.Sink {

@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-go/outbox/internal/testutil"
@@ -52,15 +49,7 @@ func attrs(rec slog.Record) map[string]string {
 // duplicate window window (zero: the server's default, two minutes).
 func streamWithWindow(t *testing.T, window time.Duration) string {
 	t.Helper()
-	nc, err := nats.Connect(natsURL())
-	require.NoError(t, err, "NATS with JetStream must run at %s: run scripts/services.sh", natsURL())
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	prefix := "outboxtest_" + uuid.NewString()[:8]
-	_, err = testutil.CreateStream(context.Background(), js, jetstream.StreamConfig{Name: prefix, Subjects: []string{prefix + ".>"}, Duplicates: window})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), prefix) })
+	_, _, prefix := testutil.Stream(t, natsURL(), "outboxtest_", window)
 	return prefix
 }
 
