@@ -207,7 +207,7 @@ func TestAlertRules(t *testing.T) {
 			// grouping labels, or a metric's own when it is not aggregated.
 			for _, text := range r.Annotations {
 				for _, m := range labelRefs.FindAllStringSubmatch(text, -1) {
-					require.True(t, resultHas(t, p, r.Expr, m[1]), "%s: an annotation names $labels.%s, which %q does not keep", r.Alert, m[1], r.Expr)
+					require.True(t, resultHas(t, p, known, r.Expr, m[1]), "%s: an annotation names $labels.%s, which %q does not keep", r.Alert, m[1], r.Expr)
 				}
 			}
 			require.NotEmpty(t, r.Annotations["summary"], "%s: a summary", r.Alert)
@@ -220,8 +220,8 @@ func TestAlertRules(t *testing.T) {
 }
 
 // resultHas reports whether expr's result keeps label: an outermost aggregation keeps its
-// by labels; an expression without one keeps its series' labels.
-func resultHas(t *testing.T, p parser.Parser, expr, label string) bool {
+// by labels; a selector without one keeps its series' labels and the target's.
+func resultHas(t *testing.T, p parser.Parser, known map[string]series, expr, label string) bool {
 	t.Helper()
 	node, err := p.ParseExpr(expr)
 	require.NoError(t, err)
@@ -231,17 +231,13 @@ func resultHas(t *testing.T, p parser.Parser, expr, label string) bool {
 			node = e.Expr
 			continue
 		case *parser.BinaryExpr:
-			// A comparison with a number keeps the vector side's labels.
-			if _, ok := e.RHS.(*parser.NumberLiteral); ok {
-				node = e.LHS
-				continue
-			}
+			// A comparison with a number, and "unless", keep the left side's labels.
 			node = e.LHS
 			continue
 		case *parser.AggregateExpr:
 			return !e.Without && slices.Contains(e.Grouping, label)
 		case *parser.VectorSelector:
-			return true // every label of the series, checked by checkExpr
+			return slices.Contains(known[e.Name].labels, label) || slices.Contains(targetLabels, label)
 		}
 		return true
 	}
@@ -266,8 +262,7 @@ func TestDashboard(t *testing.T) {
 		} `json:"templating"`
 		Panels []panel `json:"panels"`
 	}
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	require.NoError(t, dec.Decode(&d))
+	require.NoError(t, json.Unmarshal(b, &d))
 	require.NotEmpty(t, d.UID)
 	require.NotEmpty(t, d.Title)
 
@@ -377,7 +372,5 @@ func readYAML(t *testing.T, path string, v any) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
-	dec := yaml.NewDecoder(strings.NewReader(string(b)))
-	dec.KnownFields(false)
-	require.NoError(t, dec.Decode(v), path)
+	require.NoError(t, yaml.Unmarshal(b, v), path)
 }
