@@ -80,8 +80,8 @@ type Config struct {
 	// Metrics records claims, starts and their failures. Nil records nothing.
 	Metrics *metrics.Metrics
 	// SweepInterval is how often the relay unparks held-back rows that nothing holds back
-	// any more, which also picks up a change of a topic's ordering settings. Defaults to
-	// 1m.
+	// any more, which also picks up a change of a topic's ordering settings and a row
+	// parked by a claim that raced its topic's resume. Defaults to 1m.
 	SweepInterval time.Duration
 	// Ordering are the per-topic ordering settings of the claim. The zero value hands
 	// each key's messages over one at a time in commit order, and a dead message blocks
@@ -345,7 +345,7 @@ func (r *Relay) sweepLoop(ctx context.Context, wake chan<- struct{}) {
 		case err != nil && !errors.Is(err, context.Canceled):
 			r.log.WarnContext(ctx, "Cannot unpark held-back messages", slog.Any("error", err))
 		case n > 0:
-			r.log.InfoContext(ctx, "Unparked held-back messages whose key no longer holds them", slog.Int64("messages", n))
+			r.log.InfoContext(ctx, "Unparked held-back messages that neither their key nor a pause holds any more", slog.Int64("messages", n))
 			notify(wake)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 
 // ClaimSQL returns the claim statement for this store's table, for EXPLAIN. Its
 // parameters are the claim token, the lease in seconds, the limit and orderingArgs.
-func (s *Store) ClaimSQL() string { return fmt.Sprintf(claimSQL, s.messages) }
+func (s *Store) ClaimSQL() string { return fmt.Sprintf(claimSQL, s.messages, s.pauses) }
 
 // Claim takes up to limit due rows (pending rows whose next_retry_at has passed, and
 // claimed rows whose lease has expired) and leases them for lease, ordering keyed

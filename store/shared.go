@@ -44,6 +44,7 @@ type (
 	Redriven         = storedriver.Redriven
 	Stats            = storedriver.Stats
 	TopicBacklog     = storedriver.TopicBacklog
+	TopicPause       = storedriver.TopicPause
 	PurgeOptions     = storedriver.PurgeOptions
 	PurgeResult      = storedriver.PurgeResult
 	Migration        = storedriver.Migration

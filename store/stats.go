@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-go/outbox/store/storedriver"
 )
 
 // Stats reads the counts in one repeatable-read transaction, so they agree with each
@@ -75,6 +77,13 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	if inFlightAge != nil {
 		st.OldestInFlightAge = max(*inFlightAge, 0)
 	}
+	rows, err = tx.Query(ctx, `SELECT topic, paused_at, paused_by, reason FROM `+s.pauses+` ORDER BY topic`)
+	if err != nil {
+		return st, fmt.Errorf("stats: paused topics: %w", err)
+	}
+	if st.Paused, err = pgx.CollectRows(rows, scanPause); err != nil {
+		return st, fmt.Errorf("stats: paused topics: %w", err)
+	}
 	return st, nil
 }
 
@@ -115,5 +124,9 @@ func (s *Store) Backlog(ctx context.Context) ([]TopicBacklog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the backlog: %w", err)
 	}
-	return out, nil
+	paused, err := s.PausedTopics(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the backlog: %w", err)
+	}
+	return storedriver.WithPaused(out, paused), nil
 }

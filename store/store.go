@@ -109,6 +109,9 @@ type Store struct {
 	messages string // quoted, schema-qualified table names
 	dead     string
 	audit    string
+	pauses   string
+
+	selectRows string // SELECT of Get and GetAll, up to the WHERE
 
 	// The INSERTs of Enqueue: a message with neither ordering nor idempotency key, with an
 	// ordering key, with an idempotency key; and of EnqueueBatch, without and with keys.
@@ -130,12 +133,16 @@ func New(db TxDB, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("store config: %w", err)
 	}
 	messages := pgx.Identifier{cfg.Schema, "outbox_messages"}.Sanitize()
+	pauses := pgx.Identifier{cfg.Schema, "outbox_topic_pauses"}.Sanitize()
 	return &Store{
 		cfg:      cfg,
 		db:       db,
 		messages: messages,
 		dead:     pgx.Identifier{cfg.Schema, "outbox_dead_letters"}.Sanitize(),
 		audit:    pgx.Identifier{cfg.Schema, "outbox_audit"}.Sanitize(),
+		pauses:   pauses,
+
+		selectRows: fmt.Sprintf(selectRowsSQL, messages, pauses),
 
 		enqueuePlain:           fmt.Sprintf(enqueuePlainSQL, messages),
 		enqueue:                fmt.Sprintf(enqueueSQL, messages),

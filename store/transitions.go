@@ -44,7 +44,7 @@ immediate AS MATERIALIZED (
     FOR UPDATE OF m SKIP LOCKED),
 due AS MATERIALIZED (
     SELECT c.id,
-      c.ordering_key IS NOT NULL AND ` + heldBack(4) + ` AS blocked
+      (c.ordering_key IS NOT NULL AND ` + heldBack(4) + `) OR ` + paused + ` AS blocked
     FROM (SELECT * FROM delayed UNION ALL SELECT * FROM immediate) c),
 parked AS (
     UPDATE %[1]s AS p SET held_back = true
@@ -63,7 +63,13 @@ claimed AS (
 SELECT c.*, NULL::bigint[], NULL::text[] FROM claimed c
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       (SELECT array_agg(id) FROM parked), (SELECT array_agg(DISTINCT ordering_key) FROM parked)`
+       (SELECT array_agg(id) FROM parked),
+       (SELECT coalesce(array_agg(DISTINCT ordering_key) FILTER (WHERE ordering_key IS NOT NULL), '{}') FROM parked)`
+
+// paused is the condition, true for a row c whose topic is paused; %[2]s is the pauses
+// table, read once per statement (an InitPlan). The claim parks such a row, and no
+// recheck or sweep unparks it while the pause lasts.
+const paused = `c.topic = ANY (ARRAY(SELECT topic FROM %[2]s))`
 
 // orderingArgs are the claim's parameters for rules.
 func orderingArgs(o OrderingRules) []any {
@@ -89,7 +95,7 @@ func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, 
 		return ClaimResult{}, fmt.Errorf("new claim token: %w", err)
 	}
 	args := append([]any{token, lease.Seconds(), limit}, orderingArgs(rules)...)
-	rows, err := s.db.Query(ctx, fmt.Sprintf(claimSQL, s.messages), args...)
+	rows, err := s.db.Query(ctx, fmt.Sprintf(claimSQL, s.messages, s.pauses), args...)
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("claim messages: %w", err)
 	}
@@ -154,7 +160,7 @@ func (s *Store) recheckParked(ctx context.Context, ids []int64, keys []string, r
 		if _, err := tx.Exec(ctx, fmt.Sprintf(parkKeysSQL, s.messages), append([]any{keys}, orderingArgs(rules)...)...); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, fmt.Sprintf(recheckParkedSQL, s.messages), append([]any{ids}, orderingArgs(rules)...)...)
+		_, err := tx.Exec(ctx, fmt.Sprintf(recheckParkedSQL, s.messages, s.pauses), append([]any{ids}, orderingArgs(rules)...)...)
 		return err
 	})
 	if err != nil {
@@ -183,7 +189,7 @@ WHERE c.ordering_key = ANY($1) AND c.status = 'pending' AND NOT c.held_back
 
 var recheckParkedSQL = `UPDATE %[1]s AS c SET held_back = false
 WHERE c.id = ANY($1) AND c.held_back
-  AND NOT (` + heldBack(2) + `)`
+  AND NOT (` + heldBack(2) + `) AND NOT ` + paused
 
 // unparkSQL unparks, for each key that has parked rows, its first parked row when nothing
 // holds it back any more under the current rules (the same test as the claim's). It walks
@@ -203,19 +209,33 @@ heads AS (
 UPDATE %[1]s AS m SET held_back = false
 FROM heads c
 WHERE m.id = c.id AND m.held_back
-  AND NOT (` + heldBack(1) + `)`
+  AND NOT (` + heldBack(1) + `) AND NOT ` + paused
+
+// unparkResumedSQL unparks the rows without an ordering key that are parked although
+// their topic is not paused: the claim parks such a row only for its topic's pause, so it
+// was parked by a claim that raced the resume. It reads the parked rows without a key
+// (outbox_messages_held_back_idx).
+const unparkResumedSQL = `UPDATE %[1]s AS c SET held_back = false
+WHERE c.held_back AND c.ordering_key IS NULL AND NOT ` + paused
 
 // Unpark puts back on the claim's path the parked rows that nothing holds back any more
 // (the first parked row of each key): after a change of the topics' ordering settings, or
 // when a parking raced the release of its key. The release trigger unparks a key's next
 // row when a keyed message is sent, dead-lettered or discarded, so this is a safety net
 // that the relays run now and then. It returns the number of rows unparked.
+//
+// It also unparks the rows of topics no longer paused that a claim parked while the
+// resume ran (ResumeTopic unparks the others).
 func (s *Store) Unpark(ctx context.Context, rules OrderingRules) (int64, error) {
-	tag, err := s.db.Exec(ctx, fmt.Sprintf(unparkSQL, s.messages), orderingArgs(rules)...)
+	tag, err := s.db.Exec(ctx, fmt.Sprintf(unparkSQL, s.messages, s.pauses), orderingArgs(rules)...)
 	if err != nil {
 		return 0, fmt.Errorf("unpark held-back messages: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	resumed, err := s.db.Exec(ctx, fmt.Sprintf(unparkResumedSQL, s.messages, s.pauses))
+	if err != nil {
+		return 0, fmt.Errorf("unpark messages of resumed topics: %w", err)
+	}
+	return tag.RowsAffected() + resumed.RowsAffected(), nil
 }
 
 // exec runs a guarded UPDATE and reports whether it changed a row.
@@ -375,15 +395,18 @@ SET retry_times = GREATEST(retry_times, $2), last_error = $3, updated_at = now()
 WHERE message_id = $1 AND status IN ('pending', 'claimed', 'dispatched')`, messageID, failedAttempts, StorableText(lastError))
 }
 
-const rowColumns = `id, message_id, topic, payload, headers, status, retry_times, max_retry_times,
-next_retry_at, last_error, redrive_count, created_at, updated_at, sent_at, ordering_key, ordering_seq, batch_id`
+// selectRowsSQL reads rows as scanRow scans them, with whether their topic is paused;
+// %[1]s is the messages table, %[2]s the pauses table.
+const selectRowsSQL = `SELECT id, message_id, topic, payload, headers, status, retry_times, max_retry_times,
+next_retry_at, last_error, redrive_count, created_at, updated_at, sent_at, ordering_key, ordering_seq, batch_id,
+topic = ANY (ARRAY(SELECT topic FROM %[2]s)) FROM %[1]s`
 
 func scanRow(r pgx.Row) (Row, error) {
 	var m Row
 	var payload, headers []byte
 	err := r.Scan(&m.ID, &m.MessageID, &m.Topic, &payload, &headers, &m.Status, &m.RetryTimes,
 		&m.MaxRetryTimes, &m.NextRetryAt, &m.LastError, &m.RedriveCount, &m.CreatedAt, &m.UpdatedAt, &m.SentAt,
-		&m.OrderingKey, &m.OrderingSeq, &m.BatchID)
+		&m.OrderingKey, &m.OrderingSeq, &m.BatchID, &m.Paused)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return m, ErrNotFound
 	}
@@ -399,7 +422,7 @@ func scanRow(r pgx.Row) (Row, error) {
 
 // Get loads a message by its message ID. It returns ErrNotFound if there is none.
 func (s *Store) Get(ctx context.Context, messageID uuid.UUID) (Row, error) {
-	m, err := scanRow(s.db.QueryRow(ctx, `SELECT `+rowColumns+` FROM `+s.messages+` WHERE message_id = $1`, messageID))
+	m, err := scanRow(s.db.QueryRow(ctx, s.selectRows+` WHERE message_id = $1`, messageID))
 	if err != nil {
 		return m, fmt.Errorf("load message %s: %w", messageID, err)
 	}
@@ -409,7 +432,7 @@ func (s *Store) Get(ctx context.Context, messageID uuid.UUID) (Row, error) {
 // GetAll loads the messages of messageIDs, by message ID, in one statement. An ID
 // without a row is left out.
 func (s *Store) GetAll(ctx context.Context, messageIDs []uuid.UUID) (map[uuid.UUID]Row, error) {
-	rows, err := s.db.Query(ctx, `SELECT `+rowColumns+` FROM `+s.messages+` WHERE message_id = ANY($1)`, messageIDs)
+	rows, err := s.db.Query(ctx, s.selectRows+` WHERE message_id = ANY($1)`, messageIDs)
 	if err != nil {
 		return nil, fmt.Errorf("load %d messages: %w", len(messageIDs), err)
 	}

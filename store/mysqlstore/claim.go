@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -19,14 +20,14 @@ import (
 // LOCKED lets concurrent relays take disjoint batches. The statements name claim_lane
 // with the conditions it stands for, which the index has.
 const (
-	claimDelayedSQL = `SELECT id, ordering_key FROM %s
+	claimDelayedSQL = `SELECT id, ordering_key, topic IN (SELECT topic FROM %[2]s) FROM %[1]s
 WHERE claim_lane = 2 AND next_retry_at <= NOW(6)
   AND (status = 'pending' OR lease_until <= NOW(6))
 ORDER BY next_retry_at, id
 LIMIT ?
 FOR UPDATE SKIP LOCKED`
 
-	claimImmediateSQL = `SELECT id, ordering_key FROM %s
+	claimImmediateSQL = `SELECT id, ordering_key, topic IN (SELECT topic FROM %[2]s) FROM %[1]s
 WHERE claim_lane = 1 AND next_retry_at IS NULL
   AND (status = 'pending' OR lease_until <= NOW(6))
 ORDER BY id
@@ -35,10 +36,12 @@ FOR UPDATE SKIP LOCKED`
 )
 
 // heldBack writes the condition, true for a row c that an earlier undelivered message of
-// its key holds back under the ordering rules: pending, claimed, dispatched, or dead where
-// the dead message's topic blocks its key. Topics with ordering off are never held back.
-// The claim, the parking, the recheck and the sweep share it, as in package store.
+// its key holds back under the ordering rules (pending, claimed, dispatched, or dead
+// where the dead message's topic blocks its key; topics with ordering off are never held
+// back), or whose topic is paused. The claim, the parking, the recheck and the sweep
+// share it, as in package store.
 func (s *Store) heldBack(q *sqlBuilder, rules storedriver.OrderingRules) {
+	q.sql("(c.topic IN (SELECT topic FROM " + s.pauses + ") OR ")
 	q.sql("(c.ordering_key IS NOT NULL AND NOT (CASE WHEN ").in("c.topic", rules.Listed).
 		sql(" THEN ").in("c.topic", rules.Unordered).
 		sql(" ELSE " + boolSQL(rules.DefaultUnordered) + " END)")
@@ -47,11 +50,12 @@ func (s *Store) heldBack(q *sqlBuilder, rules storedriver.OrderingRules) {
       AND (e.status IN ('pending', 'claimed', 'dispatched')
         OR (e.status = 'dead' AND NOT (CASE WHEN `).in("e.topic", rules.Listed).
 		sql(" THEN ").in("e.topic", rules.Skipping).
-		sql(" ELSE " + boolSQL(rules.DefaultSkipping) + " END)))))")
+		sql(" ELSE " + boolSQL(rules.DefaultSkipping) + " END))))))")
 }
 
-// heldBackAmong returns those of ids that are held back, in a statement that sees what
-// committed before it (a consistent read: it locks nothing).
+// heldBackAmong returns those of ids that are held back (see heldBack), with their
+// ordering keys ("" for a row without one), in a statement that sees what committed
+// before it (a consistent read: it locks nothing).
 func (s *Store) heldBackAmong(ctx context.Context, tx *sql.Tx, ids []int64, rules storedriver.OrderingRules) (map[int64]string, error) {
 	out := map[int64]string{}
 	if len(ids) == 0 {
@@ -66,11 +70,11 @@ func (s *Store) heldBackAmong(ctx context.Context, tx *sql.Tx, ids []int64, rule
 	defer rows.Close()
 	for rows.Next() {
 		var id int64
-		var key string
+		var key sql.NullString
 		if err := rows.Scan(&id, &key); err != nil {
 			return nil, err
 		}
-		out[id] = key
+		out[id] = key.String
 	}
 	return out, rows.Err()
 }
@@ -96,9 +100,9 @@ func queryIDs(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]int
 // ClaimBatch takes up to limit due rows (pending rows whose next_retry_at has passed or is
 // unset, and claimed rows whose lease has expired; delayed rows first, then the others by
 // id) and leases them for lease under a new claim token, as package store does. A keyed
-// row that an earlier undelivered message of its key holds back (see OrderingRules) is
-// parked instead (held_back), which takes it off the claim's index until its key is
-// released; Parked counts those.
+// row that an earlier undelivered message of its key holds back (see OrderingRules), and
+// a row of a paused topic, is parked instead (held_back), which takes it off the claim's
+// index until its key is released or its topic resumed; Parked counts those.
 //
 // It is one READ COMMITTED transaction: the due rows are selected FOR UPDATE SKIP LOCKED,
 // the held-back ones found with a consistent read, both groups updated by id, and the
@@ -118,10 +122,11 @@ func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, 
 		parkedIDs  []int64
 		parkedKeys []string
 	)
-	delayedSQL, immediateSQL := fmt.Sprintf(claimDelayedSQL, s.messages), fmt.Sprintf(claimImmediateSQL, s.messages)
+	delayedSQL, immediateSQL := fmt.Sprintf(claimDelayedSQL, s.messages, s.pauses), fmt.Sprintf(claimImmediateSQL, s.messages, s.pauses)
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		res, parkedIDs, parkedKeys = storedriver.ClaimResult{}, nil, nil
 		var ids, keyed []int64
+		paused := map[int64]string{} // rows of paused topics, with their keys
 		choose := func(query string, n int) error {
 			rows, err := tx.QueryContext(ctx, query, n)
 			if err != nil {
@@ -131,11 +136,15 @@ func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, 
 			for rows.Next() {
 				var id int64
 				var key sql.NullString
-				if err := rows.Scan(&id, &key); err != nil {
+				var topicPaused bool
+				if err := rows.Scan(&id, &key, &topicPaused); err != nil {
 					return err
 				}
 				ids = append(ids, id)
-				if key.Valid {
+				switch {
+				case topicPaused:
+					paused[id] = key.String
+				case key.Valid:
 					keyed = append(keyed, id)
 				}
 			}
@@ -156,12 +165,13 @@ func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, 
 		if err != nil {
 			return err
 		}
+		maps.Copy(blocked, paused)
 		var claim []int64
 		keySeen := map[string]bool{}
 		for _, id := range ids {
 			if key, ok := blocked[id]; ok {
 				parkedIDs = append(parkedIDs, id)
-				if !keySeen[key] {
+				if key != "" && !keySeen[key] {
 					keySeen[key] = true
 					parkedKeys = append(parkedKeys, key)
 				}
@@ -223,6 +233,9 @@ FROM `+s.messages+` WHERE id IN (`+idList(claim)+`)`)
 // lockParks takes the park locks of keys, in the keys' byte order, until tx ends: it
 // upserts their rows of outbox_ordering_parks, which locks them.
 func (s *Store) lockParks(ctx context.Context, tx *sql.Tx, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
 	keys = slices.Clone(keys)
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
@@ -257,12 +270,16 @@ func (s *Store) recheckParked(ctx context.Context, ids []int64, keys []string, r
 		}
 		// The pending rows of the keys, found with a consistent read and then locked by
 		// their primary key only (see lockByID).
-		q := (&sqlBuilder{}).sql(`SELECT id FROM `+s.messages+` WHERE `).in("ordering_key", keys).
-			sql(` AND status = 'pending' AND held_back = FALSE`)
-		pending, err := queryIDs(ctx, tx, q.String(), q.args...)
-		if err != nil {
-			return err
+		var pending []int64
+		if len(keys) > 0 {
+			q := (&sqlBuilder{}).sql(`SELECT id FROM `+s.messages+` WHERE `).in("ordering_key", keys).
+				sql(` AND status = 'pending' AND held_back = FALSE`)
+			var err error
+			if pending, err = queryIDs(ctx, tx, q.String(), q.args...); err != nil {
+				return err
+			}
 		}
+		var err error
 		if pending, err = s.lockByID(ctx, tx, pending, `status = 'pending' AND held_back = FALSE`); err != nil {
 			return err
 		}
@@ -360,6 +377,10 @@ JOIN %[1]s h ON h.held_back = TRUE AND h.ordering_key = k.ordering_key AND h.ord
 // store's own transitions release a key's next row when a keyed message is sent,
 // dead-lettered or discarded, so this is a safety net that the relays run now and then. It
 // returns the number of rows unparked.
+//
+// It also unparks the rows without an ordering key whose topic is not paused: the claim
+// parks such a row only for its topic's pause, so a claim that raced the resume parked it
+// (ResumeTopic unparks the others).
 func (s *Store) Unpark(ctx context.Context, rules storedriver.OrderingRules) (int64, error) {
 	var n int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
@@ -367,7 +388,13 @@ func (s *Store) Unpark(ctx context.Context, rules storedriver.OrderingRules) (in
 		if err != nil {
 			return err
 		}
-		n, err = s.unparkFree(ctx, tx, heads, rules)
+		keyless, err := queryIDs(ctx, tx, `SELECT id FROM `+s.messages+`
+WHERE held_back = TRUE AND ordering_key IS NULL AND topic NOT IN (SELECT topic FROM `+s.pauses+`)
+LIMIT 10000`)
+		if err != nil {
+			return err
+		}
+		n, err = s.unparkFree(ctx, tx, append(heads, keyless...), rules)
 		return err
 	})
 	if err != nil {

@@ -19,7 +19,7 @@ func (s *Store) UnparkHeadsSQL() string { return fmt.Sprintf(unparkHeadsSQL, s.m
 // ClaimSQL returns the two SELECTs with which the claim chooses its rows (delayed, then
 // due at once), for EXPLAIN. Their one parameter is the limit.
 func (s *Store) ClaimSQL() (delayed, immediate string) {
-	return fmt.Sprintf(claimDelayedSQL, s.messages), fmt.Sprintf(claimImmediateSQL, s.messages)
+	return fmt.Sprintf(claimDelayedSQL, s.messages, s.pauses), fmt.Sprintf(claimImmediateSQL, s.messages, s.pauses)
 }
 
 // Claim takes up to limit due rows and leases them for lease, ordering keyed messages by

@@ -124,8 +124,8 @@ type Store struct {
 	schema string // the database that holds the tables, as DATABASE() named it
 
 	// Quoted, database-qualified table names.
-	messages, dead, audit, orderingKeys, parks, deployment, migrations string
-	messagesArchive, deadArchive                                       string
+	messages, dead, audit, orderingKeys, parks, pauses, deployment, migrations string
+	messagesArchive, deadArchive                                               string
 
 	deploymentID atomic.Pointer[uuid.UUID] // read once by DeploymentID
 }
@@ -160,6 +160,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		audit:           q("outbox_audit"),
 		orderingKeys:    q("outbox_ordering_keys"),
 		parks:           q("outbox_ordering_parks"),
+		pauses:          q("outbox_topic_pauses"),
 		deployment:      q("outbox_deployment"),
 		migrations:      q("outbox_schema_migrations"),
 		messagesArchive: q("outbox_messages_archive"),

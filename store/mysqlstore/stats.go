@@ -82,6 +82,9 @@ func (s *Store) Stats(ctx context.Context) (storedriver.Stats, error) {
 	if dispatchedAge.Valid || claimedAge.Valid {
 		st.OldestInFlightAge = max(time.Duration(max(dispatchedAge.Int64, claimedAge.Int64))*time.Microsecond, 0)
 	}
+	if st.Paused, err = s.pausedTopics(ctx, tx); err != nil {
+		return st, fmt.Errorf("stats: %w", err)
+	}
 	return st, nil
 }
 
@@ -123,5 +126,9 @@ func (s *Store) Backlog(ctx context.Context) ([]storedriver.TopicBacklog, error)
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read the backlog: %w", err)
 	}
-	return out, nil
+	paused, err := s.PausedTopics(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the backlog: %w", err)
+	}
+	return storedriver.WithPaused(out, paused), nil
 }

@@ -148,8 +148,13 @@ SET retry_times = GREATEST(retry_times, ?), last_error = ?, updated_at = NOW(6)
 WHERE message_id = ? AND status IN ('pending', 'claimed', 'dispatched')`, failedAttempts, storedriver.StorableText(lastError), messageID.String())
 }
 
-const rowColumns = `id, message_id, topic, payload, headers, status, retry_times, max_retry_times,
-next_retry_at, last_error, redrive_count, created_at, updated_at, sent_at, ordering_key, ordering_seq, batch_id`
+// selectRows reads rows as scanRow scans them, with whether their topic is paused, up to
+// the WHERE.
+func (s *Store) selectRows() string {
+	return `SELECT id, message_id, topic, payload, headers, status, retry_times, max_retry_times,
+next_retry_at, last_error, redrive_count, created_at, updated_at, sent_at, ordering_key, ordering_seq, batch_id,
+topic IN (SELECT topic FROM ` + s.pauses + `) FROM ` + s.messages
+}
 
 // rowScanner is a *sql.Row or *sql.Rows.
 type rowScanner interface{ Scan(dest ...any) error }
@@ -159,7 +164,7 @@ func scanRow(r rowScanner) (storedriver.Row, error) {
 	var payload, headers []byte
 	err := r.Scan(&m.ID, &m.MessageID, &m.Topic, &payload, &headers, &m.Status, &m.RetryTimes,
 		&m.MaxRetryTimes, &m.NextRetryAt, &m.LastError, &m.RedriveCount, &m.CreatedAt, &m.UpdatedAt, &m.SentAt,
-		&m.OrderingKey, &m.OrderingSeq, &m.BatchID)
+		&m.OrderingKey, &m.OrderingSeq, &m.BatchID, &m.Paused)
 	if errors.Is(err, sql.ErrNoRows) {
 		return m, storedriver.ErrNotFound
 	}
@@ -176,7 +181,7 @@ func scanRow(r rowScanner) (storedriver.Row, error) {
 // Get loads a message by its message ID. It returns an error wrapping storedriver.ErrNotFound if
 // there is none.
 func (s *Store) Get(ctx context.Context, messageID uuid.UUID) (storedriver.Row, error) {
-	m, err := scanRow(s.db.QueryRowContext(ctx, `SELECT `+rowColumns+` FROM `+s.messages+` WHERE message_id = ?`, messageID.String()))
+	m, err := scanRow(s.db.QueryRowContext(ctx, s.selectRows()+` WHERE message_id = ?`, messageID.String()))
 	if err != nil {
 		return m, fmt.Errorf("load message %s: %w", messageID, err)
 	}
@@ -190,7 +195,7 @@ func (s *Store) GetAll(ctx context.Context, messageIDs []uuid.UUID) (map[uuid.UU
 	if len(messageIDs) == 0 {
 		return out, nil
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT `+rowColumns+` FROM `+s.messages+` WHERE message_id IN (`+uuidList(messageIDs)+`)`)
+	rows, err := s.db.QueryContext(ctx, s.selectRows()+` WHERE message_id IN (`+uuidList(messageIDs)+`)`)
 	if err != nil {
 		return nil, fmt.Errorf("load %d messages: %w", len(messageIDs), err)
 	}

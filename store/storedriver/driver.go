@@ -114,6 +114,18 @@ type Operations interface {
 	Purge(ctx context.Context, opts PurgeOptions) (PurgeResult, error)
 	Deployment(ctx context.Context) (id uuid.UUID, taskQueue string, err error)
 	MoveTaskQueue(ctx context.Context, taskQueue string) error
+
+	// PauseTopic pauses topic until ResumeTopic: the relays hand none of its messages
+	// over (a claim parks them, as it parks a keyed row held back behind its key), and
+	// the send of a message handed over before waits without using an attempt. It
+	// returns the topic's pause and whether this call made it (false: the topic was
+	// paused already, and the earlier pause is returned unchanged).
+	PauseTopic(ctx context.Context, topic, actor, reason string) (p TopicPause, paused bool, err error)
+	// ResumeTopic ends topic's pause and puts its parked rows back on the claim's path;
+	// it returns the pause it ended and whether there was one.
+	ResumeTopic(ctx context.Context, topic string) (p TopicPause, resumed bool, err error)
+	// PausedTopics lists the paused topics, by topic.
+	PausedTopics(ctx context.Context) ([]TopicPause, error)
 }
 
 // Driver is one database's whole outbox store: the delivery machinery, the operators'

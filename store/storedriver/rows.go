@@ -3,6 +3,8 @@ package storedriver
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -29,6 +31,10 @@ type Row struct {
 	// BatchID is the workflow ID of the OutboxBatch run the row was handed to (a topic of
 	// the batch lane); nil for a row of the message lane.
 	BatchID *string
+	// Paused reports that the row's topic is paused (see Operations.PauseTopic): a
+	// message not yet handed over waits for the resume, and a send of one handed over
+	// earlier waits without using an attempt.
+	Paused bool
 }
 
 // Claimed is a row a relay has claimed: it holds the row's lease until LeaseUntil and
@@ -234,6 +240,8 @@ type Stats struct {
 	KeysBlockedByDead int64 `json:"keys_blocked_by_dead"`
 	// RepairedLastDay counts rows reconciliation repaired in the last day.
 	RepairedLastDay int64 `json:"repaired_last_day"`
+	// Paused lists the paused topics, by topic.
+	Paused []TopicPause `json:"paused_topics"`
 	// At is the database time of the snapshot.
 	At time.Time `json:"at"`
 }
@@ -245,6 +253,17 @@ type TopicBacklog struct {
 	Topic     string
 	Pending   int64
 	OldestAge time.Duration
+	// Paused reports that the topic is paused: its rows wait for the resume. A paused
+	// topic is listed even when none of its rows waits.
+	Paused bool
+}
+
+// TopicPause is a paused topic: who paused it, when and why.
+type TopicPause struct {
+	Topic    string    `json:"topic"`
+	PausedAt time.Time `json:"paused_at"`
+	PausedBy string    `json:"paused_by"`
+	Reason   string    `json:"reason,omitempty"`
 }
 
 // TotalBacklog adds up the topics' backlogs: all their rows, the oldest of their ages.
@@ -254,4 +273,30 @@ func TotalBacklog(topics []TopicBacklog) (pending int64, oldestAge time.Duration
 		oldestAge = max(oldestAge, b.OldestAge)
 	}
 	return pending, oldestAge
+}
+
+// WithPaused returns backlog with the paused topics marked: a paused topic without
+// waiting rows is added, and a paused topic's OldestAge is zero, since none of its rows is
+// due while the pause lasts. The topics then come in byte order.
+func WithPaused(backlog []TopicBacklog, paused []TopicPause) []TopicBacklog {
+	if len(paused) == 0 {
+		return backlog
+	}
+	isPaused := make(map[string]bool, len(paused))
+	for _, p := range paused {
+		isPaused[p.Topic] = true
+	}
+	out := make([]TopicBacklog, 0, len(backlog)+len(paused))
+	for _, b := range backlog {
+		if isPaused[b.Topic] {
+			b.Paused, b.OldestAge = true, 0
+			delete(isPaused, b.Topic)
+		}
+		out = append(out, b)
+	}
+	for topic := range isPaused {
+		out = append(out, TopicBacklog{Topic: topic, Paused: true})
+	}
+	slices.SortFunc(out, func(a, b TopicBacklog) int { return strings.Compare(a.Topic, b.Topic) })
+	return out
 }

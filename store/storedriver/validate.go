@@ -182,3 +182,18 @@ func quoteShort(s string) string {
 	}
 	return fmt.Sprintf("%q", s)
 }
+
+// ValidatePause checks the arguments of Operations.PauseTopic and names the first one
+// that is wrong, with its value and what is allowed.
+func ValidatePause(topic, actor, reason string) error {
+	if !TopicPattern.MatchString(topic) {
+		return fmt.Errorf("topic must match %s, got %s", TopicPattern, quoteShort(topic))
+	}
+	if len(actor) > 200 || strings.ContainsRune(actor, 0) || !utf8.ValidString(actor) || strings.TrimSpace(actor) == "" {
+		return fmt.Errorf("actor must be 1 to 200 bytes of text without NUL, got %s", quoteShort(actor))
+	}
+	if len(reason) > 1000 || strings.ContainsRune(reason, 0) || !utf8.ValidString(reason) {
+		return fmt.Errorf("reason must be at most 1000 bytes of text without NUL, got %d bytes", len(reason))
+	}
+	return nil
+}

@@ -37,6 +37,7 @@ func Run(t *testing.T, h Harness) {
 		{"StatsAndBacklog", testStatsAndBacklog},
 		{"PlainSQLRows", testPlainSQLRows},
 		{"Deployment", testDeployment},
+		{"Pause", testPause},
 		{"Migrate", testMigrate},
 	} {
 		t.Run(c.name, func(t *testing.T) {
