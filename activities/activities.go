@@ -172,6 +172,12 @@ func (a *Activities) Send(ctx context.Context, in workflows.SendInput) (workflow
 		a.recordFailure(ctx, in, err)
 		return workflows.SendResult{}, err
 	}
+	if row.Paused && row.Status != store.StatusSent {
+		// Nothing is sent while the topic is paused, and no attempt is used up: the
+		// workflow waits and asks again.
+		return workflows.SendResult{}, temporal.NewApplicationError(
+			fmt.Sprintf("topic %q is paused (outbox topic resume %s ends the pause)", row.Topic, row.Topic), workflows.ErrTypeTopicPaused)
+	}
 	switch row.Status {
 	case store.StatusSent:
 		// Recorded as delivered by an earlier run (or by this attempt before its worker

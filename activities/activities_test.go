@@ -100,6 +100,36 @@ func TestActivities(t *testing.T) {
 		require.True(t, res.Recorded)
 	})
 
+	t.Run("PausedTopicSendsNothingAndUsesNoAttempt", func(t *testing.T) {
+		t.Parallel()
+		_, st := setup(t, 200)
+		reg := activities.NewRegistry()
+		var calls atomic.Int32
+		reg.HandleDefault(delivery.HandlerFunc(func(context.Context, delivery.Message) error { calls.Add(1); return nil }))
+		a := &activities.Activities{Store: st, Handlers: reg}
+		id := enqueue(t, st, "order.created")
+		_, _, err := st.PauseTopic(ctx, "order.created", "ops", "maintenance")
+		require.NoError(t, err)
+		_, err = a.Send(ctx, workflows.SendInput{MessageID: id, Topic: "order.created", Attempt: 2, MaxAttempts: 4})
+		var appErr *temporal.ApplicationError
+		require.ErrorAs(t, err, &appErr)
+		require.Equal(t, workflows.ErrTypeTopicPaused, appErr.Type())
+		require.False(t, appErr.NonRetryable())
+		require.Contains(t, appErr.Message(), `topic "order.created" is paused`)
+		require.Zero(t, calls.Load(), "nothing reaches the handler")
+		row, err := st.Get(ctx, mustUUID(t, id))
+		require.NoError(t, err)
+		require.Zero(t, row.RetryTimes, "no attempt recorded")
+		require.Nil(t, row.LastError)
+
+		_, _, err = st.ResumeTopic(ctx, "order.created")
+		require.NoError(t, err)
+		res, err := a.Send(ctx, workflows.SendInput{MessageID: id, Topic: "order.created", Attempt: 2, MaxAttempts: 4})
+		require.NoError(t, err)
+		require.True(t, res.Recorded)
+		require.EqualValues(t, 1, calls.Load())
+	})
+
 	t.Run("CheckWithoutCheckURLIsUnsupported", func(t *testing.T) {
 		t.Parallel()
 		a, st := setup(t, 200)

@@ -18,14 +18,15 @@ import (
 //   - outbox_messages_pending{topic}: rows with status pending or claimed (committed, not
 //     yet handed to Temporal);
 //   - outbox_oldest_pending_age_seconds{topic}: the age (since created_at) of the oldest
-//     such row that is due, 0 when there is none.
+//     such row that is due, 0 when there is none (and while the topic is paused);
+//   - outbox_topic_paused{topic}: 1 while the topic is paused, 0 otherwise.
 //
 // With [BacklogCollector.LabelTopics], topics not declared with [Metrics.KnownTopics]
 // are reported together under [OtherTopic] (their rows added up, the oldest age), and
 // every declared topic has its series, 0 while none of its rows waits; without it, each
 // topic that has waiting rows is reported under its own name.
 //
-// A query that fails or exceeds its timeout leaves both out of that scrape and counts
+// A query that fails or exceeds its timeout leaves the three out of that scrape and counts
 // outbox_backlog_query_failures_total.
 type BacklogCollector struct {
 	st       store.Delivery
@@ -33,7 +34,7 @@ type BacklogCollector struct {
 	failures atomic.Uint64
 	metrics  *Metrics
 
-	pending, age, failed *prometheus.Desc
+	pending, age, paused, failed *prometheus.Desc
 }
 
 // NewBacklogCollector returns a collector that queries st's tables with the given
@@ -46,6 +47,8 @@ func NewBacklogCollector(st store.Delivery, timeout time.Duration) *BacklogColle
 			"Messages committed but not yet handed to Temporal (status pending or claimed), by topic.", []string{"topic"}, nil),
 		age: prometheus.NewDesc("outbox_oldest_pending_age_seconds",
 			"Age since created_at of the oldest due message not yet handed to Temporal, by topic; 0 when none.", []string{"topic"}, nil),
+		paused: prometheus.NewDesc("outbox_topic_paused",
+			"1 while the topic is paused (outbox topic pause): its messages wait for the resume; 0 otherwise. Under (other), 1 while any such topic is.", []string{"topic"}, nil),
 		failed: prometheus.NewDesc("outbox_backlog_query_failures_total",
 			"Scrapes whose backlog query failed or timed out.", nil, nil),
 	}
@@ -62,6 +65,7 @@ func (c *BacklogCollector) LabelTopics(m *Metrics) *BacklogCollector {
 func (c *BacklogCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.pending
 	ch <- c.age
+	ch <- c.paused
 	ch <- c.failed
 }
 
@@ -75,6 +79,11 @@ func (c *BacklogCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, b := range c.byLabel(backlog) {
 			ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(b.Pending), b.Topic)
 			ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, max(b.OldestAge.Seconds(), 0), b.Topic)
+			paused := 0.0
+			if b.Paused {
+				paused = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, paused, b.Topic)
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.failed, prometheus.CounterValue, float64(c.failures.Load()))
@@ -94,7 +103,7 @@ func (c *BacklogCollector) byLabel(backlog []store.TopicBacklog) []store.TopicBa
 	for _, b := range backlog {
 		label := c.metrics.topic(b.Topic)
 		l := labelled[label]
-		l.Topic, l.Pending, l.OldestAge = label, l.Pending+b.Pending, max(l.OldestAge, b.OldestAge)
+		l.Topic, l.Pending, l.OldestAge, l.Paused = label, l.Pending+b.Pending, max(l.OldestAge, b.OldestAge), l.Paused || b.Paused
 		labelled[label] = l
 	}
 	out := make([]store.TopicBacklog, 0, len(labelled))

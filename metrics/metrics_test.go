@@ -172,6 +172,29 @@ outbox_messages_pending{topic="quiet"} 0
 		// Without LabelTopics every topic with waiting rows has its own series.
 		plain := metrics.NewBacklogCollector(st, 0)
 		require.Equal(t, 3, testutil.CollectAndCount(plain, "outbox_messages_pending"))
+
+		// A paused topic: 1 while the pause lasts, its age 0 (nothing of it is due); a
+		// paused topic under (other) makes (other) 1.
+		pausedWant := func(a, other int) string {
+			return fmt.Sprintf(`
+# HELP outbox_topic_paused 1 while the topic is paused (outbox topic pause): its messages wait for the resume; 0 otherwise. Under (other), 1 while any such topic is.
+# TYPE outbox_topic_paused gauge
+outbox_topic_paused{topic="(other)"} %d
+outbox_topic_paused{topic="a"} %d
+outbox_topic_paused{topic="quiet"} 0
+`, other, a)
+		}
+		require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(pausedWant(0, 0)), "outbox_topic_paused"))
+		for _, topic := range []string{"a", "c"} {
+			_, _, err = st.PauseTopic(ctx, topic, "ops", "")
+			require.NoError(t, err)
+		}
+		require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(pausedWant(1, 1)), "outbox_topic_paused"))
+		require.Equal(t, 0.0, age(t, c, "a"))
+		_, _, err = st.ResumeTopic(ctx, "a")
+		require.NoError(t, err)
+		require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(pausedWant(0, 1)), "outbox_topic_paused"))
+		require.GreaterOrEqual(t, age(t, c, "a"), 90.0)
 	})
 
 	t.Run("UnreachableDatabaseLeavesTheGaugesOut", func(t *testing.T) {

@@ -100,6 +100,14 @@ const (
 	storeWaitMax     = 30 * time.Second
 )
 
+// Waits while the message's topic is paused: they grow from pausedWaitInitial to
+// pausedWaitMax and use up no attempt; each costs a timer and a send that finds the topic
+// still paused. A run in its wait sends within pausedWaitMax of the resume.
+const (
+	pausedWaitInitial = 5 * time.Second
+	pausedWaitMax     = time.Minute
+)
+
 // Delivery is the OutboxDelivery workflow: it sends the message until the topic's
 // handler accepts it, then marks the row sent; when the attempts run out or the failure is
 // permanent it dead-letters the message and fails with an ErrTypeDeadLettered error.
@@ -122,6 +130,7 @@ func Delivery(ctx workflow.Context, in DeliveryInput) (DeliveryResult, error) {
 		unknown  = in.CheckFirst // a send may have happened before this run
 		attempt  = 1
 		storeOut int // consecutive sends that found the database unavailable or reached another deployment
+		pausedN  int // consecutive sends that found the topic paused
 		local    = d.localFirst()
 	)
 	if local && firstTaskRetried(ctx) {
@@ -163,6 +172,19 @@ func Delivery(ctx workflow.Context, in DeliveryInput) (DeliveryResult, error) {
 		} else {
 			recorded, err = d.send(attempt)
 		}
+		if pausedN > 0 && !isTopicPaused(err) {
+			// The send ran: the pause is over. A delivered run takes back the status it
+			// had (a failed send sets retrying or dead itself).
+			d.logger.Info("The topic is no longer paused", "attempt", attempt, "waits", pausedN)
+			pausedN = 0
+			switch {
+			case err != nil:
+			case last.message != "":
+				d.setStatus(SearchStatusRetrying)
+			default:
+				d.setStatus(SearchStatusDispatched)
+			}
+		}
 		if err == nil {
 			if recorded && d.in.Version >= 4 {
 				// The send recorded the row sent: no mark-sent step.
@@ -171,6 +193,18 @@ func Delivery(ctx workflow.Context, in DeliveryInput) (DeliveryResult, error) {
 			return d.markSent(attempt, false)
 		}
 		f := d.classify(err)
+		if f.topicPaused {
+			// Nothing was sent: wait for the resume and try the same attempt again.
+			pausedN++
+			if pausedN == 1 {
+				d.logger.Info("The topic is paused; waiting for the resume without using up the attempt", "attempt", attempt)
+				d.setStatus(SearchStatusPaused)
+			}
+			if err := workflow.Sleep(ctx, min(pausedWaitInitial<<min(pausedN-1, 10), pausedWaitMax)); err != nil {
+				return DeliveryResult{}, err
+			}
+			continue
+		}
 		if f.storeUnavailable || f.wrongDeployment {
 			// Nothing was sent: wait for the database, or for a worker of this message's
 			// own deployment, and try the same attempt again.
@@ -593,7 +627,14 @@ type failure struct {
 	ambiguous        bool
 	storeUnavailable bool
 	wrongDeployment  bool // a worker of another outbox database refused the send
+	topicPaused      bool // the send found the topic paused
 	retryAfter       time.Duration
+}
+
+// isTopicPaused reports whether err is the send activity's ErrTypeTopicPaused.
+func isTopicPaused(err error) bool {
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &appErr) && appErr.Type() == ErrTypeTopicPaused
 }
 
 // isWrongDeployment reports whether err is an activity's ErrTypeWrongDeployment.
@@ -616,6 +657,9 @@ func (d *delivery) classify(err error) failure {
 		switch {
 		case appErr.Type() == ErrTypeStoreUnavailable:
 			f.storeUnavailable = true
+		case appErr.Type() == ErrTypeTopicPaused && d.policy.Activity == nil && d.policy.Workflow == nil:
+			// Only the outbox's own send activity says this.
+			f.topicPaused = true
 		case appErr.Type() == ErrTypeWrongDeployment && d.policy.Activity == nil && d.policy.Workflow == nil:
 			// Only the outbox's own send activity says this; a team's activity that did
 			// would be read as the team's failure below.

@@ -66,6 +66,10 @@ const (
 	// ErrTypeNotAttempted marks a message of a batch that was not sent: the batch's send
 	// timeout ran out before its turn. It leaves the batch with no attempt used.
 	ErrTypeNotAttempted = "OutboxNotAttempted"
+	// ErrTypeTopicPaused marks a send that found its topic paused (outbox topic pause):
+	// nothing was sent, and the workflow waits for the resume without using up an
+	// attempt.
+	ErrTypeTopicPaused = "OutboxTopicPaused"
 )
 
 // SearchStatus is a value of the OutboxStatus search attribute.
@@ -80,6 +84,9 @@ const (
 	// keeps the status it had.
 	SearchStatusSent SearchStatus = "sent"
 	SearchStatusDead SearchStatus = "dead"
+	// SearchStatusPaused marks a run whose send found its topic paused: it waits for the
+	// resume without using up attempts. The status it had comes back when a send runs.
+	SearchStatusPaused SearchStatus = "paused"
 	// SearchStatusBatch marks an OutboxBatch run (the batch lane), which carries many
 	// messages; its messages in trouble have runs of their own.
 	SearchStatusBatch SearchStatus = "batch"

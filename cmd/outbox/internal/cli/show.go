@@ -71,7 +71,8 @@ reason the attempts are missing.`,
 type messageView struct {
 	MessageID     uuid.UUID          `json:"message_id"`
 	Topic         string             `json:"topic"`
-	Status        store.Status       `json:"status,omitempty"` // empty when the row is gone (retention)
+	Status        store.Status       `json:"status,omitempty"`       // empty when the row is gone (retention)
+	Paused        bool               `json:"topic_paused,omitempty"` // the topic is paused (outbox topic pause)
 	Payload       json.RawMessage    `json:"payload,omitempty"`
 	Headers       map[string]string  `json:"headers,omitempty"`
 	RetryTimes    int                `json:"retry_times"`
@@ -137,6 +138,7 @@ func inspectMessage(ctx context.Context, a *app.App, id uuid.UUID) (*messageView
 		return nil, err
 	default:
 		v.Topic, v.Status, v.Payload, v.Headers = row.Topic, row.Status, row.Payload, row.Headers
+		v.Paused = row.Paused
 		v.RetryTimes, v.MaxRetryTimes, v.NextRetryAt, v.LastError = row.RetryTimes, row.MaxRetryTimes, row.NextRetryAt, row.LastError
 		v.RedriveCount, v.CreatedAt, v.SentAt = row.RedriveCount, &row.CreatedAt, row.SentAt
 		v.OrderingKey, v.OrderingSeq = row.OrderingKey, row.OrderingSeq
@@ -379,7 +381,11 @@ func (v *messageView) write(w io.Writer) {
 	if v.rowMissing {
 		fmt.Fprintln(w, "Status       (no row: removed by retention or discarded)")
 	} else {
-		fmt.Fprintf(w, "Status       %s\nCreated      %s\n", v.Status, v.CreatedAt.Local().Format(layout))
+		status := string(v.Status)
+		if v.Paused && v.Status != store.StatusSent && v.Status != store.StatusDead && v.Status != store.StatusDiscarded {
+			status += fmt.Sprintf(", topic paused: waits for outbox topic resume %s", v.Topic)
+		}
+		fmt.Fprintf(w, "Status       %s\nCreated      %s\n", status, v.CreatedAt.Local().Format(layout))
 		if v.SentAt != nil {
 			fmt.Fprintf(w, "Sent         %s\n", v.SentAt.Local().Format(layout))
 		}

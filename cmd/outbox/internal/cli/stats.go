@@ -37,6 +37,7 @@ func newStatsCmd(g *globals) *cobra.Command {
 						"held_back":                    s.HeldBack,
 						"keys_blocked_by_dead":         s.KeysBlockedByDead,
 						"repaired_last_day":            s.RepairedLastDay,
+						"paused_topics":                append([]store.TopicPause{}, s.Paused...),
 						"at":                           s.At,
 					})
 				}
@@ -74,6 +75,16 @@ func newStatsCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(w, "Ordering keys    %d messages held back behind an earlier one of their key; %d keys blocked by a dead message\n",
 					s.HeldBack, s.KeysBlockedByDead)
 				fmt.Fprintf(w, "Reconciliation   %d rows repaired in the last day\n", s.RepairedLastDay)
+				fmt.Fprint(w, "Paused topics    ")
+				if len(s.Paused) == 0 {
+					fmt.Fprintln(w, "none")
+				}
+				for i, p := range s.Paused {
+					if i > 0 {
+						fmt.Fprint(w, "                 ")
+					}
+					fmt.Fprintf(w, "%s since %s by %s%s\n", p.Topic, p.PausedAt.Local().Format(time.DateTime), p.PausedBy, reasonSuffix(p.Reason))
+				}
 				return nil
 			})
 		},
