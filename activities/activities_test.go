@@ -130,6 +130,33 @@ func TestActivities(t *testing.T) {
 		require.EqualValues(t, 1, calls.Load())
 	})
 
+	t.Run("TeamTopicLearnsOfThePauseWhenItRecordsAFailure", func(t *testing.T) {
+		t.Parallel()
+		a, st := setup(t, 200)
+		id := enqueue(t, st, "inventory.reserve")
+		in := workflows.RecordFailureInput{MessageID: id, Topic: "inventory.reserve", Attempt: 1, Error: "stock service busy", ErrType: workflows.ErrTypeRetryable}
+		require.NoError(t, a.RecordFailure(ctx, in))
+		loaded, err := a.LoadMessage(ctx, workflows.LoadMessageInput{MessageID: id})
+		require.NoError(t, err)
+		require.False(t, loaded.Paused)
+
+		_, _, err = st.PauseTopic(ctx, "inventory.reserve", "ops", "")
+		require.NoError(t, err)
+		in.Attempt = 2
+		err = a.RecordFailure(ctx, in)
+		var appErr *temporal.ApplicationError
+		require.ErrorAs(t, err, &appErr)
+		require.Equal(t, workflows.ErrTypeTopicPaused, appErr.Type())
+		require.True(t, appErr.NonRetryable())
+		row, err := st.Get(ctx, mustUUID(t, id))
+		require.NoError(t, err)
+		require.Equal(t, 2, row.RetryTimes, "the failure is recorded all the same")
+		loaded, err = a.LoadMessage(ctx, workflows.LoadMessageInput{MessageID: id})
+		require.NoError(t, err)
+		require.True(t, loaded.Paused)
+		require.Equal(t, id, loaded.Message.MessageID)
+	})
+
 	t.Run("CheckWithoutCheckURLIsUnsupported", func(t *testing.T) {
 		t.Parallel()
 		a, st := setup(t, 200)

@@ -31,12 +31,13 @@ func (a *Activities) LoadMessage(ctx context.Context, in workflows.LoadMessageIn
 		return workflows.LoadMessageResult{}, err
 	}
 	m := message(row, 0, 0)
-	return workflows.LoadMessageResult{Message: m, OrderingKey: m.OrderingKey}, nil
+	return workflows.LoadMessageResult{Message: m, OrderingKey: m.OrderingKey, Paused: row.Paused}, nil
 }
 
 // RecordFailure records a failed attempt of a team's activity or workflow start on the
 // message's row (retry_times, last_error) and counts it in the send failure metric, as Send
-// does for a sink's attempt.
+// does for a sink's attempt. When the message's topic is paused it then fails with a
+// non-retryable ErrTypeTopicPaused error, which tells the run to wait for the resume.
 func (a *Activities) RecordFailure(ctx context.Context, in workflows.RecordFailureInput) error {
 	id, err := parseID(in.MessageID)
 	if err != nil {
@@ -44,6 +45,12 @@ func (a *Activities) RecordFailure(ctx context.Context, in workflows.RecordFailu
 	}
 	if err := a.noteFailure(ctx, id, in.Topic, in.Attempt, in.Error, in.ErrType); err != nil {
 		return temporal.NewApplicationError(err.Error(), workflows.ErrTypeStoreUnavailable)
+	}
+	// The team's attempts do not read the topic's pause: the run learns of it here, and
+	// waits for the resume before its next attempt.
+	if row, err := a.Store.Get(ctx, id); err == nil && row.Paused {
+		return temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("recorded; topic %q is paused (outbox topic resume %s ends the pause)", in.Topic, in.Topic), workflows.ErrTypeTopicPaused, nil)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"testing"
@@ -11,8 +12,12 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/starter"
 	"github.com/outbox-go/outbox/store"
 )
@@ -98,4 +103,55 @@ func (e *env) requireFound(t *testing.T, id uuid.UUID, query string) {
 		require.NoError(t, err)
 		return len(resp.GetExecutions()) == 1
 	}, 90*time.Second, 200*time.Millisecond, "%q finds the run", q)
+}
+
+// TestPauseTeamActivityTopic: a topic delivered by a team's activity (default policy),
+// whose first attempt failed as the topic was paused: its run learns of the pause when it
+// records that failure, waits marked paused without calling the team's activity again,
+// and after the resume makes its second attempt, which delivers it.
+func TestPauseTeamActivityTopic(t *testing.T) {
+	t.Parallel()
+	ts := newServer(t)
+	e := newEnv(t, ts)
+	ctx := context.Background()
+	teamQueue := "inventory-" + e.store.Schema()
+	e.cfg.Topics = map[string]config.Topic{"inventory.reserve": {Activity: "ReserveStock", TaskQueue: teamQueue}}
+	team := &inventoryTeam{attempts: map[string][]int{}, reserved: map[string]json.RawMessage{}, answers: map[string][]error{}}
+	started := make(chan struct{})
+	release := make(chan struct{})
+	teamWorker(t, e, teamQueue, func(w sdkworker.Worker) {
+		w.RegisterActivityWithOptions(func(ctx context.Context, m delivery.Message) error {
+			if m.Attempt == 1 {
+				close(started)
+				<-release // the maintenance begins while this attempt runs
+				return temporal.NewApplicationError("stock service in maintenance", "Maintenance")
+			}
+			return team.ReserveStock(ctx, m)
+		}, activity.RegisterOptions{Name: "ReserveStock"})
+	})
+	e.startWorker(t)
+	e.startRelay(t)
+
+	id, err := e.store.Enqueue(ctx, e.pool, store.Message{Topic: "inventory.reserve", Payload: json.RawMessage(`{"sku": "SKU-1"}`)})
+	require.NoError(t, err)
+	<-started
+	_, _, err = e.store.PauseTopic(ctx, "inventory.reserve", "ops", "")
+	require.NoError(t, err)
+	close(release)
+
+	e.requireFound(t, id, "OutboxStatus = 'paused' AND ExecutionStatus = 'Running'")
+	time.Sleep(20 * time.Second) // the pause: a fault of a given length, not a wait for an event
+	team.mu.Lock()
+	require.Empty(t, team.attempts[id.String()], "no attempt during the pause")
+	team.mu.Unlock()
+	row, err := e.store.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, 1, row.RetryTimes, "only the attempt that ran as the pause began")
+
+	_, _, err = e.store.ResumeTopic(ctx, "inventory.reserve")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return e.status(t, id) == store.StatusSent }, 2*time.Minute, 100*time.Millisecond)
+	team.mu.Lock()
+	require.Equal(t, []int{2}, team.attempts[id.String()])
+	team.mu.Unlock()
 }

@@ -222,9 +222,14 @@ func Delivery(ctx workflow.Context, in DeliveryInput) (DeliveryResult, error) {
 		}
 		storeOut = 0
 		last, unknown = f, f.ambiguous
-		d.recordFailure(attempt, f)
+		paused := d.recordFailure(attempt, f)
 		if f.permanent || attempt == d.maxAttempts {
 			break
+		}
+		if paused {
+			if err := d.waitWhilePaused(attempt); err != nil {
+				return DeliveryResult{}, err
+			}
 		}
 		if err := d.backoff(attempt, f); err != nil {
 			return DeliveryResult{}, err
@@ -519,9 +524,12 @@ func (d *delivery) checkProcessed() bool {
 
 // recordFailure records a failed attempt of a team's activity or workflow start on the
 // row, as the send activity records its own. A failure to record is logged and ignored.
-func (d *delivery) recordFailure(attempt int, f failure) {
+//
+// For a team's topic it reports whether the record found the topic paused: the team's
+// attempts do not read the pause, so the run learns of it here.
+func (d *delivery) recordFailure(attempt int, f failure) (paused bool) {
 	if d.policy.Activity == nil && d.policy.Workflow == nil {
-		return // the send activity recorded it
+		return false // the send activity recorded it
 	}
 	errType := ErrTypeRetryable
 	switch {
@@ -534,8 +542,35 @@ func (d *delivery) recordFailure(attempt int, f failure) {
 	err := workflow.ExecuteLocalActivity(ctx, ActivityRecordFailure, RecordFailureInput{
 		MessageID: d.in.MessageID, Topic: d.in.Topic, Attempt: attempt, Error: f.message, ErrType: errType,
 	}).Get(d.ctx, nil)
+	if isTopicPaused(err) {
+		return true // recorded, and the topic is paused
+	}
 	if err != nil {
 		d.logger.Warn("Cannot record the failed attempt on the row", "attempt", attempt, "error", err)
+	}
+	return false
+}
+
+// waitWhilePaused holds a run of a team's topic, after a failed attempt found the topic
+// paused, until the pause ends: waits as for a paused send (pausedWaitInitial to
+// pausedWaitMax), each followed by a read of the row (the load-message local activity),
+// so no attempt of the team's is used up meanwhile. The run is marked paused until the
+// backoff after it marks it retrying.
+func (d *delivery) waitWhilePaused(attempt int) error {
+	d.logger.Info("The topic is paused; waiting for the resume before the next attempt", "attempt", attempt)
+	d.setStatus(SearchStatusPaused)
+	for n := 1; ; n++ {
+		if err := workflow.Sleep(d.ctx, min(pausedWaitInitial<<min(n-1, 10), pausedWaitMax)); err != nil {
+			return err
+		}
+		var res LoadMessageResult
+		err := workflow.ExecuteLocalActivity(d.dbCtx, ActivityLoadMessage, LoadMessageInput{MessageID: d.in.MessageID}).Get(d.ctx, &res)
+		if err != nil || !res.Paused {
+			// Resumed, or the row cannot be read (the next attempt says why). The
+			// backoff that follows marks the run retrying again.
+			d.logger.Info("The topic is no longer paused", "attempt", attempt, "waits", n)
+			return nil
+		}
 	}
 }
 

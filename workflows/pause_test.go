@@ -80,3 +80,40 @@ func TestPausedTopicUsesNoAttempt(t *testing.T) {
 		})
 	}
 }
+
+// TestPausedTeamTopicWaitsBeforeItsNextAttempt: a team's activity does not read the
+// pause, so a run of its topic learns of it when it records a failed attempt; it then waits
+// (reading the row after each wait) until the resume, marked paused, and only then backs
+// off and makes its next attempt: a two-hour pause uses up no attempt.
+func TestPausedTeamTopicWaitsBeforeItsNextAttempt(t *testing.T) {
+	t.Parallel()
+	b := activitySetup(t, "")
+	b.input.Version, b.input.SearchAttributes = workflows.DeliveryVersion, true
+	b.onReserve(t, retryable("stock service in maintenance"), nil)
+	var pausedAt time.Time
+	b.env.OnActivity(workflows.ActivityRecordFailure, mock.Anything, mock.Anything).Return(func(context.Context, workflows.RecordFailureInput) error {
+		pausedAt = b.env.Now()
+		return temporal.NewNonRetryableApplicationError(`recorded; topic "order.created" is paused`, workflows.ErrTypeTopicPaused, nil)
+	}).Once()
+	reads := 0
+	b.env.OnActivity(workflows.ActivityLoadMessage, mock.Anything, mock.Anything).Return(func(context.Context, workflows.LoadMessageInput) (workflows.LoadMessageResult, error) {
+		reads++
+		return workflows.LoadMessageResult{Paused: b.env.Now().Sub(pausedAt) < 2*time.Hour}, nil
+	})
+	b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, mock.Anything).Return(nil).Once()
+	var upserts []string
+	b.env.OnUpsertTypedSearchAttributes(mock.Anything).Return(nil).Maybe().Run(func(args mock.Arguments) {
+		for _, u := range args.Get(0).(temporal.SearchAttributes).GetUntypedValues() {
+			upserts = append(upserts, u.(string))
+		}
+	})
+	res, err := b.run()
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Attempts, "the pause used up no attempt")
+	require.Len(t, b.sends, 2)
+	require.GreaterOrEqual(t, b.sends[1].Sub(b.sends[0]), 2*time.Hour, "the next attempt waited for the resume")
+	require.Less(t, b.sends[1].Sub(b.sends[0]), 2*time.Hour+2*time.Minute, "and came within a minute of it, after the backoff")
+	require.Greater(t, reads, 115)
+	require.Less(t, reads, 125, "about one read a minute")
+	require.Equal(t, []string{"paused", "retrying"}, upserts)
+}

@@ -441,6 +441,9 @@ type LoadMessageResult struct {
 	Message     dmsg.Message `json:"message"`
 	OrderingKey string       `json:"ordering_key,omitempty"`
 	AlreadySent bool         `json:"already_sent,omitempty"`
+	// Paused reports that the message's topic is paused (a run of a team's topic that
+	// waits for the resume reads it).
+	Paused bool `json:"paused,omitempty"`
 }
 
 // CheckProcessedInput is the input of the check-processed activity.
