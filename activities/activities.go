@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -36,6 +37,44 @@ type Activities struct {
 	TracerProvider trace.TracerProvider
 	// Client signals teams' workflows for topics with a signal. Optional otherwise.
 	Client client.Client
+	// MaxSendsPerTopic caps the sends of one topic that run at once in this process: a
+	// send over the cap is not made and fails with a retryable ErrTypeTopicBusy error,
+	// after which the delivery waits and asks again without using an attempt. So a topic
+	// whose downstream hangs holds at most this many of the worker's slots. 0 means no
+	// cap.
+	MaxSendsPerTopic int
+
+	slotsMu sync.Mutex
+	slots   map[string]int // sends running, by topic
+}
+
+// takeSlot counts a send of topic as running, unless the topic has MaxSendsPerTopic
+// running already; it reports whether it did. Each take is given back with giveSlot.
+func (a *Activities) takeSlot(topic string) bool {
+	if a.MaxSendsPerTopic <= 0 {
+		return true
+	}
+	a.slotsMu.Lock()
+	defer a.slotsMu.Unlock()
+	if a.slots[topic] >= a.MaxSendsPerTopic {
+		return false
+	}
+	if a.slots == nil {
+		a.slots = map[string]int{}
+	}
+	a.slots[topic]++
+	return true
+}
+
+func (a *Activities) giveSlot(topic string) {
+	if a.MaxSendsPerTopic <= 0 {
+		return
+	}
+	a.slotsMu.Lock()
+	defer a.slotsMu.Unlock()
+	if a.slots[topic]--; a.slots[topic] <= 0 {
+		delete(a.slots, topic)
+	}
 }
 
 // Register adds the activities to r under their workflow-facing names.
@@ -160,6 +199,12 @@ func (a *Activities) Send(ctx context.Context, in workflows.SendInput) (workflow
 	if err := a.checkDeployment(ctx, in.MessageID, in.Deployment); err != nil {
 		return workflows.SendResult{}, err
 	}
+	if !a.takeSlot(in.Topic) {
+		return workflows.SendResult{}, temporal.NewApplicationError(
+			fmt.Sprintf("topic %q has %d sends running on this worker, its limit (worker.max_sends_per_topic): its downstream is slow or hangs; the send waits for a slot", in.Topic, a.MaxSendsPerTopic),
+			workflows.ErrTypeTopicBusy)
+	}
+	defer a.giveSlot(in.Topic)
 	a.Metrics.SendAttempt(in.Topic)
 	row, h, err := a.loadWithinLimits(ctx, in.MessageID)
 	if isStoreUnavailable(err) {

@@ -157,6 +157,53 @@ func TestActivities(t *testing.T) {
 		require.Equal(t, id, loaded.Message.MessageID)
 	})
 
+	t.Run("SendsOverTheTopicsCapAreNotMade", func(t *testing.T) {
+		t.Parallel()
+		_, st := setup(t, 200)
+		reg := activities.NewRegistry()
+		entered, release := make(chan string, 4), make(chan struct{})
+		reg.HandleDefault(delivery.HandlerFunc(func(_ context.Context, m delivery.Message) error {
+			entered <- m.Topic
+			if m.Topic == "hangs" {
+				<-release
+			}
+			return nil
+		}))
+		a := &activities.Activities{Store: st, Handlers: reg, MaxSendsPerTopic: 2}
+		send := func(topic string) (string, error) {
+			id := enqueue(t, st, topic)
+			_, err := a.Send(ctx, workflows.SendInput{MessageID: id, Topic: topic, Attempt: 1, MaxAttempts: 4})
+			return id, err
+		}
+		// Two sends of the hanging topic hold its two slots.
+		done := make(chan error, 2)
+		for range 2 {
+			go func() { _, err := send("hangs"); done <- err }()
+			require.Equal(t, "hangs", <-entered)
+		}
+		// A third is not made: a retryable OutboxTopicBusy error, no attempt recorded.
+		id, err := send("hangs")
+		var appErr *temporal.ApplicationError
+		require.ErrorAs(t, err, &appErr)
+		require.Equal(t, workflows.ErrTypeTopicBusy, appErr.Type())
+		require.False(t, appErr.NonRetryable())
+		require.Contains(t, appErr.Message(), `topic "hangs" has 2 sends running on this worker, its limit (worker.max_sends_per_topic)`)
+		row, err := st.Get(ctx, mustUUID(t, id))
+		require.NoError(t, err)
+		require.Zero(t, row.RetryTimes)
+		require.Equal(t, store.StatusPending, row.Status)
+		// Another topic is sent meanwhile.
+		_, err = send("healthy")
+		require.NoError(t, err)
+		require.Equal(t, "healthy", <-entered)
+		// Once a slot is free, the topic's send is made.
+		close(release)
+		require.NoError(t, <-done)
+		require.NoError(t, <-done)
+		_, err = send("hangs")
+		require.NoError(t, err)
+	})
+
 	t.Run("CheckWithoutCheckURLIsUnsupported", func(t *testing.T) {
 		t.Parallel()
 		a, st := setup(t, 200)

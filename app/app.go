@@ -357,7 +357,8 @@ func (a *App) PrepareWorker(ctx context.Context, h Handlers) (worker.Deps, error
 			return worker.Deps{}, err
 		}
 	}
-	return worker.Deps{Store: a.driver(), Handlers: reg, Logger: a.Logger, Alerts: a.Config.AlertWebhooks(), Metrics: a.Metrics(), Client: a.Temporal, Deployment: id}, nil
+	return worker.Deps{Store: a.driver(), Handlers: reg, Logger: a.Logger, Alerts: a.Config.AlertWebhooks(), Metrics: a.Metrics(), Client: a.Temporal, Deployment: id,
+		MaxSendsPerTopic: a.Config.Worker.MaxSendsPerTopic}, nil
 }
 
 // openTimeout bounds the connecting of the topic sinks when the worker starts.

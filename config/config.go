@@ -162,6 +162,12 @@ type Worker struct {
 	// its local activities (the first attempts of sink topics, and the database steps).
 	// Defaults to 200.
 	MaxConcurrentActivities int `yaml:"max_concurrent_activities"`
+	// MaxSendsPerTopic caps the sends of one topic that one worker runs at once, so that
+	// a topic whose downstream hangs cannot take every send slot from the others: a send
+	// over it is not made, and its delivery waits and asks again without using an attempt.
+	// Defaults to half of MaxConcurrentActivities (100); at most MaxConcurrentActivities,
+	// which lets one topic take every slot.
+	MaxSendsPerTopic int `yaml:"max_sends_per_topic"`
 	// WorkflowTaskPollers and ActivityTaskPollers are the goroutines that poll Temporal
 	// for tasks. Defaults to 0, the SDK's default (2 each); otherwise 2 to 1000 (the SDK
 	// refuses 1).
@@ -784,6 +790,7 @@ func (c Config) WithDefaults() Config {
 		StartConcurrency: r.StartConcurrency, ReconcileAfter: Duration(rc.After), ReconcileInterval: Duration(rc.Interval),
 	}
 	c.Worker.MaxConcurrentActivities = cmp.Or(c.Worker.MaxConcurrentActivities, DefaultMaxActivities)
+	c.Worker.MaxSendsPerTopic = cmp.Or(c.Worker.MaxSendsPerTopic, max(c.Worker.MaxConcurrentActivities/2, 1))
 	c.Worker.StopTimeout = cmp.Or(c.Worker.StopTimeout, Duration(c.longestSendTimeout()+StopMargin))
 	c.UIURL = cmp.Or(c.UIURL, DefaultUIURL)
 	c.Retention.SentAfter = cmp.Or(c.Retention.SentAfter, Duration(DefaultSentRetention))
@@ -918,6 +925,9 @@ func (c *Config) Validate(sinks ...string) error {
 	}
 	if c.Worker.MaxConcurrentActivities < 1 {
 		bad("worker.max_concurrent_activities", "must be at least 1, got %d", c.Worker.MaxConcurrentActivities)
+	}
+	if c.Worker.MaxSendsPerTopic < 1 || c.Worker.MaxSendsPerTopic > max(c.Worker.MaxConcurrentActivities, 1) {
+		bad("worker.max_sends_per_topic", "must be between 1 and worker.max_concurrent_activities (%d), got %d", c.Worker.MaxConcurrentActivities, c.Worker.MaxSendsPerTopic)
 	}
 	if err := checkURL(c.UIURL); err != nil {
 		bad("ui_url", "%v", err)

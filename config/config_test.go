@@ -322,3 +322,32 @@ topics:
 	require.Equal(t, "v", a.Headers["X-Plain"])
 	require.Equal(t, "env:OUTBOX_TEST_TOKEN", d.Topics["a"].Headers["Authorization"], "the configuration keeps the reference")
 }
+
+// TestMaxSendsPerTopic: the per-topic send cap defaults to half the worker's activity
+// slots, follows max_concurrent_activities, and is refused outside 1..that.
+func TestMaxSendsPerTopic(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		yaml string
+		want int
+		err  string
+	}{
+		{"", 100, ""},
+		{"worker: {max_concurrent_activities: 10}\n", 5, ""},
+		{"worker: {max_concurrent_activities: 1}\n", 1, ""},
+		{"worker: {max_sends_per_topic: 200}\n", 200, ""},
+		{"worker: {max_sends_per_topic: 201}\n", 0, "worker.max_sends_per_topic: must be between 1 and worker.max_concurrent_activities (200), got 201"},
+		{"worker: {max_sends_per_topic: -1}\n", 0, "worker.max_sends_per_topic: must be between 1 and worker.max_concurrent_activities (200), got -1"},
+	} {
+		c, err := config.Parse(strings.NewReader("database_url: postgres://localhost/db\n" + tc.yaml))
+		require.NoError(t, err, tc.yaml)
+		d := c.WithDefaults()
+		err = d.Validate()
+		if tc.err != "" {
+			require.ErrorContains(t, err, tc.err, tc.yaml)
+			continue
+		}
+		require.NoError(t, err, tc.yaml)
+		require.Equal(t, tc.want, d.Worker.MaxSendsPerTopic, tc.yaml)
+	}
+}

@@ -87,7 +87,8 @@ func (e *env) startWorker(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, reg.Close()) })
 	require.NoError(t, reg.Open(context.Background()))
 	e.run(t, func(ctx context.Context) error {
-		return worker.Run(ctx, worker.Config{Client: e.client, TaskQueue: e.taskQueue, Deps: worker.Deps{Store: e.store, Handlers: reg, Logger: logger}})
+		return worker.Run(ctx, worker.Config{Client: e.client, TaskQueue: e.taskQueue, Deps: worker.Deps{Store: e.store, Handlers: reg, Logger: logger,
+			MaxSendsPerTopic: e.cfg.Worker.MaxSendsPerTopic}})
 	})
 }
 

@@ -42,6 +42,10 @@ type Deps struct {
 	// which Temporal retries, and never runs a step here. That needs the SDK's default
 	// WorkflowPanicPolicy, BlockWorkflow.
 	Deployment uuid.UUID
+	// MaxSendsPerTopic caps the sends of one topic this worker runs at once (see
+	// activities.Activities.MaxSendsPerTopic). 0 means no cap when the activities are
+	// registered with Register; Run caps at half the worker's local activity slots.
+	MaxSendsPerTopic int
 }
 
 // Register adds OutboxDelivery, OutboxBatch and their activities to r, which is usually a
@@ -57,7 +61,8 @@ func Register(r sdkworker.Registry, deps Deps) {
 	if deps.Handlers != nil {
 		deps.Metrics.KnownTopics(deps.Handlers.Topics()...)
 	}
-	a := &activities.Activities{Store: deps.Store, Handlers: deps.Handlers, Logger: deps.Logger, Alerts: deps.Alerts, Metrics: deps.Metrics, Client: deps.Client}
+	a := &activities.Activities{Store: deps.Store, Handlers: deps.Handlers, Logger: deps.Logger, Alerts: deps.Alerts, Metrics: deps.Metrics, Client: deps.Client,
+		MaxSendsPerTopic: deps.MaxSendsPerTopic}
 	a.Register(r)
 }
 
@@ -116,6 +121,10 @@ func Run(ctx context.Context, cfg Config) error {
 		deps.Client = cfg.Client
 	}
 	deps.Deployment = id
+	if deps.MaxSendsPerTopic == 0 {
+		// Half the slots the sends' first attempts run in (the SDK's default is 1000).
+		deps.MaxSendsPerTopic = max(cmp.Or(opts.MaxConcurrentLocalActivityExecutionSize, 1000)/2, 1)
+	}
 	Register(w, deps)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker on task queue %s: %w", taskQueue, err)

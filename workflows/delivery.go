@@ -205,14 +205,21 @@ func Delivery(ctx workflow.Context, in DeliveryInput) (DeliveryResult, error) {
 			}
 			continue
 		}
-		if f.storeUnavailable || f.wrongDeployment {
-			// Nothing was sent: wait for the database, or for a worker of this message's
-			// own deployment, and try the same attempt again.
+		if f.storeUnavailable || f.wrongDeployment || f.topicBusy {
+			// Nothing was sent: wait for the database, for a worker of this message's
+			// own deployment, or for a send slot of the topic, and try the same attempt
+			// again.
 			storeOut++
 			wait := min(storeWaitInitial<<min(storeOut-1, 10), storeWaitMax)
-			if f.wrongDeployment {
+			switch {
+			case f.topicBusy:
+				// A slot frees when one of the topic's sends ends, at worst at its timeout:
+				// asking more often than the paused waits only adds tasks.
+				wait = min(pausedWaitInitial<<min(storeOut-1, 10), pausedWaitMax)
+				d.logger.Info("The topic's sends fill their slots on the worker; the attempt is not used up", "attempt", attempt, "wait", wait, "error", f.message)
+			case f.wrongDeployment:
 				d.logger.Warn("The send reached a worker of another outbox database on this task queue; the attempt is not used up", "attempt", attempt, "wait", wait, "error", f.message)
-			} else {
+			default:
 				d.logger.Warn("The outbox database is unavailable; the attempt is not used up", "attempt", attempt, "wait", wait, "error", f.message)
 			}
 			if err := workflow.Sleep(ctx, wait); err != nil {
@@ -663,6 +670,7 @@ type failure struct {
 	storeUnavailable bool
 	wrongDeployment  bool // a worker of another outbox database refused the send
 	topicPaused      bool // the send found the topic paused
+	topicBusy        bool // the worker had no send slot left for the topic
 	retryAfter       time.Duration
 }
 
@@ -695,6 +703,8 @@ func (d *delivery) classify(err error) failure {
 		case appErr.Type() == ErrTypeTopicPaused && d.policy.Activity == nil && d.policy.Workflow == nil:
 			// Only the outbox's own send activity says this.
 			f.topicPaused = true
+		case appErr.Type() == ErrTypeTopicBusy && d.policy.Activity == nil && d.policy.Workflow == nil:
+			f.topicBusy = true
 		case appErr.Type() == ErrTypeWrongDeployment && d.policy.Activity == nil && d.policy.Workflow == nil:
 			// Only the outbox's own send activity says this; a team's activity that did
 			// would be read as the team's failure below.

@@ -326,6 +326,30 @@ func TestDeliveryUnknownOutcomes(t *testing.T) {
 		require.Greater(t, b.env.Now().Sub(start), 3*time.Minute, "the outage lasted minutes of test time")
 	})
 
+	t.Run("BusyTopicUsesNoAttempt", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, policy)
+		// The worker had no send slot for the topic five times (its downstream hangs for
+		// others' messages), then the send is made and delivers.
+		var attempts []int
+		calls := 0
+		b.env.OnActivity(workflows.ActivitySend, mock.Anything, mock.Anything).Return(func(_ context.Context, in workflows.SendInput) (workflows.SendResult, error) {
+			calls++
+			attempts = append(attempts, in.Attempt)
+			b.sends = append(b.sends, b.env.Now())
+			if calls <= 5 {
+				return workflows.SendResult{}, temporal.NewApplicationError("topic has 100 sends running", workflows.ErrTypeTopicBusy)
+			}
+			return workflows.SendResult{Recorded: true}, nil
+		}).Times(6)
+		b.input.Version = workflows.DeliveryVersion
+		res, err := b.run()
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Attempts)
+		require.Equal(t, []int{1, 1, 1, 1, 1, 1}, attempts)
+		require.Equal(t, 135*time.Second, b.sends[5].Sub(b.sends[0]), "waits of 5s, 10s, 20s, 40s, 60s after the busy sends")
+	})
+
 	t.Run("CheckFirstSkipsTheSendWhenProcessed", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, policy)

@@ -70,6 +70,10 @@ const (
 	// nothing was sent, and the workflow waits for the resume without using up an
 	// attempt.
 	ErrTypeTopicPaused = "OutboxTopicPaused"
+	// ErrTypeTopicBusy marks a send that its worker did not make because the topic had
+	// as many sends running there as it may (worker.max_sends_per_topic): nothing was
+	// sent, and the workflow waits and asks again without using up an attempt.
+	ErrTypeTopicBusy = "OutboxTopicBusy"
 )
 
 // SearchStatus is a value of the OutboxStatus search attribute.
