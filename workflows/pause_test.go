@@ -58,17 +58,12 @@ func TestPausedTopicUsesNoAttempt(t *testing.T) {
 				err := tc.after[len(attempts)-1]
 				return workflows.SendResult{Recorded: err == nil}, err
 			})
-			var upserts []string
-			b.env.OnUpsertTypedSearchAttributes(mock.Anything).Return(nil).Maybe().Run(func(args mock.Arguments) {
-				for _, u := range args.Get(0).(temporal.SearchAttributes).GetUntypedValues() {
-					upserts = append(upserts, u.(string))
-				}
-			})
+			upserts := b.recordUpserts()
 			res, err := b.run()
 			require.NoError(t, err)
 			require.Equal(t, len(tc.before)+len(tc.after), res.Attempts)
 			require.Equal(t, tc.attempts, attempts, "the attempt found paused is the one that runs after the resume")
-			require.Equal(t, tc.status, upserts)
+			require.Equal(t, tc.status, *upserts)
 			// 5 s, 10 s, 20 s, 40 s, then a minute at a time: about 2 actions a minute.
 			var waits []time.Duration
 			for i := 1; i < len(pausedSends); i++ {
@@ -101,12 +96,7 @@ func TestPausedTeamTopicWaitsBeforeItsNextAttempt(t *testing.T) {
 		return workflows.LoadMessageResult{Paused: b.env.Now().Sub(pausedAt) < 2*time.Hour}, nil
 	})
 	b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, mock.Anything).Return(nil).Once()
-	var upserts []string
-	b.env.OnUpsertTypedSearchAttributes(mock.Anything).Return(nil).Maybe().Run(func(args mock.Arguments) {
-		for _, u := range args.Get(0).(temporal.SearchAttributes).GetUntypedValues() {
-			upserts = append(upserts, u.(string))
-		}
-	})
+	upserts := b.recordUpserts()
 	res, err := b.run()
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Attempts, "the pause used up no attempt")
@@ -115,5 +105,16 @@ func TestPausedTeamTopicWaitsBeforeItsNextAttempt(t *testing.T) {
 	require.Less(t, b.sends[1].Sub(b.sends[0]), 2*time.Hour+2*time.Minute, "and came within a minute of it, after the backoff")
 	require.Greater(t, reads, 115)
 	require.Less(t, reads, 125, "about one read a minute")
-	require.Equal(t, []string{"paused", "retrying"}, upserts)
+	require.Equal(t, []string{"paused", "retrying"}, *upserts)
+}
+
+// recordUpserts records the values of the run's search-attribute upserts, in order.
+func (b *bundle) recordUpserts() *[]string {
+	var upserts []string
+	b.env.OnUpsertTypedSearchAttributes(mock.Anything).Return(nil).Maybe().Run(func(args mock.Arguments) {
+		for _, u := range args.Get(0).(temporal.SearchAttributes).GetUntypedValues() {
+			upserts = append(upserts, u.(string))
+		}
+	})
+	return &upserts
 }

@@ -5,7 +5,6 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/outbox-go/outbox/workflows"
 )
@@ -30,14 +29,9 @@ func TestDeliveredRunLeavesOutboxStatusAlone(t *testing.T) {
 		b.input.Version, b.input.SearchAttributes = tc.version, true
 		b.onSend(t, tc.errs...)
 		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, mock.Anything).Return(nil)
-		var upserts []string
-		b.env.OnUpsertTypedSearchAttributes(mock.Anything).Return(nil).Maybe().Run(func(args mock.Arguments) {
-			for _, u := range args.Get(0).(temporal.SearchAttributes).GetUntypedValues() {
-				upserts = append(upserts, u.(string))
-			}
-		})
+		upserts := b.recordUpserts()
 		_, err := b.run()
 		require.NoError(t, err)
-		require.Equal(t, tc.want, upserts, "version %d, %d attempts", tc.version, len(tc.errs))
+		require.Equal(t, tc.want, *upserts, "version %d, %d attempts", tc.version, len(tc.errs))
 	}
 }
