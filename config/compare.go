@@ -91,6 +91,8 @@ func handlerText(t Topic, ok bool) string {
 	switch {
 	case !ok:
 		return "no entry (no handler, no default)"
+	case t.Nexus.set():
+		return "Nexus operation " + t.Nexus.Endpoint + "/" + t.Nexus.Service + "/" + t.Nexus.Operation
 	case t.Activity != "":
 		return "activity " + t.Activity + " on task queue " + t.TaskQueue
 	case t.Workflow != "":

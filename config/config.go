@@ -353,6 +353,11 @@ type Topic struct {
 	// (processed bool, err error) for a delivery.Message. Optional.
 	CheckActivity string `yaml:"check_activity"`
 
+	// Nexus delivers the topic as an operation of a team's Nexus service, through a
+	// Nexus endpoint whose target is the team's namespace and task queue, with a
+	// delivery.Message as its input: one operation per attempt. Optional.
+	Nexus NexusSettings `yaml:"nexus"`
+
 	// Workflow delivers the topic by starting a team's workflow of this type name, on
 	// TaskQueue, with a delivery.Message as its input. Optional.
 	Workflow string `yaml:"workflow"`
@@ -487,8 +492,8 @@ func (c *Config) Registry(extra map[string]sinks.Factory) (*activities.Registry,
 	var errs []error
 	for _, topic := range slices.Sorted(maps.Keys(c.Topics)) {
 		t := c.Topics[topic]
-		if t.Activity != "" || t.Workflow != "" {
-			continue // delivered by the team's activity or workflow, not by a handler here
+		if t.deliveredByTeam() {
+			continue // delivered by the team's activity, workflow or operation, not by a handler here
 		}
 		errs = append(errs, build(fmt.Sprintf("topics[%q]", topic), topic, t))
 	}
@@ -588,6 +593,7 @@ func (t Topic) Policy() workflows.Policy {
 		FirstAttempt:       t.FirstAttempt,
 		Activity:           t.activityHandler(),
 		Workflow:           t.workflowHandler(),
+		Nexus:              t.nexusHandler(),
 		Batch:              t.batchPolicy(),
 	}.WithDefaults()
 }
@@ -606,6 +612,15 @@ func (t Topic) workflowHandler() *workflows.WorkflowHandler {
 		return nil
 	}
 	return &workflows.WorkflowHandler{Workflow: t.Workflow, TaskQueue: t.TaskQueue, WorkflowID: t.WorkflowID, IDReuse: t.WorkflowIDReuse, Signal: t.Signal}
+}
+
+// nexusHandler is the team's Nexus operation that delivers the topic, or nil.
+func (t Topic) nexusHandler() *workflows.NexusHandler {
+	if !t.Nexus.set() {
+		return nil
+	}
+	n := t.Nexus
+	return &workflows.NexusHandler{Endpoint: n.Endpoint, Service: n.Service, Operation: n.Operation, CheckOperation: n.CheckOperation, Timeout: time.Duration(n.Timeout)}
 }
 
 // activityHandler is the team's activity that delivers the topic, or nil.
@@ -632,6 +647,29 @@ type BatchSettings struct {
 }
 
 func (b BatchSettings) set() bool { return b != BatchSettings{} }
+
+// NexusSettings are a topic's Nexus operation (Topic.Nexus); see package sinks/teamnexus.
+type NexusSettings struct {
+	// Endpoint is the Nexus endpoint's name (temporal operator nexus endpoint create).
+	// Required.
+	Endpoint string `yaml:"endpoint"`
+	// Service is the Nexus service the handler's worker registers. Required.
+	Service string `yaml:"service"`
+	// Operation is the operation of Service that delivers the message. Required.
+	Operation string `yaml:"operation"`
+	// CheckOperation is the operation of Service that answers whether the team already
+	// processed the message (a delivery.Message in, a bool out). Optional.
+	CheckOperation string `yaml:"check_operation"`
+	// Timeout bounds one attempt (the operation's schedule-to-close timeout); running out
+	// is an ambiguous failure. Defaults to the topic's timeout.
+	Timeout Duration `yaml:"timeout"`
+}
+
+func (n NexusSettings) set() bool { return n != NexusSettings{} }
+
+// deliveredByTeam reports whether a team's activity, workflow or Nexus operation delivers
+// the topic rather than a sink in the outbox's worker.
+func (t Topic) deliveredByTeam() bool { return t.Activity != "" || t.Workflow != "" || t.Nexus.set() }
 
 // Values of Topic.Lane.
 const (
@@ -809,7 +847,7 @@ const StopMargin = 5 * time.Second
 func (c Config) longestSendTimeout() time.Duration {
 	longest := c.Policy("").SendTimeout
 	for _, t := range c.Topics {
-		if t.Activity == "" {
+		if t.Activity == "" && !t.Nexus.set() {
 			longest = max(longest, t.Policy().SendTimeout)
 		}
 	}
@@ -979,6 +1017,19 @@ func (t Topic) validate(field string, sinks []string) error {
 		errs = append(errs, fmt.Errorf("%s.%s: "+format, append([]any{field, sub}, args...)...))
 	}
 	switch sink := cmp.Or(t.Sink, "http"); {
+	case t.Nexus.set():
+		n := t.Nexus
+		for _, k := range []struct{ key, value string }{
+			{"activity", t.Activity}, {"workflow", t.Workflow}, {"task_queue", t.TaskQueue}, {"check_activity", t.CheckActivity},
+			{"sink", t.Sink}, {"url", t.URL}, {"check_url", t.CheckURL}, {"first_attempt", t.FirstAttempt}, {"lane", t.Lane},
+		} {
+			if k.value != "" {
+				bad(k.key, "must be empty for a topic delivered by Nexus operation %s/%s/%s, got %q", n.Endpoint, n.Service, n.Operation, k.value)
+			}
+		}
+		if err := t.nexusHandler().WithDefaults(time.Duration(cmp.Or(t.Timeout, Duration(workflows.DefaultSendTimeout)))).Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("%s.%w", field, err))
+		}
 	case t.Activity != "" && t.Workflow != "":
 		bad("workflow", "must be empty when activity is set (one of them delivers the topic), got %q", t.Workflow)
 	case t.Activity != "" || t.Workflow != "":

@@ -162,6 +162,13 @@ func TestParse(t *testing.T) {
 			{"topics: {a: {url: 'http://x', lane: batch, batch: {wait: 1m}}}\n", `topics["a"].batch.wait: must be between 0s and 10s (unset: 200ms), got 1m0s`},
 			{"topics: {a: {url: 'http://x', lane: batch, batch: {concurrency: -1}}}\n", `topics["a"].batch.concurrency: must be between 1 and 256 (unset: 16), got -1`},
 			{"default: {url: 'http://x', lane: batch}\n", ""},
+			{"topics: {a: {nexus: {endpoint: orders, service: s, operation: deliver, check_operation: delivered, timeout: 10s}}}\n", ""},
+			{"topics: {a: {nexus: {endpoint: orders, operation: deliver}}}\n", `topics["a"].nexus.service must name the Nexus service behind endpoint orders, got an empty name`},
+			{"topics: {a: {nexus: {endpoint: orders, service: s, operation: deliver}, url: 'http://x'}}\n", `topics["a"].url: must be empty for a topic delivered by Nexus operation orders/s/deliver, got "http://x"`},
+			{"topics: {a: {nexus: {endpoint: orders, service: s, operation: deliver}, activity: A}}\n", `topics["a"].activity: must be empty for a topic delivered by Nexus operation orders/s/deliver, got "A"`},
+			{"topics: {a: {nexus: {endpoint: orders, service: s, operation: deliver}, lane: batch}}\n", `topics["a"].lane: must be empty for a topic delivered by Nexus operation`},
+			{"topics: {a: {nexus: {endpoint: e, service: s, operation: o, timeout: -1s}}}\n", `topics["a"].nexus.timeout must be positive, got -1s`},
+			{"topics: {a: {nexus: {endpoint: e, service: s, operation: o, tiemout: 1s}}}\n", "field tiemout not found"},
 		} {
 			c, err := config.Parse(strings.NewReader(tc.yaml))
 			if err == nil {
@@ -178,6 +185,21 @@ func TestParse(t *testing.T) {
 				require.NotContains(t, err.Error(), secret, tc.yaml)
 			}
 		}
+	})
+
+	t.Run("NexusTopic", func(t *testing.T) {
+		t.Parallel()
+		c, err := config.Parse(strings.NewReader("topics: {payments.refund: {timeout: 8s, nexus: {endpoint: payments, service: outbox, operation: refund, check_operation: refunded}}}\n"))
+		require.NoError(t, err)
+		d := c.WithDefaults()
+		require.NoError(t, d.Validate())
+		p := d.Policy("payments.refund")
+		require.Equal(t, &workflows.NexusHandler{Endpoint: "payments", Service: "outbox", Operation: "refund", CheckOperation: "refunded", Timeout: 8 * time.Second}, p.Nexus)
+		// The outbox's worker has no handler to build for it.
+		reg, err := d.Registry(nil)
+		require.NoError(t, err)
+		require.Empty(t, reg.Topics())
+		require.NoError(t, reg.Close())
 	})
 
 	t.Run("KnownExtraSink", func(t *testing.T) {

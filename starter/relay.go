@@ -725,7 +725,7 @@ func (r *Relay) deploymentID() string {
 }
 
 // teamMessages reads, in one statement, the claimed rows of topics delivered by a team's
-// activity or workflow, whose run gives the message to that activity or workflow: the
+// activity, workflow or Nexus operation, whose run gives the message to that activity or workflow: the
 // input then carries it (DeliveryInput.Message) and the run needs no load step. Rows
 // handed over before are left out (their run reads the row, to learn whether an earlier
 // run delivered it), and so are payloads over the store's limit (their run's load
@@ -733,7 +733,7 @@ func (r *Relay) deploymentID() string {
 func (r *Relay) teamMessages(ctx context.Context, rows []store.Claimed) map[uuid.UUID]store.Row {
 	var ids []uuid.UUID
 	for _, row := range rows {
-		if p := r.cfg.Policy(row.Topic); (p.Activity != nil || p.Workflow != nil) && !row.MayHaveBeenSent() {
+		if r.cfg.Policy(row.Topic).DeliveredByTeam() && !row.MayHaveBeenSent() {
 			ids = append(ids, row.MessageID)
 		}
 	}
@@ -797,6 +797,11 @@ func (r *Relay) handOver(ctx context.Context, row store.Claimed, msg *store.Row,
 		CheckFirst:       checkFirst,
 		Version:          int(r.version.Load()),
 		Deployment:       r.deploymentID(),
+	}
+	if policy.Nexus != nil {
+		// A worker of an older version would not know the Nexus operation: it leaves a
+		// run of this version to a newer worker.
+		in.Version = max(in.Version, workflows.NexusVersion)
 	}
 	if msg != nil {
 		in.Message = &dmsg.Message{MessageID: row.MessageID.String(), Topic: msg.Topic, Payload: msg.Payload, Headers: msg.Headers, CreatedAt: msg.CreatedAt}

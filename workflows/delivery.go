@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nexus-rpc/sdk-go/nexus"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
@@ -336,6 +337,9 @@ func newDelivery(ctx workflow.Context, in DeliveryInput) *delivery {
 		d.checkCtx = workflow.WithActivityOptions(ctx, check)
 		d.checkable = a.CheckActivity != ""
 	}
+	if n := policy.Nexus; n != nil {
+		d.checkable = n.CheckOperation != ""
+	}
 	if policy.Workflow != nil {
 		// Nothing to ask: the started workflow's ID is the de-duplication key.
 		d.checkable = false
@@ -372,11 +376,19 @@ func (d *delivery) setStatus(status SearchStatus) {
 	}
 }
 
-// send runs one send attempt: the send activity, or the team's activity of the topic.
-// recorded reports a send activity that recorded the row sent itself.
+// send runs one send attempt: the send activity, or the team's activity, workflow or
+// Nexus operation of the topic. recorded reports a send activity that recorded the row
+// sent itself.
 func (d *delivery) send(attempt int) (recorded bool, err error) {
 	if w := d.policy.Workflow; w != nil {
 		return false, d.startWorkflow(w, attempt)
+	}
+	if n := d.policy.Nexus; n != nil {
+		msg, _, done, err := d.attemptMessage(attempt)
+		if err != nil || done {
+			return false, err
+		}
+		return false, d.nexusOperation(n, n.Operation, msg).Get(d.ctx, nil)
 	}
 	a := d.policy.Activity
 	if a == nil {
@@ -484,6 +496,13 @@ func (d *delivery) startWorkflow(w *WorkflowHandler, attempt int) error {
 	return nil
 }
 
+// nexusOperation calls operation of the topic's Nexus service with msg: one operation in
+// the history, bounded by the topic's Nexus timeout.
+func (d *delivery) nexusOperation(n *NexusHandler, operation string, msg dmsg.Message) workflow.NexusOperationFuture {
+	c := workflow.NewNexusClient(n.Endpoint, n.Service)
+	return c.ExecuteOperation(d.ctx, operation, msg, workflow.NexusOperationOptions{ScheduleToCloseTimeout: n.Timeout})
+}
+
 // load reads the message for a team's activity, once per run (a local activity: the
 // payload is in the history, encoded by the payload codec when one is configured).
 func (d *delivery) load() (*LoadMessageResult, error) {
@@ -507,6 +526,9 @@ func (d *delivery) checkProcessed() bool {
 	if a := d.policy.Activity; a != nil {
 		return d.checkWithTeam(a)
 	}
+	if n := d.policy.Nexus; n != nil {
+		return d.checkWithNexus(n)
+	}
 	var res CheckProcessedResult
 	in := CheckProcessedInput{MessageID: d.in.MessageID, Topic: d.in.Topic, Deployment: d.in.Deployment}
 	err := workflow.ExecuteActivity(d.checkCtx, ActivityCheckProcessed, in).Get(d.ctx, &res)
@@ -529,13 +551,13 @@ func (d *delivery) checkProcessed() bool {
 	return err == nil && res.Supported && res.Processed
 }
 
-// recordFailure records a failed attempt of a team's activity or workflow start on the
-// row, as the send activity records its own. A failure to record is logged and ignored.
+// recordFailure records a failed attempt of a team's activity, workflow start or Nexus
+// operation on the row, as the send activity records its own. A failure to record is logged and ignored.
 //
 // For a team's topic it reports whether the record found the topic paused: the team's
 // attempts do not read the pause, so the run learns of it here.
 func (d *delivery) recordFailure(attempt int, f failure) (paused bool) {
-	if d.policy.Activity == nil && d.policy.Workflow == nil {
+	if !d.policy.DeliveredByTeam() {
 		return false // the send activity recorded it
 	}
 	errType := ErrTypeRetryable
@@ -594,6 +616,24 @@ func (d *delivery) checkWithTeam(a *ActivityHandler) bool {
 	var processed bool
 	if err := workflow.ExecuteActivity(d.checkCtx, a.CheckActivity, loaded.Message).Get(d.ctx, &processed); err != nil {
 		d.logger.Warn("Check activity failed; sending again", "activity", a.CheckActivity, "error", err)
+		return false
+	}
+	return processed
+}
+
+// checkWithNexus asks the topic's check operation of its Nexus service.
+func (d *delivery) checkWithNexus(n *NexusHandler) bool {
+	loaded, err := d.load()
+	if err != nil {
+		d.logger.Warn("Cannot load the message to check it; sending again", "error", err)
+		return false
+	}
+	if loaded.AlreadySent {
+		return true
+	}
+	var processed bool
+	if err := d.nexusOperation(n, n.CheckOperation, loaded.Message).Get(d.ctx, &processed); err != nil {
+		d.logger.Warn("Check operation failed; sending again", "operation", n.CheckOperation, "error", err)
 		return false
 	}
 	return processed
@@ -674,6 +714,26 @@ type failure struct {
 	retryAfter       time.Duration
 }
 
+// nexusFailure returns what a Nexus operation's error says about the attempt: the error
+// the handler failed the operation with (the SDK wraps it in an ApplicationError of type
+// "OperationError", non-retryable because the operation ended), the handler's refusal, or
+// the timeout; err itself when it is not an operation's error.
+func nexusFailure(err error) error {
+	var opErr *temporal.NexusOperationError
+	if !errors.As(err, &opErr) || opErr.Cause == nil {
+		return err
+	}
+	var appErr *temporal.ApplicationError
+	if errors.As(opErr.Cause, &appErr) && appErr.Type() == nexusOperationErrorType && appErr.Unwrap() != nil {
+		return appErr.Unwrap()
+	}
+	return opErr.Cause
+}
+
+// nexusOperationErrorType is the type of the ApplicationError a failed Nexus operation's
+// error arrives in.
+const nexusOperationErrorType = "OperationError"
+
 // isTopicPaused reports whether err is the send activity's ErrTypeTopicPaused.
 func isTopicPaused(err error) bool {
 	var appErr *temporal.ApplicationError
@@ -693,19 +753,33 @@ func (d *delivery) classify(err error) failure {
 		appErr     *temporal.ApplicationError
 		timeoutErr *temporal.TimeoutError
 		panicErr   *temporal.PanicError
+		handlerErr *nexus.HandlerError
+		team       = d.policy.DeliveredByTeam()
 	)
+	if n := d.policy.Nexus; n != nil {
+		err = nexusFailure(err)
+		if errors.As(err, &timeoutErr) {
+			return failure{message: fmt.Sprintf("Nexus operation %s did not complete within %s (the handler is down, unreachable or slower)", n, n.Timeout), ambiguous: true}
+		}
+		if errors.As(err, &handlerErr) && !errors.As(err, &appErr) {
+			// The handler refused the request itself (its worker has no such service or
+			// operation, or cannot read the input): no retry makes it take the message.
+			msg := fmt.Sprintf("Nexus operation %s: %s", n, handlerErr.Error())
+			return failure{message: msg, permanent: !handlerErr.Retryable(), ambiguous: handlerErr.Retryable()}
+		}
+	}
 	switch {
 	case errors.As(err, &appErr):
 		f := failure{message: appErr.Message(), retryAfter: appErr.NextRetryDelay()}
 		switch {
 		case appErr.Type() == ErrTypeStoreUnavailable:
 			f.storeUnavailable = true
-		case appErr.Type() == ErrTypeTopicPaused && d.policy.Activity == nil && d.policy.Workflow == nil:
+		case appErr.Type() == ErrTypeTopicPaused && !team:
 			// Only the outbox's own send activity says this.
 			f.topicPaused = true
-		case appErr.Type() == ErrTypeTopicBusy && d.policy.Activity == nil && d.policy.Workflow == nil:
+		case appErr.Type() == ErrTypeTopicBusy && !team:
 			f.topicBusy = true
-		case appErr.Type() == ErrTypeWrongDeployment && d.policy.Activity == nil && d.policy.Workflow == nil:
+		case appErr.Type() == ErrTypeWrongDeployment && !team:
 			// Only the outbox's own send activity says this; a team's activity that did
 			// would be read as the team's failure below.
 			f.wrongDeployment = true
@@ -714,9 +788,9 @@ func (d *delivery) classify(err error) failure {
 		case appErr.NonRetryable() || appErr.Type() == ErrTypePermanent || appErr.Type() == ErrTypeUnknownTopic:
 			f.permanent = true
 		case appErr.Type() == ErrTypeRetryable:
-		case (d.policy.Activity != nil || d.policy.Workflow != nil) && appErr.Type() != ErrTypeAmbiguous:
-			// A team's activity failed as Temporal's retries see it: it did not do its
-			// work, and another attempt may.
+		case team && appErr.Type() != ErrTypeAmbiguous:
+			// A team's activity or operation failed as Temporal's retries see it: it did
+			// not do its work, and another attempt may.
 		default:
 			f.ambiguous = true
 		}

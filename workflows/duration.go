@@ -27,6 +27,7 @@ type policyJSON struct {
 	FirstAttempt       string           `json:"first_attempt,omitempty"`
 	Activity           *ActivityHandler `json:"activity,omitempty"`
 	Workflow           *WorkflowHandler `json:"workflow,omitempty"`
+	Nexus              *NexusHandler    `json:"nexus,omitempty"`
 	Batch              *BatchPolicy     `json:"batch,omitempty"`
 }
 
@@ -41,6 +42,7 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 		FirstAttempt:       p.FirstAttempt,
 		Activity:           p.Activity,
 		Workflow:           p.Workflow,
+		Nexus:              p.Nexus,
 		Batch:              p.Batch,
 	}
 	if p.MarkSentTimeout != 0 {
@@ -65,6 +67,7 @@ func (p *Policy) UnmarshalJSON(b []byte) error {
 		FirstAttempt:       j.FirstAttempt,
 		Activity:           j.Activity,
 		Workflow:           j.Workflow,
+		Nexus:              j.Nexus,
 		Batch:              j.Batch,
 	}
 	if j.MarkSentTimeout != nil {

@@ -18,6 +18,7 @@ import (
 
 	dmsg "github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/sinks/teamactivity"
+	"github.com/outbox-go/outbox/sinks/teamnexus"
 	"github.com/outbox-go/outbox/sinks/teamworkflow"
 )
 
@@ -139,6 +140,9 @@ type Policy struct {
 	Activity *ActivityHandler `json:"activity,omitempty"`
 	// Workflow, when set, delivers the message by starting a team's workflow.
 	Workflow *WorkflowHandler `json:"workflow,omitempty"`
+	// Nexus, when set, delivers the message as an operation of a team's Nexus service,
+	// through a Nexus endpoint (versions NexusVersion and later).
+	Nexus *NexusHandler `json:"nexus,omitempty"`
 	// Batch, when set, puts the topic in the batch lane: the relay hands its rows over in
 	// batches, each to one OutboxBatch run (see Batch). A message's own run has none.
 	Batch *BatchPolicy `json:"batch,omitempty"`
@@ -174,6 +178,9 @@ const DefaultWorkflowIDTemplate = teamworkflow.DefaultWorkflowIDTemplate
 
 // IDReusePolicies maps the workflow_id_reuse values to Temporal's policies.
 var IDReusePolicies = teamworkflow.IDReusePolicies
+
+// NexusHandler is a topic's Nexus operation (see package sinks/teamnexus).
+type NexusHandler = teamnexus.Config
 
 // ActivityHandler is a topic's team activity (see package sinks/teamactivity).
 type ActivityHandler = teamactivity.Config
@@ -252,6 +259,10 @@ func (p Policy) WithDefaults() Policy {
 		a := p.Activity.WithDefaults(p.SendTimeout)
 		p.Activity = &a
 	}
+	if p.Nexus != nil {
+		n := p.Nexus.WithDefaults(p.SendTimeout)
+		p.Nexus = &n
+	}
 	if p.Batch != nil {
 		b := p.Batch.WithDefaults()
 		p.Batch = &b
@@ -278,6 +289,14 @@ func (p Policy) Validate() error {
 	if p.Workflow != nil && p.Activity != nil {
 		return fmt.Errorf("activity and workflow cannot both deliver a topic")
 	}
+	if p.Nexus != nil && (p.Activity != nil || p.Workflow != nil) {
+		return fmt.Errorf("nexus and activity or workflow cannot both deliver a topic")
+	}
+	if n := p.Nexus; n != nil {
+		if err := n.Validate(); err != nil {
+			return err
+		}
+	}
 	if w := p.Workflow; w != nil {
 		if err := w.Validate(); err != nil {
 			return err
@@ -289,8 +308,8 @@ func (p Policy) Validate() error {
 		}
 	}
 	if b := p.Batch; b != nil {
-		if p.Activity != nil || p.Workflow != nil {
-			return fmt.Errorf("lane batch needs a sink in the outbox's worker: a team's activity or workflow delivers one message per attempt")
+		if p.DeliveredByTeam() {
+			return fmt.Errorf("lane batch needs a sink in the outbox's worker: a team's activity, workflow or Nexus operation delivers one message per attempt")
 		}
 		if err := b.Validate(); err != nil {
 			return err
@@ -305,7 +324,13 @@ func (p Policy) Validate() error {
 // again from its input and its workflow task timeout (DeliveryInput.LocalFirstAttempt).
 func (p Policy) LocalFirstAttempt() bool {
 	p = p.WithDefaults()
-	return p.Activity == nil && p.Workflow == nil && p.FirstAttempt == FirstAttemptLocal && p.SendTimeout <= MaxLocalSendTimeout
+	return !p.DeliveredByTeam() && p.FirstAttempt == FirstAttemptLocal && p.SendTimeout <= MaxLocalSendTimeout
+}
+
+// DeliveredByTeam reports whether a team's activity, workflow or Nexus operation delivers
+// the topic, outside the outbox's worker, rather than a sink in it.
+func (p Policy) DeliveredByTeam() bool {
+	return p.Activity != nil || p.Workflow != nil || p.Nexus != nil
 }
 
 // Backoff returns the wait after failed attempt n (1-based): InitialInterval ×
@@ -390,8 +415,13 @@ func (in DeliveryInput) LocalFirstAttempt() bool {
 // (DeliveryInput.Message) instead of loading it: 2 actions for a message delivered at the
 // first attempt, 3 for a team's activity or workflow; 5 adds the batch lane (OutboxBatch,
 // and a delivery that goes on from a batch's attempt, DeliveryInput.Prior). The relay
-// starts batches only while every worker on the task queue runs version 5.
-const DeliveryVersion = 5
+// starts batches only while every worker on the task queue runs version 5; 6 adds topics
+// delivered by a Nexus operation (Policy.Nexus), whose runs the relay always starts at
+// version 6 or later, so that a worker of an older version leaves them to a newer one.
+const DeliveryVersion = 6
+
+// NexusVersion is the first DeliveryVersion with Nexus topics.
+const NexusVersion = 6
 
 // BatchVersion is the first DeliveryVersion with the batch lane.
 const BatchVersion = 5

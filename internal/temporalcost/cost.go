@@ -4,7 +4,8 @@
 // The rules (Temporal Cloud's pricing page, "Actions"): the workflow start is one action;
 // each activity attempt is one; each timer; each search-attribute upsert after the start;
 // each signal sent to another workflow, and each signal the run receives; each child
-// workflow started; each side effect. The local activities that one workflow task records
+// workflow started; each Nexus operation scheduled, and each cancellation of one asked
+// for; each side effect. The local activities that one workflow task records
 // count together as one action. Search attributes given at the start and version markers
 // are free. A namespace's actions-per-second limit then caps messages per second at the
 // limit ÷ the actions per message.
@@ -49,7 +50,9 @@ func Count(events []*historypb.HistoryEvent) Cost {
 			enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES,
 			enumspb.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED,
 			enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED,
-			enumspb.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
+			enumspb.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED,
+			enumspb.EVENT_TYPE_NEXUS_OPERATION_SCHEDULED,
+			enumspb.EVENT_TYPE_NEXUS_OPERATION_CANCEL_REQUESTED:
 			c.Actions++
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
 			attempts[ev.GetEventId()] = max(attempts[ev.GetEventId()], 1)

@@ -40,10 +40,12 @@ func TestCountFollowsThePricingRules(t *testing.T) {
 		marker("SideEffect", 12),                                               // 1
 		event(15, enumspb.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED), // 1
 		event(16, enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED),                  // scheduled, not started yet: 1
-		event(17, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED),
+		event(17, enumspb.EVENT_TYPE_NEXUS_OPERATION_SCHEDULED),                // 1
+		event(18, enumspb.EVENT_TYPE_NEXUS_OPERATION_COMPLETED),
+		event(19, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED),
 	}
 	got := Count(h)
-	if want := (Cost{Actions: 11, Events: len(h)}); got != want {
+	if want := (Cost{Actions: 12, Events: len(h)}); got != want {
 		t.Fatalf("Count = %+v, want %+v", got, want)
 	}
 }
