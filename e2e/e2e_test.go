@@ -64,12 +64,18 @@ func newServer(t *testing.T) *temporaltest.TestServer {
 
 func newEnv(t *testing.T, ts *temporaltest.TestServer) *env {
 	t.Helper()
+	return newEnvOn(t, ts.GetDefaultClient(), ts.GetDefaultNamespace())
+}
+
+// newEnvOn is newEnv on the namespace of client c.
+func newEnvOn(t *testing.T, c client.Client, namespace string) *env {
+	t.Helper()
 	pool, st := testdb.Schema(t)
 	recv := newReceiver(t)
 	fast := config.Topic{Sink: "http", URL: recv.URL + "/events", InitialInterval: config.Duration(50 * time.Millisecond), MaxInterval: config.Duration(200 * time.Millisecond), Timeout: config.Duration(5 * time.Second)}
 	cfg := &config.Config{Topics: map[string]config.Topic{"order.created": fast, "order.failing": fast}}
 	return &env{
-		pool: pool, store: st, client: ts.GetDefaultClient(), namespace: ts.GetDefaultNamespace(),
+		pool: pool, store: st, client: c, namespace: namespace,
 		taskQueue: "outbox-" + st.Schema(), cfg: cfg, recv: recv,
 	}
 }
@@ -161,7 +167,12 @@ func (e *env) status(t *testing.T, id uuid.UUID) store.Status {
 
 func (e *env) waitStatus(t *testing.T, id uuid.UUID, status store.Status) {
 	t.Helper()
-	require.Eventually(t, func() bool { return e.status(t, id) == status }, 60*time.Second, 50*time.Millisecond,
+	e.waitStatusWithin(t, id, status, 60*time.Second)
+}
+
+func (e *env) waitStatusWithin(t *testing.T, id uuid.UUID, status store.Status, within time.Duration) {
+	t.Helper()
+	require.Eventually(t, func() bool { return e.status(t, id) == status }, within, 50*time.Millisecond,
 		"message %s never became %s", id, status)
 }
 

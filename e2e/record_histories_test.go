@@ -21,6 +21,7 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/temporalproto"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -40,7 +41,7 @@ const recordEnv = "OUTBOX_RECORD_HISTORIES"
 // recordGeneration names the folder of workflows/testdata that TestRecordHistories
 // writes. The replay test replays every generation, so when a change to OutboxDelivery adds
 // a path or changes its input, bump this and record: the older generations stay, guarded.
-const recordGeneration = "v8"
+const recordGeneration = "v9"
 
 // historiesDir is where workflows/replay_test.go reads the recorded histories from.
 var historiesDir = filepath.Join("..", "workflows", "testdata", recordGeneration)
@@ -376,22 +377,29 @@ func TestRecordHistories(t *testing.T) {
 				require.NoError(t, err)
 			}
 
-			hist := &historypb.History{}
-			iter := e.client.GetWorkflowHistory(ctx, wid, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-			for iter.HasNext() {
-				ev, err := iter.Next()
-				require.NoError(t, err)
-				hist.Events = append(hist.Events, ev)
-			}
-			require.NotEmpty(t, hist.Events)
-			data, err := temporalproto.CustomJSONMarshalOptions{Indent: "  "}.Marshal(hist)
-			require.NoError(t, err)
-			require.NoError(t, os.MkdirAll(historiesDir, 0o755))
-			path := filepath.Join(historiesDir, sc.file)
-			require.NoError(t, os.WriteFile(path, append(data, '\n'), 0o644))
-			t.Logf("wrote %s (%d events)", path, len(hist.Events))
+			writeHistory(t, e.client, wid, sc.file)
 		})
 	}
+}
+
+// writeHistory writes the history of workflowID's latest run as JSON to file in
+// historiesDir, for the replay test.
+func writeHistory(t *testing.T, c client.Client, workflowID, file string) {
+	t.Helper()
+	hist := &historypb.History{}
+	iter := c.GetWorkflowHistory(context.Background(), workflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for iter.HasNext() {
+		ev, err := iter.Next()
+		require.NoError(t, err)
+		hist.Events = append(hist.Events, ev)
+	}
+	require.NotEmpty(t, hist.Events)
+	data, err := temporalproto.CustomJSONMarshalOptions{Indent: "  "}.Marshal(hist)
+	require.NoError(t, err)
+	require.NoError(t, os.MkdirAll(historiesDir, 0o755))
+	path := filepath.Join(historiesDir, file)
+	require.NoError(t, os.WriteFile(path, append(data, '\n'), 0o644))
+	t.Logf("wrote %s (%d events)", path, len(hist.Events))
 }
 
 // start runs the env's worker and relay.

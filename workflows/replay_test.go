@@ -53,6 +53,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"batch_sent.json",
 		"batch_handed_over.json",
 		"delivery_from_batch.json",
+		"delivery_nexus_retried.json",
 	}
 	for _, name := range want {
 		require.FileExists(t, filepath.Join(latest, name))
