@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/delivery"
+	"github.com/outbox-go/outbox/internal/testdb"
 	"github.com/outbox-go/outbox/internal/testutil"
 	"github.com/outbox-go/outbox/sinks/teamnexus"
 	"github.com/outbox-go/outbox/store"
@@ -49,20 +51,21 @@ var buildTemporalServer = sync.OnceValues(func() (string, error) {
 	return bin, nil
 })
 
-// nexusServer starts the built-in Temporal server (the one outbox dev runs) with its HTTP
-// API on, which Nexus needs: the server hands an operation to the handler's worker through
-// its frontend's HTTP API, which temporaltest's server does not serve. It returns the
-// frontend's address; the server stops when the test ends.
+// nexusServer starts the built-in Temporal server (the one outbox dev runs) with its
+// default flags, which serve the frontend's HTTP API on a free port: Nexus needs it (the
+// server hands an operation to the handler's worker through it), and temporaltest's
+// server does not serve it. It returns the frontend's address; the server stops when the
+// test ends.
 func nexusServer(t *testing.T) string {
 	t.Helper()
 	bin, err := buildTemporalServer()
 	require.NoError(t, err)
-	ports := testutil.FreePorts(t, 5)
+	ports := testutil.FreePorts(t, 4)
 	dir := t.TempDir()
 	ready, logFile := filepath.Join(dir, "ready"), filepath.Join(dir, "temporal.log")
 	port := func(i int) string { return strconv.Itoa(ports[i]) }
 	cmd := exec.Command(bin, "--port", port(0), "--history-port", port(1), "--matching-port", port(2), "--worker-port", port(3),
-		"--http-port", port(4), "--ui-port", "0", "--ready-file", ready, "--log-file", logFile)
+		"--ui-port", "0", "--ready-file", ready, "--log-file", logFile)
 	require.NoError(t, cmd.Start())
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
@@ -269,6 +272,15 @@ func TestNexusTopic(t *testing.T) {
 	cost, events := historyCost(t, e, workflows.WorkflowID(delivered.String()))
 	t.Logf("a delivered message of a Nexus topic: %d actions, %d events: %s", cost.Actions, cost.Events, events)
 	require.Equal(t, 3, cost.Actions, events)
+	// outbox show lists the operations with their outcomes, as the UI does.
+	cfgPath := filepath.Join(t.TempDir(), "outbox.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte(fmt.Sprintf("schema: %s\ntemporal:\n  address: %s\n  namespace: default\n  task_queue: %s\n",
+		e.store.Schema(), address, e.taskQueue)), 0o600))
+	out, code := runOutbox(t, 2*time.Minute, "", map[string]string{"DATABASE_URL": testdb.URL()}, "show", "--config", cfgPath, retried.String())
+	require.Zero(t, code, out)
+	t.Logf("outbox show %s:\n%s", retried, out)
+	require.Regexp(t, `orders/orders/deliver\s+#1\s+nexus\s+failed: orders service busy`, out)
+	require.Regexp(t, `orders/orders/deliver\s+#2\s+nexus\s+ok`, out)
 	if os.Getenv(recordEnv) == "1" {
 		writeHistory(t, e.client, workflows.WorkflowID(retried.String()), "delivery_nexus_retried.json")
 	}

@@ -118,12 +118,15 @@ type batchView struct {
 
 // attemptView is one activity execution in a run's history.
 type attemptView struct {
-	Activity string    `json:"activity"` // OutboxSend, OutboxCheckProcessed, a team's activity, ...
-	Attempt  int       `json:"attempt"`  // counts the executions of this activity in the run, from 1
-	Local    bool      `json:"local"`    // ran as a local activity inside a workflow task
-	At       time.Time `json:"time"`     // when it was scheduled (recorded, for a local activity)
-	Outcome  string    `json:"outcome"`  // ok, failed, timed out, canceled or running
-	Error    string    `json:"error,omitempty"`
+	Activity string `json:"activity"` // OutboxSend, OutboxCheckProcessed, a team's activity, ...
+	Attempt  int    `json:"attempt"`  // counts the executions of this activity in the run, from 1
+	Local    bool   `json:"local"`    // ran as a local activity inside a workflow task
+	// Nexus marks an operation of a Nexus topic's service; Activity is then its
+	// endpoint/service/operation.
+	Nexus   bool      `json:"nexus,omitempty"`
+	At      time.Time `json:"time"`    // when it was scheduled (recorded, for a local activity)
+	Outcome string    `json:"outcome"` // ok, failed, timed out, canceled or running
+	Error   string    `json:"error,omitempty"`
 }
 
 // inspectMessage gathers the row, dead letters, audit and, when Temporal answers, the runs
@@ -294,7 +297,7 @@ func statusName(s enumspb.WorkflowExecutionStatus) string {
 }
 
 // runAttempts lists the activities a run's history records: each local activity's marker
-// and each scheduled activity with its outcome, in history order.
+// and each scheduled activity or Nexus operation with its outcome, in history order.
 func runAttempts(ctx context.Context, c client.Client, dc converter.DataConverter, fc converter.FailureConverter, workflowID, runID string) ([]attemptView, error) {
 	out := []attemptView{}
 	count := map[string]int{}
@@ -329,6 +332,13 @@ func runAttempts(ctx context.Context, c client.Client, dc converter.DataConverte
 			count[name]++
 			scheduled[ev.GetEventId()] = len(out)
 			out = append(out, attemptView{Activity: name, Attempt: count[name], At: at, Outcome: "running"})
+		case enumspb.EVENT_TYPE_NEXUS_OPERATION_SCHEDULED:
+			// A Nexus topic's attempt or check: one operation of the team's service.
+			n := ev.GetNexusOperationScheduledEventAttributes()
+			name := n.GetEndpoint() + "/" + n.GetService() + "/" + n.GetOperation()
+			count[name]++
+			scheduled[ev.GetEventId()] = len(out)
+			out = append(out, attemptView{Activity: name, Attempt: count[name], Nexus: true, At: at, Outcome: "running"})
 		default:
 			setOutcome(out, scheduled, ev, fc)
 		}
@@ -336,7 +346,7 @@ func runAttempts(ctx context.Context, c client.Client, dc converter.DataConverte
 	return out, nil
 }
 
-// setOutcome records the end of a scheduled activity.
+// setOutcome records the end of a scheduled activity or Nexus operation.
 func setOutcome(out []attemptView, scheduled map[int64]int, ev *historypb.HistoryEvent, fc converter.FailureConverter) {
 	var id int64
 	outcome, errText := "", ""
@@ -351,6 +361,16 @@ func setOutcome(out []attemptView, scheduled map[int64]int, ev *historypb.Histor
 		id, outcome, errText = a.GetScheduledEventId(), "timed out", failureText(fc, a.GetFailure())
 	case enumspb.EVENT_TYPE_ACTIVITY_TASK_CANCELED:
 		id, outcome = ev.GetActivityTaskCanceledEventAttributes().GetScheduledEventId(), "canceled"
+	case enumspb.EVENT_TYPE_NEXUS_OPERATION_COMPLETED:
+		id, outcome = ev.GetNexusOperationCompletedEventAttributes().GetScheduledEventId(), "ok"
+	case enumspb.EVENT_TYPE_NEXUS_OPERATION_FAILED:
+		a := ev.GetNexusOperationFailedEventAttributes()
+		id, outcome, errText = a.GetScheduledEventId(), "failed", failureText(fc, a.GetFailure())
+	case enumspb.EVENT_TYPE_NEXUS_OPERATION_TIMED_OUT:
+		a := ev.GetNexusOperationTimedOutEventAttributes()
+		id, outcome, errText = a.GetScheduledEventId(), "timed out", failureText(fc, a.GetFailure())
+	case enumspb.EVENT_TYPE_NEXUS_OPERATION_CANCELED:
+		id, outcome = ev.GetNexusOperationCanceledEventAttributes().GetScheduledEventId(), "canceled"
 	default:
 		return
 	}
@@ -430,8 +450,11 @@ func (v *messageView) write(w io.Writer) {
 		fmt.Fprintf(w, "\nRun %d of %d  %s  started %s\n  %s\n", i+1, len(v.Runs), r.Status, r.Start.Local().Format(layout), r.URL)
 		for _, a := range r.Attempts {
 			kind := "activity"
-			if a.Local {
+			switch {
+			case a.Local:
 				kind = "local"
+			case a.Nexus:
+				kind = "nexus"
 			}
 			line := fmt.Sprintf("  %s  %-22s #%-2d %-8s %s", a.At.Local().Format(layout), a.Activity, a.Attempt, kind, a.Outcome)
 			if a.Error != "" {

@@ -20,7 +20,8 @@ type TemporalOptions struct {
 	// IP the services bind to. Defaults to 127.0.0.1.
 	IP string
 	// FrontendPort defaults to 7233; HistoryPort, MatchingPort and WorkerPort to the
-	// three ports after it. FrontendHTTPPort (the HTTP API) is off when 0.
+	// three ports after it. FrontendHTTPPort (the HTTP API, which Nexus needs) is a free
+	// port when 0, as with the Temporal CLI's development server.
 	FrontendPort, HistoryPort, MatchingPort, WorkerPort, FrontendHTTPPort int
 	// DatabaseFile keeps the server's state; empty means a throwaway file (on tmpfs when
 	// the machine has one) removed at Stop.
@@ -75,7 +76,7 @@ func (o *TemporalOptions) AddFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.HistoryPort, "history-port", 0, "Temporal history service port (default: --port + 1; built-in server only)")
 	f.IntVar(&o.MatchingPort, "matching-port", 0, "Temporal matching service port (default: --port + 2; built-in server only)")
 	f.IntVar(&o.WorkerPort, "worker-port", 0, "Temporal worker service port (default: --port + 3; built-in server only)")
-	f.IntVar(&o.FrontendHTTPPort, "http-port", 0, "Temporal frontend HTTP API port (default: off)")
+	f.IntVar(&o.FrontendHTTPPort, "http-port", 0, "Temporal frontend HTTP API port, which Nexus needs (default: a free port)")
 	f.StringVar(&o.UIIP, "ui-ip", "127.0.0.1", "IP the Web UI binds to")
 	f.IntVar(&o.UIPort, "ui-port", 8233, "Web UI port (0: no UI)")
 	f.StringVar(&o.Namespace, "namespace", "default", "Temporal namespace")

@@ -26,6 +26,7 @@ import (
 	"github.com/temporalio/ui-server/v2/server/server_options"
 
 	"github.com/outbox-go/outbox/cmd/outbox/internal/dev"
+	"github.com/outbox-go/outbox/internal/localserver"
 	"github.com/outbox-go/outbox/workflows"
 )
 
@@ -211,6 +212,17 @@ func (o options) newServer(persistence config.Persistence, logger log.Logger, fr
 	service := func(port, httpPort int) config.Service {
 		return config.Service{RPC: config.RPC{GRPCPort: port, HTTPPort: httpPort, BindOnIP: o.IP}}
 	}
+	httpPort := o.FrontendHTTPPort
+	if httpPort == 0 {
+		// As the Temporal CLI's development server does: the HTTP API on a free port, so
+		// that Nexus, which the server dispatches to a handler's worker through it, works
+		// without a flag.
+		p, err := localserver.FreePort()
+		if err != nil {
+			return nil, fmt.Errorf("a port for the frontend's HTTP API: %w", err)
+		}
+		httpPort = p
+	}
 	cfg := &config.Config{
 		Global: config.Global{
 			Membership: config.Membership{MaxJoinDuration: 30 * time.Second, BroadcastAddress: o.IP},
@@ -227,7 +239,7 @@ func (o options) newServer(persistence config.Persistence, logger log.Logger, fr
 		},
 		DCRedirectionPolicy: config.DCRedirectionPolicy{Policy: "noop"},
 		Services: map[string]config.Service{
-			"frontend": service(o.FrontendPort, o.FrontendHTTPPort),
+			"frontend": service(o.FrontendPort, httpPort),
 			"history":  service(o.HistoryPort, 0),
 			"matching": service(o.MatchingPort, 0),
 			"worker":   service(o.WorkerPort, 0),
