@@ -139,7 +139,6 @@ require (
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/ncruces/go-strftime v1.0.0 // indirect
 	github.com/nexus-rpc/nexus-proto-annotations v0.1.0 // indirect
-	github.com/nexus-rpc/sdk-go v0.7.0 // indirect
 	github.com/olivere/elastic/v7 v7.0.32 // indirect
 	github.com/opentracing/opentracing-go v1.2.0 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
@@ -232,6 +231,7 @@ require (
 require (
 	github.com/lib/pq v1.12.3
 	github.com/nats-io/nats.go v1.55.0
+	github.com/nexus-rpc/sdk-go v0.7.0
 	github.com/outbox-go/outbox v0.0.0
 	github.com/outbox-go/outbox/store/mysqlstore v0.0.0
 	github.com/rabbitmq/amqp091-go v1.16.0

@@ -1,13 +1,15 @@
 // Package sinks holds what the sinks share. Each sink is a package of its own under
 // sinks/ that implements delivery.Handler and depends on package delivery and this one,
 // nothing above them: httpsink (sink: http, the default), natssink, rabbitsink and
-// kafkasink. A topic delivered by a team's own activity or workflow has no handler in the
-// outbox's worker: the delivery workflow calls it (packages teamactivity and
-// teamworkflow; the topic keys activity: and workflow:). To add a sink, copy natssink: a
+// kafkasink. A topic delivered by a team's own activity, workflow or Nexus operation has
+// no handler in the outbox's worker: the delivery workflow calls it (packages
+// teamactivity, teamworkflow and teamnexus; the topic keys activity:, workflow: and
+// nexus:). To add a sink, copy natssink: a
 // Config of its own with its defaults, New, Send, and where it can, CheckProcessed, Open
 // and Close; then run sinktest.Run against its real server.
 //
-// What the sinks share: the templates of subjects, routing keys and topics; the headers
+// What the sinks share: how a handler's error reaches the delivery workflow from another
+// process (ApplicationError); the templates of subjects, routing keys and topics; the headers
 // every message carries (OutboxHeaders: Outbox-Message-Id, Outbox-Topic,
 // Outbox-Created-At (RFC 3339), Outbox-Attempt, Outbox-Ordering-Key when the message has
 // one); the headers a broker acts on, which no row may set ([Reserved]); and TLS files. A
@@ -28,6 +30,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/internal/tracing"
@@ -234,3 +237,33 @@ type Spec struct {
 // (app.Handlers.Sinks, config.Config.Registry). A handler that holds a connection may
 // implement delivery.Opener and io.Closer.
 type Factory func(topic string, s Spec) (delivery.Handler, error)
+
+// ApplicationError returns a handler's error as the ApplicationError the delivery
+// workflow reads: its kind as the type (delivery.ErrTypePermanent, not retryable;
+// ErrTypeRetryable; ErrTypeAmbiguous) and its RetryAfter as the NextRetryDelay. An
+// ApplicationError (a handler that speaks Temporal already) is returned as it is; nil
+// stays nil. The result is never wrapped: wrapping would lose NonRetryable and
+// NextRetryDelay.
+func ApplicationError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		return appErr
+	}
+	var e *delivery.Error
+	if !errors.As(err, &e) {
+		return temporal.NewApplicationError(err.Error(), delivery.ErrTypeAmbiguous)
+	}
+	switch e.Kind {
+	case delivery.KindPermanent:
+		return temporal.NewNonRetryableApplicationError(err.Error(), delivery.ErrTypePermanent, nil)
+	case delivery.KindRetryable:
+		return temporal.NewApplicationErrorWithOptions(err.Error(), delivery.ErrTypeRetryable,
+			temporal.ApplicationErrorOptions{NextRetryDelay: e.RetryAfter})
+	default:
+		return temporal.NewApplicationErrorWithOptions(err.Error(), delivery.ErrTypeAmbiguous,
+			temporal.ApplicationErrorOptions{NextRetryDelay: e.RetryAfter})
+	}
+}

@@ -4,40 +4,13 @@ import (
 	"context"
 	"errors"
 
-	"go.temporal.io/sdk/temporal"
-
 	"github.com/outbox-go/outbox/delivery"
+	"github.com/outbox-go/outbox/sinks"
 )
 
 // ApplicationError returns a handler's error as the ApplicationError the delivery
-// workflow reads: its kind as the type (delivery.ErrTypePermanent, not retryable;
-// ErrTypeRetryable; ErrTypeAmbiguous) and its RetryAfter as the NextRetryDelay. An
-// ApplicationError (a handler that speaks Temporal already) is returned as it is; nil
-// stays nil. The result is never wrapped: wrapping would lose NonRetryable and
-// NextRetryDelay.
-func ApplicationError(err error) error {
-	if err == nil {
-		return nil
-	}
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) {
-		return appErr
-	}
-	var e *delivery.Error
-	if !errors.As(err, &e) {
-		return temporal.NewApplicationError(err.Error(), delivery.ErrTypeAmbiguous)
-	}
-	switch e.Kind {
-	case delivery.KindPermanent:
-		return temporal.NewNonRetryableApplicationError(err.Error(), delivery.ErrTypePermanent, nil)
-	case delivery.KindRetryable:
-		return temporal.NewApplicationErrorWithOptions(err.Error(), delivery.ErrTypeRetryable,
-			temporal.ApplicationErrorOptions{NextRetryDelay: e.RetryAfter})
-	default:
-		return temporal.NewApplicationErrorWithOptions(err.Error(), delivery.ErrTypeAmbiguous,
-			temporal.ApplicationErrorOptions{NextRetryDelay: e.RetryAfter})
-	}
-}
+// workflow reads (see sinks.ApplicationError).
+func ApplicationError(err error) error { return sinks.ApplicationError(err) }
 
 // Activity returns h as the activity a team registers in its own worker for a topic
 // configured with activity: and task_queue:, so that a handler runs the same way

@@ -7,19 +7,19 @@ import (
 	"github.com/nexus-rpc/sdk-go/nexus"
 
 	"github.com/outbox-go/outbox/delivery"
-	"github.com/outbox-go/outbox/sinks/teamactivity"
+	"github.com/outbox-go/outbox/sinks"
 )
 
 // OperationError returns a handler's error as the failed operation the delivery workflow
 // reads: the operation fails (so the Nexus machinery does not retry it behind the
 // workflow's back: each attempt is one operation), with the handler's error as
-// teamactivity.ApplicationError reports it as its cause (its kind as the type, its
+// sinks.ApplicationError reports it as its cause (its kind as the type, its
 // RetryAfter as the NextRetryDelay). nil stays nil.
 func OperationError(err error) error {
 	if err == nil {
 		return nil
 	}
-	return &nexus.OperationError{State: nexus.OperationStateFailed, Message: err.Error(), Cause: teamactivity.ApplicationError(err)}
+	return &nexus.OperationError{State: nexus.OperationStateFailed, Message: err.Error(), Cause: sinks.ApplicationError(err)}
 }
 
 // Operation returns h as the synchronous operation name of a team's Nexus service, for a
