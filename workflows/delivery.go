@@ -523,11 +523,8 @@ func (d *delivery) checkProcessed() bool {
 	if !d.checkable {
 		return false
 	}
-	if a := d.policy.Activity; a != nil {
-		return d.checkWithTeam(a)
-	}
-	if n := d.policy.Nexus; n != nil {
-		return d.checkWithNexus(n)
+	if d.policy.Activity != nil || d.policy.Nexus != nil {
+		return d.checkWithTeam()
 	}
 	var res CheckProcessedResult
 	in := CheckProcessedInput{MessageID: d.in.MessageID, Topic: d.in.Topic, Deployment: d.in.Deployment}
@@ -603,8 +600,9 @@ func (d *delivery) waitWhilePaused(attempt int) error {
 	}
 }
 
-// checkWithTeam asks the topic's check activity on the team's task queue.
-func (d *delivery) checkWithTeam(a *ActivityHandler) bool {
+// checkWithTeam asks the topic's check on the team's side: its check activity on the
+// team's task queue, or its check operation through the Nexus endpoint.
+func (d *delivery) checkWithTeam() bool {
 	loaded, err := d.load()
 	if err != nil {
 		d.logger.Warn("Cannot load the message to check it; sending again", "error", err)
@@ -613,27 +611,19 @@ func (d *delivery) checkWithTeam(a *ActivityHandler) bool {
 	if loaded.AlreadySent {
 		return true
 	}
-	var processed bool
-	if err := workflow.ExecuteActivity(d.checkCtx, a.CheckActivity, loaded.Message).Get(d.ctx, &processed); err != nil {
-		d.logger.Warn("Check activity failed; sending again", "activity", a.CheckActivity, "error", err)
-		return false
-	}
-	return processed
-}
-
-// checkWithNexus asks the topic's check operation of its Nexus service.
-func (d *delivery) checkWithNexus(n *NexusHandler) bool {
-	loaded, err := d.load()
-	if err != nil {
-		d.logger.Warn("Cannot load the message to check it; sending again", "error", err)
-		return false
-	}
-	if loaded.AlreadySent {
-		return true
+	var (
+		check workflow.Future
+		what  string
+	)
+	if n := d.policy.Nexus; n != nil {
+		check, what = d.nexusOperation(n, n.CheckOperation, loaded.Message), "operation "+n.CheckOperation
+	} else {
+		a := d.policy.Activity
+		check, what = workflow.ExecuteActivity(d.checkCtx, a.CheckActivity, loaded.Message), "activity "+a.CheckActivity
 	}
 	var processed bool
-	if err := d.nexusOperation(n, n.CheckOperation, loaded.Message).Get(d.ctx, &processed); err != nil {
-		d.logger.Warn("Check operation failed; sending again", "operation", n.CheckOperation, "error", err)
+	if err := check.Get(d.ctx, &processed); err != nil {
+		d.logger.Warn("The check failed; sending again", "check", what, "error", err)
 		return false
 	}
 	return processed
