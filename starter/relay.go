@@ -725,8 +725,8 @@ func (r *Relay) deploymentID() string {
 }
 
 // teamMessages reads, in one statement, the claimed rows of topics delivered by a team's
-// activity, workflow or Nexus operation, whose run gives the message to that activity or workflow: the
-// input then carries it (DeliveryInput.Message) and the run needs no load step. Rows
+// activity, workflow or Nexus operation, whose run gives the message to it: the input
+// then carries it (DeliveryInput.Message) and the run needs no load step. Rows
 // handed over before are left out (their run reads the row, to learn whether an earlier
 // run delivered it), and so are payloads over the store's limit (their run's load
 // dead-letters them with the reason). When the read fails, every run loads its message.

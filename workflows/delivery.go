@@ -549,7 +549,8 @@ func (d *delivery) checkProcessed() bool {
 }
 
 // recordFailure records a failed attempt of a team's activity, workflow start or Nexus
-// operation on the row, as the send activity records its own. A failure to record is logged and ignored.
+// operation on the row, as the send activity records its own. A failure to record is
+// logged and ignored.
 //
 // For a team's topic it reports whether the record found the topic paused: the team's
 // attempts do not read the pause, so the run learns of it here.
