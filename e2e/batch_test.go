@@ -322,6 +322,7 @@ topics:
 // publish. Every message is stored once, by its batch.
 func TestBatchLaneBrokers(t *testing.T) {
 	t.Parallel()
+	useRabbitMQ(t)
 	st, prefix := natsStream(t, "outbox_batch_")
 	exchange, queue := rabbitTopology(t, "clicks")
 

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -206,10 +207,25 @@ func drainQueue(t *testing.T, queue string) []string {
 	}
 }
 
+// rabbitInUse keeps restartRabbitMQ from taking the broker away under another test: a
+// test that uses RabbitMQ without restarting it holds it for reading for its whole run
+// (useRabbitMQ), a restart holds it for writing.
+var rabbitInUse sync.RWMutex
+
+// useRabbitMQ holds the broker for t: no other test restarts it until t ends. Call it
+// before any other cleanup that needs the broker is registered.
+func useRabbitMQ(t *testing.T) {
+	t.Helper()
+	rabbitInUse.RLock()
+	t.Cleanup(rabbitInUse.RUnlock)
+}
+
 // restartRabbitMQ stops the broker's application (every connection drops, the port
-// closes) for outage, then starts it again.
+// closes) for outage, then starts it again, once no other test uses it.
 func restartRabbitMQ(t *testing.T, outage time.Duration) {
 	t.Helper()
+	rabbitInUse.Lock()
+	defer rabbitInUse.Unlock()
 	ctl := func(args ...string) {
 		out, err := exec.Command("rabbitmqctl", args...).CombinedOutput()
 		require.NoError(t, err, "rabbitmqctl %s: %s", strings.Join(args, " "), out)

@@ -510,14 +510,22 @@ func (r *receiver) close() {
 // builtin --ephemeral runs it: the same server whatever is installed, so figures compare
 // from machine to machine) on free ports, its state thrown away at the end, without the UI.
 func startTemporal(ctx context.Context) (*dev.Server, error) {
-	ports, err := freePorts(4)
-	if err != nil {
-		return nil, err
+	for try := 1; ; try++ {
+		ports, err := freePorts(4)
+		if err != nil {
+			return nil, err
+		}
+		srv, err := dev.StartServer(ctx, dev.ServerBuiltin, dev.TemporalOptions{
+			FrontendPort: ports[0], HistoryPort: ports[1], MatchingPort: ports[2], WorkerPort: ports[3],
+			LogFile: filepath.Join(os.TempDir(), "outbox-bench-temporal.log"),
+		}, slog.New(slog.NewTextHandler(os.Stderr, nil)))
+		// A port found free can be taken before the server listens on it (by any
+		// connection's local port): pick others.
+		if err != nil && try < 3 && strings.Contains(err.Error(), "address already in use") {
+			continue
+		}
+		return srv, err
 	}
-	return dev.StartServer(ctx, dev.ServerBuiltin, dev.TemporalOptions{
-		FrontendPort: ports[0], HistoryPort: ports[1], MatchingPort: ports[2], WorkerPort: ports[3],
-		LogFile: filepath.Join(os.TempDir(), "outbox-bench-temporal.log"),
-	}, slog.New(slog.NewTextHandler(os.Stderr, nil)))
 }
 
 func freePorts(n int) ([]int, error) {
