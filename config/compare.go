@@ -92,7 +92,7 @@ func handlerText(t Topic, ok bool) string {
 	case !ok:
 		return "no entry (no handler, no default)"
 	case t.Nexus.set():
-		return "Nexus operation " + t.Nexus.Endpoint + "/" + t.Nexus.Service + "/" + t.Nexus.Operation
+		return "Nexus operation " + t.nexusHandler().String()
 	case t.Activity != "":
 		return "activity " + t.Activity + " on task queue " + t.TaskQueue
 	case t.Workflow != "":

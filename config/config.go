@@ -1018,17 +1018,15 @@ func (t Topic) validate(field string, sinks []string) error {
 	}
 	switch sink := cmp.Or(t.Sink, "http"); {
 	case t.Nexus.set():
-		n := t.Nexus
+		// The operation's own settings are checked with the topic's policy, below.
+		n := t.nexusHandler()
 		for _, k := range []struct{ key, value string }{
 			{"activity", t.Activity}, {"workflow", t.Workflow}, {"task_queue", t.TaskQueue}, {"check_activity", t.CheckActivity},
 			{"sink", t.Sink}, {"url", t.URL}, {"check_url", t.CheckURL}, {"first_attempt", t.FirstAttempt}, {"lane", t.Lane},
 		} {
 			if k.value != "" {
-				bad(k.key, "must be empty for a topic delivered by Nexus operation %s/%s/%s, got %q", n.Endpoint, n.Service, n.Operation, k.value)
+				bad(k.key, "must be empty for a topic delivered by Nexus operation %s, got %q", n, k.value)
 			}
-		}
-		if err := t.nexusHandler().WithDefaults(time.Duration(cmp.Or(t.Timeout, Duration(workflows.DefaultSendTimeout)))).Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("%s.%w", field, err))
 		}
 	case t.Activity != "" && t.Workflow != "":
 		bad("workflow", "must be empty when activity is set (one of them delivers the topic), got %q", t.Workflow)
