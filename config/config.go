@@ -154,6 +154,12 @@ type Relay struct {
 	ReconcileAfter Duration `yaml:"reconcile_after"`
 	// ReconcileInterval is how often the relay looks for such rows. Defaults to 1m.
 	ReconcileInterval Duration `yaml:"reconcile_interval"`
+	// MaxInFlightPerTopic is the most messages of one topic handed to Temporal and not
+	// yet sent or dead-lettered at once; the relays leave the rest in the table, parked,
+	// and hand them over oldest first as the topic's messages finish, so that one topic's
+	// backlog cannot delay the others. Keyed messages count but are not held by it.
+	// Defaults to 100; -1 sets no limit.
+	MaxInFlightPerTopic int `yaml:"max_in_flight_per_topic"`
 }
 
 // Worker tunes the worker.
@@ -333,6 +339,13 @@ type Topic struct {
 	// this topic is not redriven or discarded. False skips the dead message instead.
 	// Defaults to true.
 	DeadLetterBlocksKey *bool `yaml:"dead_letter_blocks_key"`
+	// MaxInFlight is the most messages of this topic handed to Temporal and not yet sent
+	// or dead-lettered at once: the relays leave the rest in the table. Defaults to
+	// relay.max_in_flight_per_topic, and to no limit for a topic of the batch lane (whose
+	// batches would otherwise be cut to the limit); -1 sets no limit. On the default
+	// entry it is the limit of the topics not listed, in place of
+	// relay.max_in_flight_per_topic.
+	MaxInFlight int `yaml:"max_in_flight"`
 
 	// Options holds settings of the sinks a worker registers.
 	Options map[string]string `yaml:"options"`
@@ -826,6 +839,7 @@ func (c Config) WithDefaults() Config {
 	c.Relay = Relay{
 		BatchSize: r.BatchSize, Wakeup: string(r.Wakeup), PollInterval: Duration(r.PollInterval), Lease: Duration(r.Lease),
 		StartConcurrency: r.StartConcurrency, ReconcileAfter: Duration(rc.After), ReconcileInterval: Duration(rc.Interval),
+		MaxInFlightPerTopic: r.MaxInFlightPerTopic,
 	}
 	c.Worker.MaxConcurrentActivities = cmp.Or(c.Worker.MaxConcurrentActivities, DefaultMaxActivities)
 	c.Worker.MaxSendsPerTopic = cmp.Or(c.Worker.MaxSendsPerTopic, max(c.Worker.MaxConcurrentActivities/2, 1))
@@ -859,7 +873,7 @@ func (c Config) longestSendTimeout() time.Duration {
 var relayKeys = map[string]string{
 	"BatchSize": "batch_size", "Wakeup": "wakeup", "PollInterval": "poll_interval", "Lease": "lease",
 	"StartConcurrency": "start_concurrency", "SweepInterval": "reconcile_interval",
-	"After": "reconcile_after", "Interval": "reconcile_interval",
+	"MaxInFlightPerTopic": "max_in_flight_per_topic", "After": "reconcile_after", "Interval": "reconcile_interval",
 }
 
 // starterConfig is the relay: section as a starter.Config, before defaults. The relay
@@ -868,6 +882,7 @@ func (r Relay) starterConfig() starter.Config {
 	return starter.Config{
 		BatchSize: r.BatchSize, Wakeup: starter.Wakeup(r.Wakeup), PollInterval: time.Duration(r.PollInterval),
 		Lease: time.Duration(r.Lease), StartConcurrency: r.StartConcurrency, SweepInterval: time.Duration(r.ReconcileInterval),
+		MaxInFlightPerTopic: r.MaxInFlightPerTopic,
 	}
 }
 
@@ -889,6 +904,10 @@ func (c *Config) RelayConfig() starter.Config {
 	r.NoSearchAttributes = !c.SearchAttributesEnabled()
 	r.Policy = c.Policy
 	r.Ordering = c.OrderingRules()
+	if c.Default != nil {
+		// The default entry's limit is the topics' not listed.
+		r.MaxInFlightPerTopic = cmp.Or(c.Default.maxInFlight(), r.MaxInFlightPerTopic)
+	}
 	return r
 }
 
@@ -1073,6 +1092,9 @@ func (t Topic) validate(field string, sinks []string) error {
 		bad("lane", "batch needs a sink in the outbox's worker; workflow %s is started once per message: leave lane unset", t.Workflow)
 	case t.Lane != LaneBatch && t.Batch.set():
 		bad("batch", "applies to lane: batch only, and the lane is %s: set lane: batch or remove batch", cmp.Or(t.Lane, LaneMessage))
+	}
+	if t.MaxInFlight < -1 {
+		bad("max_in_flight", "must be at least 1, or -1 for no limit (unset: relay.max_in_flight_per_topic), got %d", t.MaxInFlight)
 	}
 	if t.Batch.Size < 0 || t.Batch.Size > workflows.MaxBatchSize {
 		bad("batch.size", "must be between 1 and %d (unset: %d), got %d", workflows.MaxBatchSize, workflows.DefaultBatchSize, t.Batch.Size)
@@ -1265,6 +1287,15 @@ func (c *Config) Policy(topic string) workflows.Policy {
 	return t.Policy()
 }
 
+// maxInFlight is the topic's own limit of messages in flight: its max_in_flight, -1 (none)
+// for a topic of the batch lane without one, or 0 (the relay's).
+func (t Topic) maxInFlight() int {
+	if t.MaxInFlight == 0 && t.Lane == LaneBatch {
+		return -1
+	}
+	return t.MaxInFlight
+}
+
 // OrderingRules returns the claim's ordering settings for the configured topics: each
 // listed topic's own, and the default entry's (or the built-in defaults) for the rest.
 func (c *Config) OrderingRules() store.OrderingRules {
@@ -1287,6 +1318,12 @@ func (c *Config) OrderingRules() store.OrderingRules {
 		}
 		if isFalse(t.DeadLetterBlocksKey) {
 			r.Skipping = append(r.Skipping, name)
+		}
+		if n := t.maxInFlight(); n != 0 {
+			if r.TopicMaxInFlight == nil {
+				r.TopicMaxInFlight = map[string]int{}
+			}
+			r.TopicMaxInFlight[name] = n
 		}
 	}
 	return r

@@ -99,6 +99,7 @@ func TestParse(t *testing.T) {
 			{"relay: {start_concurrency: 2000}\n", "relay.start_concurrency: must be between 1 and 1000, got 2000"},
 			{"relay: {reconcile_interval: 5ms}\n", "relay.reconcile_interval: must be at least 10ms, got 5ms"},
 			{"relay: {wakeup: often}\n", `relay.wakeup: must be "poll" or "notify", got "often"`},
+			{"topics: {a: {url: 'http://x', max_in_flight: -2}}\n", `topics["a"].max_in_flight: must be at least 1, or -1 for no limit (unset: relay.max_in_flight_per_topic), got -2`},
 			{"schema: Bad-Schema\n", `got "Bad-Schema"`},
 			{"topics: {a: {url: 'not a url'}}\n", `topics["a"].url: must be an absolute http or https URL, got "(unparsable URL)"`},
 			{"topics: {a: {url: 'http://x', check_url: 'http://x/check'}}\n", `topics["a"].check_url: must contain {message_id}, got "http://x/check"`},
@@ -272,6 +273,32 @@ func TestRelayConfigIsStarters(t *testing.T) {
 	require.Equal(t, starter.ReconcilerConfig{After: starter.ReconcileAfterDefault, Interval: starter.ReconcileIntervalDefault}, d.ReconcilerConfig())
 	require.True(t, r.NoSearchAttributes)
 	require.Equal(t, r.WithDefaults().BatchSize, r.BatchSize)
+	require.Equal(t, starter.DefaultMaxInFlightPerTopic, r.WithDefaults().Ordering.MaxInFlight)
+
+	// The limits of messages in flight: the relay's default, and a topic's own.
+	c, err = config.Parse(strings.NewReader("relay: {max_in_flight_per_topic: 40}\ntopics:\n  bulk: {url: 'http://x', max_in_flight: 5}\n  any: {url: 'http://x', max_in_flight: -1}\n  plain: {url: 'http://x'}\n"))
+	require.NoError(t, err)
+	d = c.WithDefaults()
+	require.NoError(t, d.Validate())
+	r = d.RelayConfig().WithDefaults()
+	require.Equal(t, 40, r.MaxInFlightPerTopic)
+	for topic, want := range map[string]int{"bulk": 5, "any": 0, "plain": 40, "unlisted": 40} {
+		require.Equal(t, want, r.Ordering.InFlightLimit(topic), topic)
+	}
+	c, err = config.Parse(strings.NewReader("relay: {max_in_flight_per_topic: -1}\n"))
+	require.NoError(t, err)
+	d = c.WithDefaults()
+	require.Zero(t, d.RelayConfig().WithDefaults().Ordering.InFlightLimit("any"), "-1: no limit")
+	// A topic of the batch lane has none unless it sets one; the default entry's limit is
+	// the topics' not listed.
+	c, err = config.Parse(strings.NewReader("default: {url: 'http://x', max_in_flight: 7}\ntopics:\n  batched: {url: 'http://x', lane: batch}\n  capped: {url: 'http://x', lane: batch, max_in_flight: 300}\n"))
+	require.NoError(t, err)
+	d = c.WithDefaults()
+	require.NoError(t, d.Validate())
+	r = d.RelayConfig().WithDefaults()
+	for topic, want := range map[string]int{"batched": 0, "capped": 300, "unlisted": 7} {
+		require.Equal(t, want, r.Ordering.InFlightLimit(topic), topic)
+	}
 }
 
 // TestAttemptLimitsAgree: a topic's max_attempts and a row's max_retry_times (retries

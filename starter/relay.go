@@ -85,8 +85,18 @@ type Config struct {
 	SweepInterval time.Duration
 	// Ordering are the per-topic ordering settings of the claim. The zero value hands
 	// each key's messages over one at a time in commit order, and a dead message blocks
-	// its key until it is redriven or discarded.
+	// its key until it is redriven or discarded. Its MaxInFlight is set from
+	// MaxInFlightPerTopic.
 	Ordering store.OrderingRules
+	// MaxInFlightPerTopic is the most messages of one topic handed to Temporal and not
+	// yet sent or dead-lettered at once. The claim leaves a topic's rows beyond it in the
+	// table, parked at no cost to the claim, and hands them over oldest first as the
+	// topic's messages finish, so a topic with a backlog (thousands of rows committed at
+	// once, or a downstream that keeps failing) cannot fill the workers' queue ahead of
+	// the other topics. Keyed messages count but are not held by it (their key lets one
+	// through at a time). Defaults to DefaultMaxInFlightPerTopic; a negative value sets
+	// no limit.
+	MaxInFlightPerTopic int
 }
 
 // Wakeup is how a relay learns of new rows.
@@ -110,6 +120,15 @@ const (
 	DefaultStartConcurrency   = 16
 	DefaultStartTimeout       = 10 * time.Second
 	DefaultSweepInterval      = time.Minute
+	// DefaultMaxInFlightPerTopic is measured (docs/benchmarks.md): below a claim's batch
+	// (DefaultBatchSize), so that a backlog is parked at once rather than claimed a batch
+	// at a time ahead of the other topics, and enough for about 400 messages a second of
+	// one topic whose deliveries take 50ms.
+	DefaultMaxInFlightPerTopic = 20
+	// LimitPollInterval is how often, at the longest, the relay claims while messages
+	// wait for room under their topic's MaxInFlightPerTopic, whatever PollInterval is:
+	// nothing wakes it when a topic's messages finish.
+	LimitPollInterval = 50 * time.Millisecond
 )
 
 // Relay limits: Validate refuses values outside them.
@@ -147,6 +166,8 @@ func (c Config) WithDefaults() Config {
 	c.StartConcurrency = cmp.Or(c.StartConcurrency, DefaultStartConcurrency)
 	c.StartTimeout = cmp.Or(c.StartTimeout, DefaultStartTimeout)
 	c.SweepInterval = cmp.Or(c.SweepInterval, DefaultSweepInterval)
+	c.MaxInFlightPerTopic = cmp.Or(c.MaxInFlightPerTopic, DefaultMaxInFlightPerTopic)
+	c.Ordering.MaxInFlight = max(c.MaxInFlightPerTopic, 0)
 	if c.Policy == nil {
 		c.Policy = func(string) workflows.Policy { return workflows.Policy{} }
 	}
@@ -213,6 +234,10 @@ type Relay struct {
 	// or an older one while workers of an older outbox poll the task queue (see
 	// refreshVersion).
 	version atomic.Int32
+	// limitWaiting is set while the latest claim found rows parked for their topic's
+	// limit of messages in flight (store.ClaimResult.Waiting): Run claims again within
+	// LimitPollInterval, to hand them over as the topics' messages finish.
+	limitWaiting atomic.Bool
 
 	// held are the claimed rows of the batch lane waiting for their batch, by topic.
 	batchMu sync.Mutex
@@ -418,6 +443,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		if wait, ok := r.nextBatchDue(); ok {
 			sleep = min(sleep, max(wait, minWake))
 		}
+		if r.limitWaiting.Load() {
+			sleep = min(sleep, LimitPollInterval)
+		}
 		if n := r.refusedPasses(); n > 0 {
 			// Temporal refuses every start: claiming again sooner only re-tries the
 			// backlog. Notifications do not cut the wait short.
@@ -505,6 +533,7 @@ func (r *Relay) runOnce(ctx context.Context) (int, error) {
 		r.flushBatches(context.WithoutCancel(ctx), false)
 		return 0, err
 	}
+	r.limitWaiting.Store(claim.Waiting)
 	rows, batched := r.lanes(ctx, claim.Claimed)
 	r.hold(batched, began)
 	p := r.newPass(ctx, began)
@@ -557,7 +586,7 @@ func (p *pass) handOver(rows []store.Claimed, checkFirst func(store.Claimed) boo
 	}
 	r := p.r
 	messages := r.teamMessages(p.ctx, rows)
-	for _, row := range rows {
+	for _, row := range byTopicTurns(rows) {
 		p.sem <- struct{}{}
 		if time.Now().After(p.leaseEnd) {
 			<-p.sem
@@ -587,6 +616,32 @@ func (p *pass) handOver(rows []store.Claimed, checkFirst func(store.Claimed) boo
 			}
 		}()
 	}
+}
+
+// byTopicTurns returns rows in the order their topics take turns: the first row of each
+// topic, then the second of each, and so on, each topic's rows in their order. A pass that
+// hands over part of one topic's backlog then starts the other topics' rows in its first
+// round of starts, not behind the backlog.
+func byTopicTurns(rows []store.Claimed) []store.Claimed {
+	turn := make(map[string]int)
+	turns := make([]int, len(rows))
+	for i, row := range rows {
+		turns[i] = turn[row.Topic]
+		turn[row.Topic]++
+	}
+	if len(turn) < 2 {
+		return rows
+	}
+	order := make([]int, len(rows))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(turns[a], turns[b]) })
+	out := make([]store.Claimed, len(rows))
+	for i, j := range order {
+		out[i] = rows[j]
+	}
+	return out
 }
 
 // note counts one start and its refusal.

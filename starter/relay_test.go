@@ -99,6 +99,64 @@ func TestRelay(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 
+	t.Run("KeepsATopicToItsLimitOfMessagesInFlight", func(t *testing.T) {
+		t.Parallel()
+		rec := newRecorder()
+		// An hour between polls: only the waiting rows make the relay claim again.
+		r, st := setup(t, rec, starter.Config{TaskQueue: "q", MaxInFlightPerTopic: 3, BatchSize: 4, PollInterval: time.Hour})
+		var bulk []uuid.UUID
+		for range 10 {
+			bulk = append(bulk, enqueue(t, st, "bulk", nil))
+		}
+		late := enqueue(t, st, "orders", nil)
+		// Run claims until nothing is due: three of the backlog, the rest parked, and the
+		// other topic's row committed after the backlog.
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- r.Run(runCtx) }()
+		defer func() {
+			stop()
+			require.NoError(t, <-done)
+		}()
+		want := []string{"outbox-" + bulk[0].String(), "outbox-" + bulk[1].String(), "outbox-" + bulk[2].String(), "outbox-" + late.String()}
+		var got []string
+		for range want {
+			select {
+			case id := <-rec.started:
+				got = append(got, id)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("started %v, want %v", got, want)
+			}
+		}
+		require.ElementsMatch(t, want, got)
+		require.Eventually(t, func() bool { return status(t, st, late) == store.StatusDispatched }, 10*time.Second, 10*time.Millisecond)
+		select {
+		case id := <-rec.started:
+			t.Fatalf("started %s beyond the limit", id)
+		case <-time.After(300 * time.Millisecond):
+		}
+		// Two finish: the next two of the backlog follow, oldest first, without a new row
+		// or a notification to wake the relay.
+		for _, id := range bulk[:2] {
+			sent, err := st.RecordSent(ctx, id)
+			require.NoError(t, err)
+			require.NotNil(t, sent)
+		}
+		got = nil
+		for range 2 {
+			select {
+			case id := <-rec.started:
+				got = append(got, id)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("started %v once the topic had room, want two", got)
+			}
+		}
+		require.ElementsMatch(t, []string{"outbox-" + bulk[3].String(), "outbox-" + bulk[4].String()}, got)
+		for _, id := range bulk[5:] {
+			require.Equal(t, store.StatusPending, status(t, st, id))
+		}
+	})
+
 	t.Run("StartsWithPoliciesAndMarksDispatched", func(t *testing.T) {
 		t.Parallel()
 		rec := newRecorder()

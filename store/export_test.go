@@ -14,6 +14,10 @@ import (
 // parameters are the claim token, the lease in seconds, the limit and orderingArgs.
 func (s *Store) ClaimSQL() string { return fmt.Sprintf(claimSQL, s.messages, s.pauses) }
 
+// UnparkLimitedSQL is the statement that unparks rows parked for their topic's limit of
+// messages in flight, for EXPLAIN; its one parameter is the limit.
+func (s *Store) UnparkLimitedSQL() string { return fmt.Sprintf(unparkLimitedSQL, s.messages, s.pauses) }
+
 // Claim takes up to limit due rows (pending rows whose next_retry_at has passed, and
 // claimed rows whose lease has expired) and leases them for lease, ordering keyed
 // messages by the default rules.

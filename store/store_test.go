@@ -452,15 +452,28 @@ func TestClaim(t *testing.T) {
 		_, err = pool.Exec(ctx, `ANALYZE `+st.Schema()+`.outbox_messages`)
 		require.NoError(t, err)
 
-		rows, err := pool.Query(ctx, `EXPLAIN `+st.ClaimSQL(), uuid.New(), 30.0, 100, []string{}, []string{}, false, []string{}, false)
+		// With a limit on messages in flight, which reads the rows in flight by topic.
+		rows, err := pool.Query(ctx, `EXPLAIN `+st.ClaimSQL(), uuid.New(), 30.0, 100, []string{}, []string{}, false, []string{}, false, 100, []string{"slow"}, []int32{500})
 		require.NoError(t, err)
 		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err)
 		plan := strings.Join(lines, "\n")
+		t.Log(plan)
 		require.Contains(t, plan, "outbox_messages_claim_idx", plan)
+		require.Contains(t, plan, "outbox_messages_in_flight_idx", plan)
 		require.NotContains(t, plan, "Seq Scan on outbox_messages", plan)
 		// The paused topics are read once per claim, not once per row.
 		require.Regexp(t, `InitPlan \d+ \(returns \$\d+\)\n\s+->  Seq Scan on outbox_topic_pauses`, plan)
+
+		// The unparking of rows parked for the limit walks the parked rows' topics.
+		rows, err = pool.Query(ctx, `EXPLAIN `+st.UnparkLimitedSQL(), 100, []string{"slow"}, []int32{500})
+		require.NoError(t, err)
+		lines, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		plan = strings.Join(lines, "\n")
+		t.Log(plan)
+		require.Contains(t, plan, "outbox_messages_parked_topic_idx", plan)
+		require.NotContains(t, plan, "Seq Scan on outbox_messages", plan)
 	})
 }
 

@@ -25,8 +25,14 @@ import (
 // (held_back), which takes it off both indexes until the release trigger or the sweep
 // unparks it, so held-back rows cost the claim nothing after the first look.
 //
-// The result is the claimed rows, then one row whose last columns list the rows parked and
-// their keys.
+// A row without an ordering key whose topic is at its limit of messages in flight
+// (OrderingRules.InFlightLimit: $9, or the topic's entry in $10 and $11) is parked too: the topic's rows in flight
+// (in_flight) and the rows before it in this claim count against the limit. Keyed rows
+// are not limited, since their key lets one of them through at a time, but count as in
+// flight. unparkLimitedSQL puts such rows back as the topic's messages finish.
+//
+// The result is the claimed rows, then one row whose last columns list the rows parked
+// for their key or their topic's pause, their keys, and the number parked for the limit.
 var claimSQL = `WITH delayed AS MATERIALIZED (
     SELECT m.id, m.topic, m.ordering_key, m.ordering_seq FROM %[1]s m
     WHERE m.status IN ('pending', 'claimed') AND m.next_retry_at IS NOT NULL AND NOT m.held_back
@@ -42,14 +48,26 @@ immediate AS MATERIALIZED (
     ORDER BY m.id
     LIMIT $3 - (SELECT count(*) FROM delayed)
     FOR UPDATE OF m SKIP LOCKED),
+candidates AS (SELECT * FROM delayed UNION ALL SELECT * FROM immediate),
+limits AS (
+    SELECT l.topic, l.lim FROM (
+        SELECT t.topic, ` + topicLimit("t.topic", 9) + ` AS lim
+        FROM (SELECT DISTINCT topic FROM candidates WHERE ordering_key IS NULL) t) l
+    WHERE l.lim > 0),
+in_flight AS (
+    SELECT f.topic, count(*) AS n FROM %[1]s f
+    WHERE f.status IN ('claimed', 'dispatched') AND ` + inFlight + `
+      AND f.topic IN (SELECT topic FROM limits)
+    GROUP BY f.topic),
 due AS MATERIALIZED (
-    SELECT c.id,
-      (c.ordering_key IS NOT NULL AND ` + heldBack(4) + `) OR ` + paused + ` AS blocked
-    FROM (SELECT * FROM delayed UNION ALL SELECT * FROM immediate) c),
+    SELECT c.id, limited OR (c.ordering_key IS NOT NULL AND ` + heldBack(4) + `) OR ` + paused + ` AS blocked, limited
+    FROM (SELECT c.*, c.ordering_key IS NULL AND l.lim IS NOT NULL
+            AND coalesce(f.n, 0) + count(*) FILTER (WHERE c.ordering_key IS NULL) OVER (PARTITION BY c.topic ORDER BY c.id) > l.lim AS limited
+          FROM candidates c LEFT JOIN limits l ON l.topic = c.topic LEFT JOIN in_flight f ON f.topic = c.topic) c),
 parked AS (
     UPDATE %[1]s AS p SET held_back = true
     FROM due WHERE p.id = due.id AND due.blocked
-    RETURNING p.id, p.ordering_key),
+    RETURNING p.id, p.ordering_key, p.topic, due.limited),
 claimed AS (
     UPDATE %[1]s AS m
     SET status = 'claimed',
@@ -60,11 +78,38 @@ claimed AS (
     WHERE m.id = due.id AND NOT due.blocked
     RETURNING m.id, m.message_id, m.topic, m.retry_times, m.max_retry_times, m.redrive_count,
               m.created_at, m.dispatched_at, m.claim_token, m.lease_until, m.batch_id)
-SELECT c.*, NULL::bigint[], NULL::text[] FROM claimed c
+SELECT c.*, NULL::bigint[], NULL::text[], NULL::bigint, NULL::text[] FROM claimed c
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       (SELECT array_agg(id) FROM parked),
-       (SELECT coalesce(array_agg(DISTINCT ordering_key) FILTER (WHERE ordering_key IS NOT NULL), '{}') FROM parked)`
+       (SELECT array_agg(id) FILTER (WHERE NOT limited) FROM parked),
+       (SELECT coalesce(array_agg(DISTINCT ordering_key) FILTER (WHERE ordering_key IS NOT NULL), '{}') FROM parked),
+       (SELECT count(*) FILTER (WHERE limited) FROM parked),
+       (SELECT coalesce(array_agg(DISTINCT topic) FILTER (WHERE limited), '{}') FROM parked)`
+
+// topicLimit returns the expression of topic's limit of messages in flight, whose
+// limitArgs are the statement's parameters $p to $p+2 (OrderingRules.InFlightLimit): the
+// topic's entry in the lists $p+1 and $p+2, or the default $p; 0 or less for none.
+func topicLimit(topic string, p int) string {
+	return fmt.Sprintf(`coalesce((SELECT x.n FROM unnest($%[2]d::text[], $%[3]d::int[]) AS x(topic, n) WHERE x.topic = %[1]s), $%[4]d)`,
+		topic, p+1, p+2, p)
+}
+
+// limitArgs are the parameters of topicLimit for rules: the default limit, and the
+// topics with a limit of their own and their limits.
+func limitArgs(o OrderingRules) []any {
+	topics := make([]string, 0, len(o.TopicMaxInFlight))
+	limits := make([]int32, 0, len(o.TopicMaxInFlight))
+	for t, n := range o.TopicMaxInFlight {
+		topics, limits = append(topics, t), append(limits, int32(max(n, 0)))
+	}
+	return []any{int32(max(o.MaxInFlight, 0)), topics, limits}
+}
+
+// inFlight is the condition, true for a row f of status claimed or dispatched that a run
+// holds or is about to: dispatched, or claimed under a lease that has not run out. A
+// claimed row whose lease ran out waits for the next claim, and a parked one for its
+// release.
+const inFlight = `(f.status = 'dispatched' OR (f.lease_until > now() AND NOT f.held_back))`
 
 // paused is the condition, true for a row c whose topic is paused; %[2]s is the pauses
 // table, read once per statement (an InitPlan). The claim parks such a row, and no
@@ -94,7 +139,13 @@ func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, 
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("new claim token: %w", err)
 	}
-	args := append([]any{token, lease.Seconds(), limit}, orderingArgs(rules)...)
+	var waiting int
+	if rules.LimitsInFlight() {
+		if waiting, _, err = s.unparkLimited(ctx, rules); err != nil {
+			return ClaimResult{}, err
+		}
+	}
+	args := append(append([]any{token, lease.Seconds(), limit}, orderingArgs(rules)...), limitArgs(rules)...)
 	rows, err := s.db.Query(ctx, fmt.Sprintf(claimSQL, s.messages, s.pauses), args...)
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("claim messages: %w", err)
@@ -103,6 +154,7 @@ func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, 
 		res        ClaimResult
 		parkedIDs  []int64
 		parkedKeys []string
+		full       []string // the topics the claim found at their limit
 	)
 	for rows.Next() {
 		var (
@@ -115,14 +167,20 @@ func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, 
 			batch               *string
 			ids                 []int64
 			keys                []string
+			limited             *int64
+			limitedTopics       []string
 		)
 		if err := rows.Scan(&id, &messageID, &topic, &retryTimes, &c.MaxRetryTimes, &redrive,
-			&createdAt, &c.DispatchedAt, &token, &until, &batch, &ids, &keys); err != nil {
+			&createdAt, &c.DispatchedAt, &token, &until, &batch, &ids, &keys, &limited, &limitedTopics); err != nil {
 			rows.Close()
 			return ClaimResult{}, fmt.Errorf("claim messages: %w", err)
 		}
 		if id == nil { // the row that lists the parked rows
 			parkedIDs, parkedKeys = ids, keys
+			if limited != nil {
+				res.Limited = int(*limited)
+			}
+			full = limitedTopics
 			continue
 		}
 		c.ID, c.MessageID, c.Topic, c.RetryTimes, c.RedriveCount = *id, messageID.UUID, *topic, *retryTimes, *redrive
@@ -135,7 +193,16 @@ func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, 
 	if err := rows.Err(); err != nil {
 		return ClaimResult{}, fmt.Errorf("claim messages: %w", err)
 	}
-	res.Parked = len(parkedIDs)
+	res.Parked = len(parkedIDs) + res.Limited
+	res.Waiting = waiting > 0 || res.Limited > 0
+	if len(full) > 0 {
+		n, err := s.parkFull(ctx, full)
+		if err != nil {
+			return res, err
+		}
+		res.Limited += int(n)
+		res.Parked += int(n)
+	}
 	if len(parkedIDs) > 0 {
 		if err := s.recheckParked(ctx, parkedIDs, parkedKeys, rules); err != nil {
 			return res, err
@@ -211,12 +278,63 @@ FROM heads c
 WHERE m.id = c.id AND m.held_back
   AND NOT (` + heldBack(1) + `) AND NOT ` + paused
 
-// unparkResumedSQL unparks the rows without an ordering key that are parked although
-// their topic is not paused: the claim parks such a row only for its topic's pause, so it
-// was parked by a claim that raced the resume. It reads the parked rows without a key
-// (outbox_messages_held_back_idx).
-const unparkResumedSQL = `UPDATE %[1]s AS c SET held_back = false
-WHERE c.held_back AND c.ordering_key IS NULL AND NOT ` + paused
+// unparkLimitedSQL unparks parked rows without an ordering key of the topics that are not
+// paused: for each such topic, oldest first, as many as the topic has room for under its
+// limit (topicLimit, $1 to $3; its rows in flight counted as the claim counts them), or
+// all of them when it has none. The claim parks a row without a key only for its topic's pause or its limit, so
+// this releases a topic's backlog as its messages finish, and the rows a claim parked
+// while their topic's resume ran. It walks the topics with such rows one index probe each
+// (a skip scan of outbox_messages_parked_topic_idx), so it costs one probe per topic
+// however many rows are parked.
+var unparkLimitedSQL = `WITH RECURSIVE topics(t) AS (
+    (SELECT topic FROM %[1]s WHERE held_back AND ordering_key IS NULL ORDER BY topic LIMIT 1)
+    UNION ALL
+    SELECT (SELECT topic FROM %[1]s WHERE held_back AND ordering_key IS NULL AND topic > topics.t ORDER BY topic LIMIT 1)
+    FROM topics WHERE topics.t IS NOT NULL),
+room AS MATERIALIZED (
+    SELECT t, CASE WHEN lim > 0 THEN lim - (
+        SELECT count(*) FROM %[1]s f
+        WHERE f.topic = t AND f.status IN ('claimed', 'dispatched') AND ` + inFlight + `) END AS n
+    FROM (SELECT t, ` + topicLimit("t", 1) + ` AS lim
+          FROM topics WHERE t IS NOT NULL AND t <> ALL (ARRAY(SELECT topic FROM %[2]s))) l),
+released AS MATERIALIZED (
+    SELECT p.id FROM room, LATERAL (
+        SELECT id FROM %[1]s
+        WHERE held_back AND ordering_key IS NULL AND topic = room.t
+        ORDER BY id LIMIT room.n) p
+    WHERE room.n IS NULL OR room.n > 0),
+unparked AS (
+    UPDATE %[1]s AS m SET held_back = false
+    WHERE m.id = ANY (ARRAY(SELECT id FROM released))
+    RETURNING 1)
+SELECT (SELECT count(*) FROM room), (SELECT count(*) FROM unparked)`
+
+// parkFullSQL parks every other row due at once without a key of the topics $1, which a
+// claim just found at their limit of messages in flight, so that the next claims find
+// the rows of other topics committed after them at once rather than a claim's worth at
+// a time. unparkLimitedSQL puts them back, oldest first, as the topics have room.
+const parkFullSQL = `UPDATE %[1]s SET held_back = true
+WHERE status = 'pending' AND next_retry_at IS NULL AND NOT held_back
+  AND ordering_key IS NULL AND topic = ANY ($1)`
+
+// parkFull runs parkFullSQL and returns the number of rows it parked.
+func (s *Store) parkFull(ctx context.Context, topics []string) (int64, error) {
+	tag, err := s.db.Exec(ctx, fmt.Sprintf(parkFullSQL, s.messages), topics)
+	if err != nil {
+		return 0, fmt.Errorf("park the rows of topics at their limit: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// unparkLimited runs unparkLimitedSQL and returns the number of topics with such parked
+// rows, and the number of rows it unparked.
+func (s *Store) unparkLimited(ctx context.Context, rules OrderingRules) (topics int, unparked int64, err error) {
+	err = s.db.QueryRow(ctx, fmt.Sprintf(unparkLimitedSQL, s.messages, s.pauses), limitArgs(rules)...).Scan(&topics, &unparked)
+	if err != nil {
+		return 0, 0, fmt.Errorf("unpark messages of topics below their limit: %w", err)
+	}
+	return topics, unparked, nil
+}
 
 // Unpark puts back on the claim's path the parked rows that nothing holds back any more
 // (the first parked row of each key): after a change of the topics' ordering settings, or
@@ -224,18 +342,20 @@ WHERE c.held_back AND c.ordering_key IS NULL AND NOT ` + paused
 // row when a keyed message is sent, dead-lettered or discarded, so this is a safety net
 // that the relays run now and then. It returns the number of rows unparked.
 //
-// It also unparks the rows of topics no longer paused that a claim parked while the
-// resume ran (ResumeTopic unparks the others).
+// It also unparks the rows without a key of topics that are not paused, as far as the
+// topic's limit on messages in flight allows (see unparkLimitedSQL): rows a claim parked
+// while their topic's resume ran (ResumeTopic unparks the others), and rows parked for
+// the limit (ClaimBatch unparks those too, before it claims).
 func (s *Store) Unpark(ctx context.Context, rules OrderingRules) (int64, error) {
 	tag, err := s.db.Exec(ctx, fmt.Sprintf(unparkSQL, s.messages, s.pauses), orderingArgs(rules)...)
 	if err != nil {
 		return 0, fmt.Errorf("unpark held-back messages: %w", err)
 	}
-	resumed, err := s.db.Exec(ctx, fmt.Sprintf(unparkResumedSQL, s.messages, s.pauses))
+	_, released, err := s.unparkLimited(ctx, rules)
 	if err != nil {
-		return 0, fmt.Errorf("unpark messages of resumed topics: %w", err)
+		return 0, err
 	}
-	return tag.RowsAffected() + resumed.RowsAffected(), nil
+	return tag.RowsAffected() + released, nil
 }
 
 // exec runs a guarded UPDATE and reports whether it changed a row.

@@ -335,3 +335,56 @@ func BenchmarkEnqueue(b *testing.B) {
 		})
 	}
 }
+
+// TestLimitedTopicStaysFlat checks that rows parked for their topic's limit of messages in
+// flight cost the claim nothing however many there are: beside 100,000 of them, the claim
+// of another topic's rows reads about as many index entries as it claims, and the
+// unparking that runs before it finds the parked rows' topics one index probe each (a
+// loose index scan) and a topic's oldest rows in one range.
+func TestLimitedTopicStaysFlat(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seeds 100,000 rows")
+	}
+	ctx := context.Background()
+	st, db := newStore(t)
+	seedRows(t, db, 100_000, "topic, payload, held_back", `CONCAT('bulk-', {n} MOD 3), '{}', TRUE`)
+	seedRows(t, db, 100, "topic, payload, status, dispatched_at", `CONCAT('bulk-', {n} MOD 3), '{}', 'dispatched', NOW(6)`)
+	seedRows(t, db, 20, "topic, payload", `'order.created', '{}'`)
+	mustExec(t, db, `ANALYZE TABLE outbox_messages`)
+
+	loose := false
+	for _, step := range explain(t, db, st.ParkedTopicsSQL()) {
+		t.Logf("parked topics: table %s, key %s, type %s, rows %s, extra %q", step["table"], step["key"], step["type"], step["rows"], step["Extra"])
+		loose = loose || strings.Contains(step["Extra"], "Using index for group-by")
+	}
+	require.True(t, loose, "the parked rows' topics are found with a loose index scan")
+	plan := explain(t, db, st.ParkedOfTopicSQL(), "bulk-1", 10)
+	require.Equal(t, "outbox_messages_held_back_idx", plan[0]["key"], "a topic's oldest parked rows: %v", plan[0])
+	require.NotContains(t, plan[0]["Extra"], "filesort", "a topic's oldest parked rows: %v", plan[0])
+
+	conn, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	before := handlerReads(t, conn)
+	rows, err := conn.QueryContext(ctx, st.ParkedTopicsSQL())
+	require.NoError(t, err)
+	var topics []string
+	for rows.Next() {
+		var topic string
+		require.NoError(t, rows.Scan(&topic))
+		topics = append(topics, topic)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"bulk-0", "bulk-1", "bulk-2"}, topics)
+	read := handlerReads(t, conn) - before
+	require.Less(t, read, int64(100), "finding 3 topics among 100,000 parked rows read %d index entries", read)
+
+	// Each bulk topic has about 33 rows in flight under a limit of 30: nothing to unpark,
+	// and the claim takes the other topic's rows.
+	began := time.Now()
+	res, err := st.ClaimBatch(ctx, 200, time.Minute, storedriver.OrderingRules{MaxInFlight: 30})
+	require.NoError(t, err)
+	require.Equal(t, 20, len(res.Claimed))
+	require.Zero(t, res.Parked)
+	t.Logf("claim of 20 rows beside 100,000 rows parked for their topic's limit: %s", time.Since(began))
+}

@@ -1,6 +1,7 @@
 package mysqlstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -20,14 +21,14 @@ import (
 // LOCKED lets concurrent relays take disjoint batches. The statements name claim_lane
 // with the conditions it stands for, which the index has.
 const (
-	claimDelayedSQL = `SELECT id, ordering_key, topic IN (SELECT topic FROM %[2]s) FROM %[1]s
+	claimDelayedSQL = `SELECT id, ordering_key, topic, topic IN (SELECT topic FROM %[2]s) FROM %[1]s
 WHERE claim_lane = 2 AND next_retry_at <= NOW(6)
   AND (status = 'pending' OR lease_until <= NOW(6))
 ORDER BY next_retry_at, id
 LIMIT ?
 FOR UPDATE SKIP LOCKED`
 
-	claimImmediateSQL = `SELECT id, ordering_key, topic IN (SELECT topic FROM %[2]s) FROM %[1]s
+	claimImmediateSQL = `SELECT id, ordering_key, topic, topic IN (SELECT topic FROM %[2]s) FROM %[1]s
 WHERE claim_lane = 1 AND next_retry_at IS NULL
   AND (status = 'pending' OR lease_until <= NOW(6))
 ORDER BY id
@@ -117,16 +118,24 @@ func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, 
 	if err != nil {
 		return storedriver.ClaimResult{}, fmt.Errorf("new claim token: %w", err)
 	}
+	var waiting int
+	if rules.LimitsInFlight() {
+		if waiting, _, err = s.unparkLimited(ctx, rules); err != nil {
+			return storedriver.ClaimResult{}, err
+		}
+	}
 	var (
 		res        storedriver.ClaimResult
 		parkedIDs  []int64
 		parkedKeys []string
+		full       []string // the topics the claim found at their limit
 	)
 	delayedSQL, immediateSQL := fmt.Sprintf(claimDelayedSQL, s.messages, s.pauses), fmt.Sprintf(claimImmediateSQL, s.messages, s.pauses)
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		res, parkedIDs, parkedKeys = storedriver.ClaimResult{}, nil, nil
+		res, parkedIDs, parkedKeys, full = storedriver.ClaimResult{}, nil, nil, nil
 		var ids, keyed []int64
 		paused := map[int64]string{} // rows of paused topics, with their keys
+		var unkeyed []limitCandidate // the others without a key
 		choose := func(query string, n int) error {
 			rows, err := tx.QueryContext(ctx, query, n)
 			if err != nil {
@@ -136,8 +145,9 @@ func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, 
 			for rows.Next() {
 				var id int64
 				var key sql.NullString
+				var topic string
 				var topicPaused bool
-				if err := rows.Scan(&id, &key, &topicPaused); err != nil {
+				if err := rows.Scan(&id, &key, &topic, &topicPaused); err != nil {
 					return err
 				}
 				ids = append(ids, id)
@@ -146,6 +156,8 @@ func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, 
 					paused[id] = key.String
 				case key.Valid:
 					keyed = append(keyed, id)
+				default:
+					unkeyed = append(unkeyed, limitCandidate{id, topic})
 				}
 			}
 			return rows.Err()
@@ -166,9 +178,21 @@ func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, 
 			return err
 		}
 		maps.Copy(blocked, paused)
-		var claim []int64
+		limited, err := s.overLimit(ctx, tx, unkeyed, rules)
+		if err != nil {
+			return err
+		}
+		var claim, park []int64
 		keySeen := map[string]bool{}
 		for _, id := range ids {
+			if topic, ok := limited[id]; ok {
+				park = append(park, id)
+				res.Limited++
+				if !slices.Contains(full, topic) {
+					full = append(full, topic)
+				}
+				continue
+			}
 			if key, ok := blocked[id]; ok {
 				parkedIDs = append(parkedIDs, id)
 				if key != "" && !keySeen[key] {
@@ -179,8 +203,8 @@ func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, 
 			}
 			claim = append(claim, id)
 		}
-		if len(parkedIDs) > 0 {
-			if _, err := tx.ExecContext(ctx, `UPDATE `+s.messages+` SET held_back = TRUE WHERE id IN (`+idList(parkedIDs)+`)`); err != nil {
+		if park = append(park, parkedIDs...); len(park) > 0 {
+			if _, err := tx.ExecContext(ctx, `UPDATE `+s.messages+` SET held_back = TRUE WHERE id IN (`+idList(park)+`)`); err != nil {
 				return err
 			}
 		}
@@ -221,7 +245,16 @@ FROM `+s.messages+` WHERE id IN (`+idList(claim)+`)`)
 	if err != nil {
 		return storedriver.ClaimResult{}, fmt.Errorf("claim messages: %w", err)
 	}
-	res.Parked = len(parkedIDs)
+	res.Parked = len(parkedIDs) + res.Limited
+	res.Waiting = waiting > 0 || res.Limited > 0
+	if len(full) > 0 {
+		n, err := s.parkFull(ctx, full)
+		if err != nil {
+			return res, err
+		}
+		res.Limited += int(n)
+		res.Parked += int(n)
+	}
 	if len(parkedIDs) > 0 {
 		if err := s.recheckParked(ctx, parkedIDs, parkedKeys, rules); err != nil {
 			return res, err
@@ -388,19 +421,202 @@ func (s *Store) Unpark(ctx context.Context, rules storedriver.OrderingRules) (in
 		if err != nil {
 			return err
 		}
-		keyless, err := queryIDs(ctx, tx, `SELECT id FROM `+s.messages+`
-WHERE held_back = TRUE AND ordering_key IS NULL AND topic NOT IN (SELECT topic FROM `+s.pauses+`)
-LIMIT 10000`)
-		if err != nil {
-			return err
-		}
-		n, err = s.unparkFree(ctx, tx, append(heads, keyless...), rules)
+		n, err = s.unparkFree(ctx, tx, heads, rules)
 		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("unpark held-back messages: %w", err)
 	}
+	_, released, err := s.unparkLimited(ctx, rules)
+	return n + released, err
+}
+
+// limitCandidate is a row without an ordering key that a claim chose, of a topic that is
+// not paused.
+type limitCandidate struct {
+	id    int64
+	topic string
+}
+
+// inFlight returns the rows in flight of topics, by topic (topics without any are left
+// out): dispatched, or claimed under a lease that has not run out (a claimed row whose
+// lease ran out waits for the next claim, and a parked one for its release), as package
+// store counts them. It reads the rows of those statuses (outbox_messages_updated_idx).
+func (s *Store) inFlight(ctx context.Context, tx *sql.Tx, topics []string) (map[string]int, error) {
+	out := map[string]int{}
+	if len(topics) == 0 {
+		return out, nil
+	}
+	q := (&sqlBuilder{}).sql(`SELECT topic, COUNT(*) FROM `+s.messages+`
+WHERE status IN ('claimed', 'dispatched') AND `).in("topic", topics).sql(`
+  AND (status = 'dispatched' OR (lease_until > NOW(6) AND held_back = FALSE))
+GROUP BY topic`)
+	rows, err := tx.QueryContext(ctx, q.String(), q.args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var topic string
+		var n int
+		if err := rows.Scan(&topic, &n); err != nil {
+			return nil, err
+		}
+		out[topic] = n
+	}
+	return out, rows.Err()
+}
+
+// overLimit returns those of rows (a claim's rows without a key, of topics that are not
+// paused) beyond their topic's limit of messages in flight, with their topics: the
+// topic's rows in flight and the claim's rows of the topic before them, in id order,
+// count against it (rules.InFlightLimit).
+func (s *Store) overLimit(ctx context.Context, tx *sql.Tx, rows []limitCandidate, rules storedriver.OrderingRules) (map[int64]string, error) {
+	over := map[int64]string{}
+	var topics []string
+	for _, r := range rows {
+		if rules.InFlightLimit(r.topic) > 0 && !slices.Contains(topics, r.topic) {
+			topics = append(topics, r.topic)
+		}
+	}
+	if len(topics) == 0 {
+		return over, nil
+	}
+	used, err := s.inFlight(ctx, tx, topics)
+	if err != nil {
+		return nil, err
+	}
+	rows = slices.Clone(rows)
+	slices.SortFunc(rows, func(a, b limitCandidate) int { return cmp.Compare(a.id, b.id) })
+	for _, r := range rows {
+		limit := rules.InFlightLimit(r.topic)
+		if limit == 0 {
+			continue
+		}
+		if used[r.topic] >= limit {
+			over[r.id] = r.topic
+			continue
+		}
+		used[r.topic]++
+	}
+	return over, nil
+}
+
+// parkFull parks every other row due at once without a key of topics, which a claim just
+// found at their limit of messages in flight, so that the next claims find the rows of
+// other topics committed after them at once rather than a claim's worth at a time;
+// unparkLimited puts them back, oldest first, as the topics have room. The rows are found
+// with a consistent read of the claim's lane 1 and locked by their primary key only,
+// skipping rows a claim holds (see lockByID). It returns the number of rows it parked.
+func (s *Store) parkFull(ctx context.Context, topics []string) (int64, error) {
+	var n int64
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		q := (&sqlBuilder{}).sql(`SELECT id FROM `+s.messages+`
+WHERE claim_lane = 1 AND next_retry_at IS NULL AND status = 'pending' AND ordering_key IS NULL AND `).in("topic", topics)
+		ids, err := queryIDs(ctx, tx, q.String(), q.args...)
+		if err != nil {
+			return err
+		}
+		const cond = `status = 'pending' AND held_back = FALSE AND ordering_key IS NULL`
+		if ids, err = s.lockByID(ctx, tx, ids, cond); err != nil || len(ids) == 0 {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE `+s.messages+` SET held_back = TRUE WHERE id IN (`+idList(ids)+`) AND `+cond)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("park the rows of topics at their limit: %w", err)
+	}
 	return n, nil
+}
+
+// Statements of unparkLimited. The parked rows without a key sit in
+// outbox_messages_held_back_idx by topic and then id, so parkedTopicsSQL reads one entry
+// per topic (a loose index scan) and parkedOfTopicSQL a topic's oldest rows in one range.
+const (
+	parkedTopicsSQL = `SELECT topic FROM %[1]s
+WHERE held_back = TRUE AND ordering_key IS NULL AND ordering_seq IS NULL
+  AND topic NOT IN (SELECT topic FROM %[2]s)
+GROUP BY held_back, ordering_key, ordering_seq, topic`
+	parkedOfTopicSQL = `SELECT id FROM %[1]s
+WHERE held_back = TRUE AND ordering_key IS NULL AND ordering_seq IS NULL AND topic = ?
+ORDER BY id
+LIMIT ?`
+)
+
+// unparkLimited unparks parked rows without an ordering key of the topics that are not
+// paused: for each such topic, oldest first, as many as the topic has room for under its
+// limit (rules.InFlightLimit; its rows in flight counted as the claim counts them), or
+// up to 10,000 when it has none. The claim parks a row without a key only for its topic's pause or its
+// limit, so this releases a topic's backlog as its messages finish, and the rows a claim
+// parked while their topic's resume ran. It returns the number of topics with such rows,
+// and the number of rows it unparked.
+func (s *Store) unparkLimited(ctx context.Context, rules storedriver.OrderingRules) (waiting int, unparked int64, err error) {
+	var topics []string
+	var n int64
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		n, topics = 0, nil
+		rows, err := tx.QueryContext(ctx, fmt.Sprintf(parkedTopicsSQL, s.messages, s.pauses))
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var t string
+			if err := rows.Scan(&t); err != nil {
+				rows.Close()
+				return err
+			}
+			topics = append(topics, t)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil || len(topics) == 0 {
+			return err
+		}
+		var limited []string
+		for _, t := range topics {
+			if rules.InFlightLimit(t) > 0 {
+				limited = append(limited, t)
+			}
+		}
+		used, err := s.inFlight(ctx, tx, limited)
+		if err != nil {
+			return err
+		}
+		for _, t := range topics {
+			room := 10000
+			if limit := rules.InFlightLimit(t); limit > 0 {
+				room = limit - used[t]
+			}
+			if room <= 0 {
+				continue
+			}
+			ids, err := queryIDs(ctx, tx, fmt.Sprintf(parkedOfTopicSQL, s.messages), t, room)
+			if err != nil {
+				return err
+			}
+			if ids, err = s.lockByID(ctx, tx, ids, `held_back = TRUE`); err != nil || len(ids) == 0 {
+				return err
+			}
+			res, err := tx.ExecContext(ctx, `UPDATE `+s.messages+` SET held_back = FALSE WHERE id IN (`+idList(ids)+`) AND held_back = TRUE`)
+			if err != nil {
+				return err
+			}
+			m, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			n += m
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("unpark messages of topics below their limit: %w", err)
+	}
+	return len(topics), n, nil
 }
 
 // nextDueSQL is the earliest "deliver not before" time still ahead, as a wait in

@@ -38,3 +38,9 @@ func (s *Store) MarkDispatched(ctx context.Context, id int64, token uuid.UUID) (
 	n, err := s.MarkDispatchedAll(ctx, []storedriver.Claimed{{ID: id, ClaimToken: token}})
 	return n > 0, err
 }
+
+// ParkedTopicsSQL and ParkedOfTopicSQL are the statements with which the claim finds the
+// rows it parked for their topic's limit of messages in flight, for EXPLAIN; the second
+// takes a topic and a limit.
+func (s *Store) ParkedTopicsSQL() string  { return fmt.Sprintf(parkedTopicsSQL, s.messages, s.pauses) }
+func (s *Store) ParkedOfTopicSQL() string { return fmt.Sprintf(parkedOfTopicSQL, s.messages) }

@@ -137,7 +137,7 @@ func TestMigrateTwiceIsANoOp(t *testing.T) {
 		require.NoError(t, errs[i])
 		if len(results[i]) > 0 {
 			applied++
-			assert.Equal(t, []int{1, 2, 3}, results[i])
+			assert.Equal(t, []int{1, 2, 3, 4}, results[i])
 		}
 	}
 	assert.Equal(t, 1, applied)

@@ -69,10 +69,19 @@ func (c Claimed) MayHaveBeenSent() bool {
 type ClaimResult struct {
 	// Claimed are the rows now leased to the caller.
 	Claimed []Claimed
-	// Parked counts the keyed rows the claim found held back behind an earlier message of
-	// their key and took off its path. Claimed plus Parked equal to the limit means more
-	// rows may be due.
+	// Parked counts the rows the claim took off its path instead of claiming them: keyed
+	// rows held back behind an earlier message of their key, rows of a paused topic, and
+	// rows of a topic at its limit of messages in flight. Claimed plus Parked equal to the
+	// limit means more rows may be due.
 	Parked int
+	// Limited counts those of Parked that their topic's limit of messages in flight
+	// (OrderingRules.MaxInFlight) held back: the claim unparks them, oldest first, once
+	// the topic has room.
+	Limited int
+	// Waiting reports that rows parked for their topic's limit are waiting for room (of
+	// topics not paused), found by this claim or by the unparking before it: a relay
+	// claims again soon, to hand them over as the topics' messages finish.
+	Waiting bool
 }
 
 // Sent describes a message that RecordSent or RecordSentAll moved to sent.
@@ -112,9 +121,24 @@ type DeadLetterRecord struct {
 	DiscardedBy      *string
 }
 
-// OrderingRules are the per-topic ordering settings the claim applies. The zero value
-// orders every keyed message and lets a dead message block its key.
+// OrderingRules are the settings the claim applies to each topic's messages: the order
+// of keyed messages, and how many of a topic's messages may be in flight at once. The
+// zero value orders every keyed message, lets a dead message block its key, and sets no
+// limit.
 type OrderingRules struct {
+	// MaxInFlight is the most messages of one topic in flight at once: dispatched (a run
+	// owns them, until it records them sent or dead) or claimed under a lease. A claim
+	// parks a topic's due rows beyond it, keeping them off its path at no cost, and
+	// unparks them oldest first as the topic's messages finish, so a topic with a large
+	// backlog cannot fill the workers' queue ahead of every other topic. Rows with an
+	// ordering key count as in flight but are never parked for the limit (their key
+	// already lets one through at a time). Concurrent claims of several relays can each
+	// fill a topic's room, so a topic may briefly hold a few claims' rows more. 0 sets no
+	// limit.
+	MaxInFlight int
+	// TopicMaxInFlight overrides MaxInFlight for the topics it lists; 0 or less sets no
+	// limit for the topic.
+	TopicMaxInFlight map[string]int
 	// Listed are the topics the settings below name one by one; every other topic takes
 	// the defaults.
 	Listed []string
@@ -127,6 +151,29 @@ type OrderingRules struct {
 	Skipping []string
 	// DefaultSkipping applies to topics not listed.
 	DefaultSkipping bool
+}
+
+// InFlightLimit returns topic's limit of messages in flight: its TopicMaxInFlight, or
+// MaxInFlight; 0 for none.
+func (o OrderingRules) InFlightLimit(topic string) int {
+	n, ok := o.TopicMaxInFlight[topic]
+	if !ok {
+		n = o.MaxInFlight
+	}
+	return max(n, 0)
+}
+
+// LimitsInFlight reports whether any topic has a limit of messages in flight.
+func (o OrderingRules) LimitsInFlight() bool {
+	if o.MaxInFlight > 0 {
+		return true
+	}
+	for _, n := range o.TopicMaxInFlight {
+		if n > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Dispatched is a row a workflow owns.

@@ -38,6 +38,7 @@ func Run(t *testing.T, h Harness) {
 		{"PlainSQLRows", testPlainSQLRows},
 		{"Deployment", testDeployment},
 		{"Pause", testPause},
+		{"InFlightLimit", testInFlightLimit},
 		{"Migrate", testMigrate},
 	} {
 		t.Run(c.name, func(t *testing.T) {
