@@ -92,7 +92,9 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 // it finds the rows through those indexes, not among the table's sent rows, and reads only
 // the waiting rows themselves (their topic). The age is that of the oldest row that is
 // due and not held back behind its ordering key: pending with next_retry_at passed or
-// unset, or claimed.
+// unset, claimed, or parked without a key, which is waiting for room under its topic's
+// limit of messages in flight (or for its topic's resume: Backlog reports a paused topic
+// with age zero).
 const backlogSQL = `SELECT topic, count(*),
   COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE due)), 0)::float8
 FROM (
@@ -102,7 +104,7 @@ FROM (
   SELECT topic, created_at, next_retry_at <= now() FROM %[1]s
    WHERE status IN ('pending', 'claimed') AND next_retry_at IS NOT NULL AND NOT held_back
   UNION ALL
-  SELECT topic, created_at, false FROM %[1]s
+  SELECT topic, created_at, ordering_key IS NULL FROM %[1]s
    WHERE held_back AND status IN ('pending', 'claimed')
 ) waiting
 GROUP BY topic

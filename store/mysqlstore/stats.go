@@ -91,7 +91,10 @@ func (s *Store) Stats(ctx context.Context) (storedriver.Stats, error) {
 // backlogSQL counts the rows waiting for a relay, by topic: those on the claim's lanes and
 // the held-back ones (pending or claimed), each found through an index (the lane index and
 // outbox_messages_held_back_idx), not among the table's sent rows. The age is that of the
-// oldest row that is due and not held back: lane 1, or lane 2 with next_retry_at passed.
+// oldest row that is due and not held back behind its key: lane 1, lane 2 with
+// next_retry_at passed, or parked without a key, which is waiting for room under its
+// topic's limit of messages in flight (or for its topic's resume: Backlog reports a paused
+// topic with age zero).
 const backlogSQL = `SELECT topic, COUNT(*),
   TIMESTAMPDIFF(MICROSECOND, MIN(CASE WHEN due THEN created_at END), NOW(6))
 FROM (
@@ -99,7 +102,7 @@ FROM (
          (claim_lane = 1 AND next_retry_at IS NULL) OR (claim_lane = 2 AND next_retry_at <= NOW(6)) AS due
     FROM %[1]s WHERE claim_lane IN (1, 2)
   UNION ALL
-  SELECT topic, created_at, FALSE FROM %[1]s WHERE held_back = TRUE AND status IN ('pending', 'claimed')
+  SELECT topic, created_at, ordering_key IS NULL FROM %[1]s WHERE held_back = TRUE AND status IN ('pending', 'claimed')
 ) waiting
 GROUP BY topic
 ORDER BY topic`

@@ -36,6 +36,11 @@ func testInFlightLimit(t *testing.T, h Harness) {
 	res2 := e.claim(100, two)
 	require.Empty(t, res2.Claimed, "the topic has four messages in flight: its rows stay parked")
 	require.True(t, res2.Waiting, "they wait for room")
+	backlog, err := e.d().Backlog(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, "bulk", backlog[0].Topic)
+	require.EqualValues(t, 7, backlog[0].Pending, "claimed and parked rows")
+	require.Positive(t, backlog[0].OldestAge, "rows waiting for room are due: the backlog's age counts them")
 	e.dispatch(res.Claimed...)
 
 	later := e.enqueueOne(msg("other", `{}`))
