@@ -158,7 +158,7 @@ type Relay struct {
 	// yet sent or dead-lettered at once; the relays leave the rest in the table, parked,
 	// and hand them over oldest first as the topic's messages finish, so that one topic's
 	// backlog cannot delay the others. Keyed messages count but are not held by it.
-	// Defaults to 100; -1 sets no limit.
+	// Defaults to 20; -1 sets no limit. See docs/delivery.md.
 	MaxInFlightPerTopic int `yaml:"max_in_flight_per_topic"`
 }
 

@@ -92,10 +92,10 @@ type Config struct {
 	// yet sent or dead-lettered at once. The claim leaves a topic's rows beyond it in the
 	// table, parked at no cost to the claim, and hands them over oldest first as the
 	// topic's messages finish, so a topic with a backlog (thousands of rows committed at
-	// once, or a downstream that keeps failing) cannot fill the workers' queue ahead of
-	// the other topics. Keyed messages count but are not held by it (their key lets one
-	// through at a time). Defaults to DefaultMaxInFlightPerTopic; a negative value sets
-	// no limit.
+	// once, or a downstream that keeps failing) is not claimed and started ahead of the
+	// other topics' later messages. Keyed messages count but are not held by it (their
+	// key lets one through at a time). Ordering.TopicMaxInFlight sets a topic's own.
+	// Defaults to DefaultMaxInFlightPerTopic; a negative value sets no limit.
 	MaxInFlightPerTopic int
 }
 

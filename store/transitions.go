@@ -25,11 +25,12 @@ import (
 // (held_back), which takes it off both indexes until the release trigger or the sweep
 // unparks it, so held-back rows cost the claim nothing after the first look.
 //
-// A row without an ordering key whose topic is at its limit of messages in flight
-// (OrderingRules.InFlightLimit: $9, or the topic's entry in $10 and $11) is parked too: the topic's rows in flight
-// (in_flight) and the rows before it in this claim count against the limit. Keyed rows
-// are not limited, since their key lets one of them through at a time, but count as in
-// flight. unparkLimitedSQL puts such rows back as the topic's messages finish.
+// A row without an ordering key whose topic (not paused) is at its limit of messages in
+// flight (OrderingRules.InFlightLimit: $9, or the topic's entry in $10 and $11) is parked
+// too: the topic's rows in flight (in_flight) and the rows before it in this claim count
+// against the limit. Keyed rows are not limited, since their key lets one of them through
+// at a time, but count as in flight. unparkLimitedSQL puts such rows back as the topic's
+// messages finish.
 //
 // The result is the claimed rows, then one row whose last columns list the rows parked
 // for their key or their topic's pause, their keys, and the number parked for the limit.
@@ -53,7 +54,7 @@ limits AS (
     SELECT l.topic, l.lim FROM (
         SELECT t.topic, ` + topicLimit("t.topic", 9) + ` AS lim
         FROM (SELECT DISTINCT topic FROM candidates WHERE ordering_key IS NULL) t) l
-    WHERE l.lim > 0),
+    WHERE l.lim > 0 AND l.topic <> ALL (ARRAY(SELECT topic FROM %[2]s))),
 in_flight AS (
     SELECT f.topic, count(*) AS n FROM %[1]s f
     WHERE f.status IN ('claimed', 'dispatched') AND ` + inFlight + `
@@ -130,7 +131,9 @@ func orderingArgs(o OrderingRules) []any {
 // ClaimBatch takes up to limit due rows (pending rows whose next_retry_at has passed, and
 // claimed rows whose lease has expired), leases them for lease, holds back keyed rows
 // behind an earlier undelivered message of their key under rules, and reports the rows it
-// parked.
+// parked. Under rules' limits of messages in flight it first puts back the parked rows of
+// topics that have room (unparkLimited), parks a topic's rows beyond its room, and then
+// the other due rows of a topic it found at its limit (parkFull).
 func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, rules OrderingRules) (ClaimResult, error) {
 	if limit < 1 {
 		return ClaimResult{}, fmt.Errorf("claim limit must be at least 1, got %d", limit)
@@ -281,11 +284,12 @@ WHERE m.id = c.id AND m.held_back
 // unparkLimitedSQL unparks parked rows without an ordering key of the topics that are not
 // paused: for each such topic, oldest first, as many as the topic has room for under its
 // limit (topicLimit, $1 to $3; its rows in flight counted as the claim counts them), or
-// all of them when it has none. The claim parks a row without a key only for its topic's pause or its limit, so
-// this releases a topic's backlog as its messages finish, and the rows a claim parked
-// while their topic's resume ran. It walks the topics with such rows one index probe each
-// (a skip scan of outbox_messages_parked_topic_idx), so it costs one probe per topic
-// however many rows are parked.
+// all of them when it has none. The claim parks a row without a key only for its topic's
+// pause or its limit, so this releases a topic's backlog as its messages finish, and the
+// rows a claim parked while their topic's resume ran. It walks the topics with such rows
+// one index probe each (a skip scan of outbox_messages_parked_topic_idx), so it costs one
+// probe per topic however many rows are parked. It returns the number of those topics
+// and the number of rows it unparked.
 var unparkLimitedSQL = `WITH RECURSIVE topics(t) AS (
     (SELECT topic FROM %[1]s WHERE held_back AND ordering_key IS NULL ORDER BY topic LIMIT 1)
     UNION ALL

@@ -103,7 +103,10 @@ func queryIDs(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]int
 // id) and leases them for lease under a new claim token, as package store does. A keyed
 // row that an earlier undelivered message of its key holds back (see OrderingRules), and
 // a row of a paused topic, is parked instead (held_back), which takes it off the claim's
-// index until its key is released or its topic resumed; Parked counts those.
+// index until its key is released or its topic resumed; Parked counts those. Under
+// rules' limits of messages in flight, the rows of a topic beyond its room are parked
+// too, and then the topic's other due rows (parkFull); unparkLimited, which runs first,
+// puts them back as the topic has room.
 //
 // It is one READ COMMITTED transaction: the due rows are selected FOR UPDATE SKIP LOCKED,
 // the held-back ones found with a consistent read, both groups updated by id, and the
@@ -535,7 +538,8 @@ WHERE claim_lane = 1 AND next_retry_at IS NULL AND status = 'pending' AND orderi
 }
 
 // Statements of unparkLimited. The parked rows without a key sit in
-// outbox_messages_held_back_idx by topic and then id, so parkedTopicsSQL reads one entry
+// outbox_messages_held_back_idx by topic and then id (their ordering_seq is NULL: the
+// insert trigger sets it only for a row with a key), so parkedTopicsSQL reads one entry
 // per topic (a loose index scan) and parkedOfTopicSQL a topic's oldest rows in one range.
 const (
 	parkedTopicsSQL = `SELECT topic FROM %[1]s
@@ -551,10 +555,10 @@ LIMIT ?`
 // unparkLimited unparks parked rows without an ordering key of the topics that are not
 // paused: for each such topic, oldest first, as many as the topic has room for under its
 // limit (rules.InFlightLimit; its rows in flight counted as the claim counts them), or
-// up to 10,000 when it has none. The claim parks a row without a key only for its topic's pause or its
-// limit, so this releases a topic's backlog as its messages finish, and the rows a claim
-// parked while their topic's resume ran. It returns the number of topics with such rows,
-// and the number of rows it unparked.
+// up to 10,000 when it has none. The claim parks a row without a key only for its topic's
+// pause or its limit, so this releases a topic's backlog as its messages finish, and the
+// rows a claim parked while their topic's resume ran. It returns the number of topics
+// with such rows, and the number of rows it unparked.
 func (s *Store) unparkLimited(ctx context.Context, rules storedriver.OrderingRules) (waiting int, unparked int64, err error) {
 	var topics []string
 	var n int64
