@@ -198,13 +198,8 @@ func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, 
 	}
 	res.Parked = len(parkedIDs) + res.Limited
 	res.Waiting = waiting > 0 || res.Limited > 0
-	if len(full) > 0 {
-		n, err := s.parkFull(ctx, full)
-		if err != nil {
-			return res, err
-		}
-		res.Limited += int(n)
-		res.Parked += int(n)
+	if err := s.parkFull(ctx, full, &res); err != nil {
+		return res, err
 	}
 	if len(parkedIDs) > 0 {
 		if err := s.recheckParked(ctx, parkedIDs, parkedKeys, rules); err != nil {
@@ -321,13 +316,19 @@ const parkFullSQL = `UPDATE %[1]s SET held_back = true
 WHERE status = 'pending' AND next_retry_at IS NULL AND NOT held_back
   AND ordering_key IS NULL AND topic = ANY ($1)`
 
-// parkFull runs parkFullSQL and returns the number of rows it parked.
-func (s *Store) parkFull(ctx context.Context, topics []string) (int64, error) {
+// parkFull runs parkFullSQL for topics, when there are any, and counts the rows it parked
+// in res.
+func (s *Store) parkFull(ctx context.Context, topics []string, res *ClaimResult) error {
+	if len(topics) == 0 {
+		return nil
+	}
 	tag, err := s.db.Exec(ctx, fmt.Sprintf(parkFullSQL, s.messages), topics)
 	if err != nil {
-		return 0, fmt.Errorf("park the rows of topics at their limit: %w", err)
+		return fmt.Errorf("park the rows of topics at their limit: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	res.Limited += int(tag.RowsAffected())
+	res.Parked += int(tag.RowsAffected())
+	return nil
 }
 
 // unparkLimited runs unparkLimitedSQL and returns the number of topics with such parked

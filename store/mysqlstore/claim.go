@@ -250,13 +250,8 @@ FROM `+s.messages+` WHERE id IN (`+idList(claim)+`)`)
 	}
 	res.Parked = len(parkedIDs) + res.Limited
 	res.Waiting = waiting > 0 || res.Limited > 0
-	if len(full) > 0 {
-		n, err := s.parkFull(ctx, full)
-		if err != nil {
-			return res, err
-		}
-		res.Limited += int(n)
-		res.Parked += int(n)
+	if err := s.parkFull(ctx, full, &res); err != nil {
+		return res, err
 	}
 	if len(parkedIDs) > 0 {
 		if err := s.recheckParked(ctx, parkedIDs, parkedKeys, rules); err != nil {
@@ -510,8 +505,11 @@ func (s *Store) overLimit(ctx context.Context, tx *sql.Tx, rows []limitCandidate
 // other topics committed after them at once rather than a claim's worth at a time;
 // unparkLimited puts them back, oldest first, as the topics have room. The rows are found
 // with a consistent read of the claim's lane 1 and locked by their primary key only,
-// skipping rows a claim holds (see lockByID). It returns the number of rows it parked.
-func (s *Store) parkFull(ctx context.Context, topics []string) (int64, error) {
+// skipping rows a claim holds (see lockByID). It counts the rows it parked in res.
+func (s *Store) parkFull(ctx context.Context, topics []string, res *storedriver.ClaimResult) error {
+	if len(topics) == 0 {
+		return nil
+	}
 	var n int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		q := (&sqlBuilder{}).sql(`SELECT id FROM `+s.messages+`
@@ -532,9 +530,11 @@ WHERE claim_lane = 1 AND next_retry_at IS NULL AND status = 'pending' AND orderi
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("park the rows of topics at their limit: %w", err)
+		return fmt.Errorf("park the rows of topics at their limit: %w", err)
 	}
-	return n, nil
+	res.Limited += int(n)
+	res.Parked += int(n)
+	return nil
 }
 
 // Statements of unparkLimited. The parked rows without a key sit in
