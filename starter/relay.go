@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -94,8 +95,9 @@ type Config struct {
 	// topic's messages finish, so a topic with a backlog (thousands of rows committed at
 	// once, or a downstream that keeps failing) is not claimed and started ahead of the
 	// other topics' later messages. Keyed messages count but are not held by it (their
-	// key lets one through at a time). Ordering.TopicMaxInFlight sets a topic's own.
-	// Defaults to DefaultMaxInFlightPerTopic; a negative value sets no limit.
+	// key lets one through at a time), nor are topics of the batch lane without a limit of
+	// their own. Ordering.TopicMaxInFlight sets a topic's own. Defaults to
+	// DefaultMaxInFlightPerTopic; a negative value sets no limit.
 	MaxInFlightPerTopic int
 }
 
@@ -234,6 +236,9 @@ type Relay struct {
 	// or an older one while workers of an older outbox poll the task queue (see
 	// refreshVersion).
 	version atomic.Int32
+	// rules are the claim's rules: Config.Ordering, and a limit of none for each topic of
+	// the batch lane that a claim found at its limit (see unlimitBatchTopics).
+	rules atomic.Pointer[store.OrderingRules]
 	// limitWaiting is set while the latest claim found rows parked for their topic's
 	// limit of messages in flight (store.ClaimResult.Waiting): Run claims again within
 	// LimitPollInterval, to hand them over as the topics' messages finish.
@@ -279,6 +284,7 @@ func New(st store.Delivery, pool *pgxpool.Pool, c Starter, cfg Config) (*Relay, 
 		return nil, fmt.Errorf("relay config: %w", err)
 	}
 	r := &Relay{cfg: cfg, store: st, pool: pool, client: c, log: cfg.Logger, startSem: make(chan struct{}, cfg.StartConcurrency)}
+	r.rules.Store(&cfg.Ordering)
 	r.version.Store(workflows.DeliveryVersion)
 	return r, nil
 }
@@ -365,7 +371,7 @@ func (r *Relay) sweepLoop(ctx context.Context, wake chan<- struct{}) {
 			return
 		case <-t.C:
 		}
-		n, err := r.store.Unpark(ctx, r.cfg.Ordering)
+		n, err := r.store.Unpark(ctx, *r.rules.Load())
 		switch {
 		case err != nil && !errors.Is(err, context.Canceled):
 			r.log.WarnContext(ctx, "Cannot unpark held-back messages", slog.Any("error", err))
@@ -524,7 +530,7 @@ func (r *Relay) runOnce(ctx context.Context) (int, error) {
 	}
 	began := time.Now()
 	claimCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	claim, err := r.store.ClaimBatch(claimCtx, r.cfg.BatchSize, r.cfg.Lease, r.cfg.Ordering)
+	claim, err := r.store.ClaimBatch(claimCtx, r.cfg.BatchSize, r.cfg.Lease, *r.rules.Load())
 	cancel()
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
@@ -534,6 +540,7 @@ func (r *Relay) runOnce(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	r.limitWaiting.Store(claim.Waiting)
+	r.unlimitBatchTopics(claim.Full)
 	rows, batched := r.lanes(ctx, claim.Claimed)
 	r.hold(batched, began)
 	p := r.newPass(ctx, began)
@@ -616,6 +623,32 @@ func (p *pass) handOver(rows []store.Claimed, checkFirst func(store.Claimed) boo
 			}
 		}()
 	}
+}
+
+// unlimitBatchTopics lifts the limit of messages in flight from those of topics that are
+// of the batch lane (Policy.Batch) and have no limit of their own in Config.Ordering: a
+// batch gathers up to its size of claimed rows, which the limit would cut to it. The next
+// claim puts their parked rows back.
+func (r *Relay) unlimitBatchTopics(topics []string) {
+	rules := *r.rules.Load()
+	var lift []string
+	for _, t := range topics {
+		if _, own := rules.TopicMaxInFlight[t]; !own && r.cfg.Policy(t).Batch != nil {
+			lift = append(lift, t)
+		}
+	}
+	if len(lift) == 0 {
+		return
+	}
+	limits := maps.Clone(rules.TopicMaxInFlight)
+	if limits == nil {
+		limits = map[string]int{}
+	}
+	for _, t := range lift {
+		limits[t] = -1
+	}
+	rules.TopicMaxInFlight = limits
+	r.rules.Store(&rules)
 }
 
 // byTopicTurns returns rows in the order their topics take turns: the first row of each

@@ -197,7 +197,7 @@ func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, 
 		return ClaimResult{}, fmt.Errorf("claim messages: %w", err)
 	}
 	res.Parked = len(parkedIDs) + res.Limited
-	res.Waiting = waiting > 0 || res.Limited > 0
+	res.Waiting, res.Full = waiting > 0 || res.Limited > 0, full
 	if err := s.parkFull(ctx, full, &res); err != nil {
 		return res, err
 	}

@@ -249,7 +249,7 @@ FROM `+s.messages+` WHERE id IN (`+idList(claim)+`)`)
 		return storedriver.ClaimResult{}, fmt.Errorf("claim messages: %w", err)
 	}
 	res.Parked = len(parkedIDs) + res.Limited
-	res.Waiting = waiting > 0 || res.Limited > 0
+	res.Waiting, res.Full = waiting > 0 || res.Limited > 0, full
 	if err := s.parkFull(ctx, full, &res); err != nil {
 		return res, err
 	}

@@ -82,6 +82,8 @@ type ClaimResult struct {
 	// topics not paused), found by this claim or by the unparking before it: a relay
 	// claims again soon, to hand them over as the topics' messages finish.
 	Waiting bool
+	// Full lists the topics this claim found at their limit.
+	Full []string
 }
 
 // Sent describes a message that RecordSent or RecordSentAll moved to sent.
