@@ -10,12 +10,14 @@ import (
 )
 
 // testInFlightLimit pins the claim's limit on a topic's messages in flight
-// (OrderingRules.MaxInFlight): a claim takes a topic's rows up to its room and parks the
-// rest (keyed rows count as in flight but are not parked for it), other topics' later rows
-// are claimed past them, the parked rows come back oldest first as the topic's messages
-// finish, claimed rows whose lease ran out are not in flight, a paused topic's rows stay
-// parked, Unpark without a limit puts every such row back, and a topic found at its limit
-// has its other due rows parked at once.
+// (OrderingRules.MaxInFlight and TopicMaxInFlight): a claim takes a topic's rows up to its
+// room and parks the rest (keyed rows count as in flight but are not parked for it), says
+// that rows wait (Waiting), and other topics' later rows are claimed past them; the
+// backlog's age counts the waiting rows; the parked rows come back oldest first as the
+// topic's messages finish; claimed rows whose lease ran out are not in flight; a paused
+// topic's rows stay parked; Unpark without a limit puts every such row back; a topic
+// found at its limit has its other due rows parked at once; and a topic's own limit
+// overrides the default.
 func testInFlightLimit(t *testing.T, h Harness) {
 	e := newEnv(t, h)
 	two := storedriver.OrderingRules{MaxInFlight: 2}
