@@ -523,7 +523,7 @@ WHERE message_id = $1 AND status IN ('pending', 'claimed', 'dispatched')`, messa
 // selectRowsSQL reads rows as scanRow scans them, with whether their topic is paused;
 // %[1]s is the messages table, %[2]s the pauses table.
 const selectRowsSQL = `SELECT id, message_id, topic, payload, headers, status, retry_times, max_retry_times,
-next_retry_at, last_error, redrive_count, created_at, updated_at, sent_at, ordering_key, ordering_seq, batch_id,
+next_retry_at, last_error, redrive_count, created_at, updated_at, sent_at, ordering_key, ordering_seq, batch_id, held_back,
 topic = ANY (ARRAY(SELECT topic FROM %[2]s)) FROM %[1]s`
 
 func scanRow(r pgx.Row) (Row, error) {
@@ -531,7 +531,7 @@ func scanRow(r pgx.Row) (Row, error) {
 	var payload, headers []byte
 	err := r.Scan(&m.ID, &m.MessageID, &m.Topic, &payload, &headers, &m.Status, &m.RetryTimes,
 		&m.MaxRetryTimes, &m.NextRetryAt, &m.LastError, &m.RedriveCount, &m.CreatedAt, &m.UpdatedAt, &m.SentAt,
-		&m.OrderingKey, &m.OrderingSeq, &m.BatchID, &m.Paused)
+		&m.OrderingKey, &m.OrderingSeq, &m.BatchID, &m.HeldBack, &m.Paused)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return m, ErrNotFound
 	}

@@ -152,7 +152,7 @@ WHERE message_id = ? AND status IN ('pending', 'claimed', 'dispatched')`, failed
 // the WHERE.
 func (s *Store) selectRows() string {
 	return `SELECT id, message_id, topic, payload, headers, status, retry_times, max_retry_times,
-next_retry_at, last_error, redrive_count, created_at, updated_at, sent_at, ordering_key, ordering_seq, batch_id,
+next_retry_at, last_error, redrive_count, created_at, updated_at, sent_at, ordering_key, ordering_seq, batch_id, held_back,
 topic IN (SELECT topic FROM ` + s.pauses + `) FROM ` + s.messages
 }
 
@@ -164,7 +164,7 @@ func scanRow(r rowScanner) (storedriver.Row, error) {
 	var payload, headers []byte
 	err := r.Scan(&m.ID, &m.MessageID, &m.Topic, &payload, &headers, &m.Status, &m.RetryTimes,
 		&m.MaxRetryTimes, &m.NextRetryAt, &m.LastError, &m.RedriveCount, &m.CreatedAt, &m.UpdatedAt, &m.SentAt,
-		&m.OrderingKey, &m.OrderingSeq, &m.BatchID, &m.Paused)
+		&m.OrderingKey, &m.OrderingSeq, &m.BatchID, &m.HeldBack, &m.Paused)
 	if errors.Is(err, sql.ErrNoRows) {
 		return m, storedriver.ErrNotFound
 	}

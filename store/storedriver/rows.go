@@ -35,6 +35,11 @@ type Row struct {
 	// message not yet handed over waits for the resume, and a send of one handed over
 	// earlier waits without using an attempt.
 	Paused bool
+	// HeldBack reports that the claim parked the row (held_back): a keyed row waits for
+	// the earlier messages of its key, a row of a paused topic for the resume, and any
+	// other row for room under its topic's limit of messages in flight. The relays unpark
+	// it when that ends.
+	HeldBack bool
 }
 
 // Claimed is a row a relay has claimed: it holds the row's lease until LeaseUntil and

@@ -38,6 +38,8 @@ func testInFlightLimit(t *testing.T, h Harness) {
 	res2 := e.claim(100, two)
 	require.Empty(t, res2.Claimed, "the topic has four messages in flight: its rows stay parked")
 	require.True(t, res2.Waiting, "they wait for room")
+	require.True(t, e.get(bulk[2]).HeldBack, "Get says a row waiting for room is held back")
+	require.False(t, e.get(bulk[0]).HeldBack)
 	backlog, err := e.d().Backlog(e.ctx)
 	require.NoError(t, err)
 	require.Equal(t, "bulk", backlog[0].Topic)

@@ -41,6 +41,8 @@ func testOrdering(t *testing.T, h Harness) {
 		require.Len(t, c.Claimed, 1)
 		require.Equal(t, first, c.Claimed[0].MessageID)
 		require.Equal(t, 2, c.Parked, "the claim reports the rows it found held back")
+		require.True(t, e.get(third).HeldBack, "Get says the row is held back")
+		require.False(t, e.get(first).HeldBack)
 		e.dispatch(c.Claimed...)
 		require.Empty(t, e.claim(10, storedriver.OrderingRules{}).Claimed, "nothing of the key while the first is in flight")
 		_, err := e.d().Unpark(e.ctx, storedriver.OrderingRules{})
