@@ -73,6 +73,7 @@ type messageView struct {
 	Topic         string             `json:"topic"`
 	Status        store.Status       `json:"status,omitempty"`       // empty when the row is gone (retention)
 	Paused        bool               `json:"topic_paused,omitempty"` // the topic is paused (outbox topic pause)
+	HeldBack      bool               `json:"held_back,omitempty"`    // parked by the claim (see storedriver.Row.HeldBack)
 	Payload       json.RawMessage    `json:"payload,omitempty"`
 	Headers       map[string]string  `json:"headers,omitempty"`
 	RetryTimes    int                `json:"retry_times"`
@@ -141,7 +142,7 @@ func inspectMessage(ctx context.Context, a *app.App, id uuid.UUID) (*messageView
 		return nil, err
 	default:
 		v.Topic, v.Status, v.Payload, v.Headers = row.Topic, row.Status, row.Payload, row.Headers
-		v.Paused = row.Paused
+		v.Paused, v.HeldBack = row.Paused, row.HeldBack
 		v.RetryTimes, v.MaxRetryTimes, v.NextRetryAt, v.LastError = row.RetryTimes, row.MaxRetryTimes, row.NextRetryAt, row.LastError
 		v.RedriveCount, v.CreatedAt, v.SentAt = row.RedriveCount, &row.CreatedAt, row.SentAt
 		v.OrderingKey, v.OrderingSeq = row.OrderingKey, row.OrderingSeq
@@ -395,16 +396,34 @@ func failureText(fc converter.FailureConverter, f *failurepb.Failure) string {
 	return f.GetMessage()
 }
 
+// waitsFor says what a message not yet sent waits for, after its status: the resume of
+// its paused topic, an earlier message of its key, or room under its topic's limit of
+// messages in flight. Empty for any other message.
+func (v *messageView) waitsFor() string {
+	switch v.Status {
+	case store.StatusPending, store.StatusClaimed, store.StatusDispatched:
+	default:
+		return ""
+	}
+	switch {
+	case v.Paused:
+		return fmt.Sprintf(", topic paused: waits for outbox topic resume %s", v.Topic)
+	case !v.HeldBack || v.Status == store.StatusDispatched:
+		return ""
+	case v.OrderingKey != nil:
+		return fmt.Sprintf(", held back: waits for an earlier message of ordering key %s", *v.OrderingKey)
+	default:
+		return ", waiting for room: its topic is at its limit of messages in flight (max_in_flight); the relay starts it as earlier ones finish"
+	}
+}
+
 func (v *messageView) write(w io.Writer) {
 	const layout = "2006-01-02 15:04:05.000"
 	fmt.Fprintf(w, "Message      %s\nTopic        %s\n", v.MessageID, v.Topic)
 	if v.rowMissing {
 		fmt.Fprintln(w, "Status       (no row: removed by retention or discarded)")
 	} else {
-		status := string(v.Status)
-		if v.Paused && v.Status != store.StatusSent && v.Status != store.StatusDead && v.Status != store.StatusDiscarded {
-			status += fmt.Sprintf(", topic paused: waits for outbox topic resume %s", v.Topic)
-		}
+		status := string(v.Status) + v.waitsFor()
 		fmt.Fprintf(w, "Status       %s\nCreated      %s\n", status, v.CreatedAt.Local().Format(layout))
 		if v.SentAt != nil {
 			fmt.Fprintf(w, "Sent         %s\n", v.SentAt.Local().Format(layout))
