@@ -63,6 +63,14 @@ type insertRow struct {
 	idempotencyKey *string
 }
 
+// plain reports that the row sets only the message ID, topic and payload, as most
+// messages do. Such a row is inserted with those three columns and every other one takes
+// its default: the server then has no NULLs to bind and no delay expression to evaluate,
+// which takes about 3 % off an enqueuing transaction with 8 writers (docs/benchmarks.md).
+func (r *insertRow) plain() bool {
+	return r.headers == nil && r.maxRetryTimes == nil && r.afterSecs == nil && r.orderingKey == nil && r.idempotencyKey == nil
+}
+
 func (r *insertRow) args() []any {
 	return []any{r.id.String(), r.topic, r.payload, r.headers, r.maxRetryTimes, r.afterSecs, r.afterMicros, r.orderingKey, r.idempotencyKey}
 }
@@ -152,7 +160,11 @@ func (s *Store) EnqueueMessage(ctx context.Context, db DB, msg Message) (Enqueue
 	if err != nil {
 		return Enqueued{}, err
 	}
-	_, err = db.ExecContext(ctx, `INSERT INTO `+s.messages+` `+insertColumns+` VALUES `+insertValues, r.args()...)
+	if r.plain() {
+		_, err = db.ExecContext(ctx, `INSERT INTO `+s.messages+` (message_id, topic, payload) VALUES (?, ?, ?)`, r.id.String(), r.topic, r.payload)
+	} else {
+		_, err = db.ExecContext(ctx, `INSERT INTO `+s.messages+` `+insertColumns+` VALUES `+insertValues, r.args()...)
+	}
 	if r.idempotencyKey != nil && isDuplicate(err, "outbox_messages", "outbox_messages_idempotency_key_idx") {
 		held, err := s.idempotencyHolders(ctx, db, []string{*r.idempotencyKey})
 		if err != nil {
