@@ -133,6 +133,9 @@ func (l *link) pipe(dst, src net.Conn, g *gate) {
 		g.wait(l.closed)
 		n, err := src.Read(buf)
 		g.wait(l.closed) // what came in as the stall began waits too
+		if l.isClosed() {
+			break // a cut drops what the stall held back, as a broken connection would
+		}
 		if n > 0 {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				break
