@@ -18,6 +18,9 @@ func (s *Store) ClaimSQL() string { return fmt.Sprintf(claimSQL, s.messages, s.p
 // messages in flight, for EXPLAIN; its one parameter is the limit.
 func (s *Store) UnparkLimitedSQL() string { return fmt.Sprintf(unparkLimitedSQL, s.messages, s.pauses) }
 
+// AnyParkedSQL is the probe that unparking runs before UnparkLimitedSQL, for EXPLAIN.
+func (s *Store) AnyParkedSQL() string { return fmt.Sprintf(anyParkedSQL, s.messages) }
+
 // Claim takes up to limit due rows (pending rows whose next_retry_at has passed, and
 // claimed rows whose lease has expired) and leases them for lease, ordering keyed
 // messages by the default rules.

@@ -474,6 +474,16 @@ func TestClaim(t *testing.T) {
 		t.Log(plan)
 		require.Contains(t, plan, "outbox_messages_parked_topic_idx", plan)
 		require.NotContains(t, plan, "Seq Scan on outbox_messages", plan)
+
+		// The probe before it, which finds before most claims that nothing is parked.
+		rows, err = pool.Query(ctx, `EXPLAIN `+st.AnyParkedSQL())
+		require.NoError(t, err)
+		lines, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		plan = strings.Join(lines, "\n")
+		t.Log(plan)
+		require.Contains(t, plan, "outbox_messages_parked_topic_idx", plan)
+		require.NotContains(t, plan, "Seq Scan on outbox_messages", plan)
 	})
 }
 
