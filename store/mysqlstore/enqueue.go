@@ -41,10 +41,11 @@ func enqueueError(topic, orderingKey string, err error) error {
 	return fmt.Errorf("enqueue %s message: %w", topic, err)
 }
 
-// insertColumns are the columns Enqueue writes; next_retry_at is given as Unix seconds and
-// microseconds, which FROM_UNIXTIME turns into the session's time zone and the TIMESTAMP
-// column back into UTC, so the caller's session time zone and its driver's loc do not
-// matter.
+// insertColumns are the columns Enqueue writes for a message that sets any optional one
+// (a plain message names three: see insertRow.plain); next_retry_at is given as Unix
+// seconds and microseconds, which FROM_UNIXTIME turns into the session's time zone and the
+// TIMESTAMP column back into UTC, so the caller's session time zone and its driver's loc
+// do not matter.
 const (
 	insertColumns = `(message_id, topic, payload, headers, max_retry_times, next_retry_at, ordering_key, idempotency_key)`
 	insertValues  = `(?, ?, ?, ?, ?, FROM_UNIXTIME(?) + INTERVAL ? MICROSECOND, ?, ?)`
