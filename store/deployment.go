@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-go/outbox/store/storedriver"
 )
 
 // Deployment returns the identity of this outbox (migration 0010): its deployment ID, made
@@ -66,12 +69,51 @@ func (s *Store) MoveTaskQueue(ctx context.Context, taskQueue string) error {
 	return nil
 }
 
+// PublishPolicy implements storedriver.Delivery: it records p on the deployment's row
+// unless the policy recorded there is newer (see storedriver.PublishedPolicy), and returns
+// the policy in effect after the call. Two publishers at once take the row in turn, and
+// the second is compared with what the first recorded.
+func (s *Store) PublishPolicy(ctx context.Context, p PublishedPolicy) (PublishedPolicy, error) {
+	if err := storedriver.ValidatePublishedPolicy(p); err != nil {
+		return PublishedPolicy{}, fmt.Errorf("publish the delivery policy: %w", err)
+	}
+	_, err := s.db.Exec(ctx, `UPDATE `+s.deployment+`
+SET policy = $1::jsonb, policy_as_of = $2, policy_by = $3, policy_published_at = now()
+WHERE policy_as_of IS NULL OR policy_as_of < $2 OR (policy_as_of = $2 AND policy <> $1::jsonb)`,
+		string(p.Policies), storedriver.PolicyTime(p.AsOf), p.By)
+	if err != nil {
+		return PublishedPolicy{}, fmt.Errorf("publish the delivery policy: %w", deploymentError(err))
+	}
+	return s.PublishedPolicy(ctx)
+}
+
+// PublishedPolicy implements storedriver.Delivery.
+func (s *Store) PublishedPolicy(ctx context.Context) (PublishedPolicy, error) {
+	var (
+		doc     []byte
+		asOf    *time.Time
+		by      *string
+		publish *time.Time
+	)
+	err := s.db.QueryRow(ctx, `SELECT policy::text, policy_as_of, policy_by, policy_published_at FROM `+s.deployment).
+		Scan(&doc, &asOf, &by, &publish)
+	if err != nil {
+		return PublishedPolicy{}, deploymentError(err)
+	}
+	if doc == nil || asOf == nil || by == nil || publish == nil {
+		return PublishedPolicy{}, nil
+	}
+	return PublishedPolicy{Policies: doc, AsOf: asOf.UTC(), By: *by, PublishedAt: publish.UTC()}, nil
+}
+
 // deploymentError explains a missing deployment table: the schema predates migration 0010.
 func deploymentError(err error) error {
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "42P01":
 		return fmt.Errorf("read the outbox deployment: %w (the schema predates migration 0010: run outbox migrate)", err)
+	case errors.As(err, &pgErr) && pgErr.Code == "42703":
+		return fmt.Errorf("read the outbox deployment: %w (the schema predates migration 0014: run outbox migrate)", err)
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("read the outbox deployment: its row is missing from outbox_deployment (run outbox migrate)")
 	}

@@ -45,6 +45,7 @@ type (
 	Stats            = storedriver.Stats
 	TopicBacklog     = storedriver.TopicBacklog
 	TopicPause       = storedriver.TopicPause
+	PublishedPolicy  = storedriver.PublishedPolicy
 	PurgeOptions     = storedriver.PurgeOptions
 	PurgeResult      = storedriver.PurgeResult
 	Migration        = storedriver.Migration

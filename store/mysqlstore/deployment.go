@@ -3,10 +3,13 @@ package mysqlstore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
+
+	"github.com/outbox-go/outbox/store/storedriver"
 )
 
 // Deployment returns the identity of this outbox: its deployment ID, made once when the
@@ -58,11 +61,50 @@ func (s *Store) MoveTaskQueue(ctx context.Context, taskQueue string) error {
 	return nil
 }
 
+// PublishPolicy implements storedriver.Delivery: it records p on the deployment's row
+// unless the policy recorded there is newer (see storedriver.PublishedPolicy), and returns
+// the policy in effect after the call, as package store does. The UPDATE reads the row as
+// committed, so two publishers at once are compared in turn.
+func (s *Store) PublishPolicy(ctx context.Context, p storedriver.PublishedPolicy) (storedriver.PublishedPolicy, error) {
+	if err := storedriver.ValidatePublishedPolicy(p); err != nil {
+		return storedriver.PublishedPolicy{}, fmt.Errorf("publish the delivery policy: %w", err)
+	}
+	doc, asOf := string(p.Policies), storedriver.PolicyTime(p.AsOf)
+	_, err := s.db.ExecContext(ctx, `UPDATE `+s.deployment+`
+SET policy = ?, policy_as_of = ?, policy_by = ?, policy_published_at = NOW(6)
+WHERE policy_as_of IS NULL OR policy_as_of < ? OR (policy_as_of = ? AND NOT (policy <=> ?))`,
+		doc, asOf, p.By, asOf, asOf, doc)
+	if err != nil {
+		return storedriver.PublishedPolicy{}, fmt.Errorf("publish the delivery policy: %w", deploymentError(err))
+	}
+	return s.PublishedPolicy(ctx)
+}
+
+// PublishedPolicy implements storedriver.Delivery.
+func (s *Store) PublishedPolicy(ctx context.Context) (storedriver.PublishedPolicy, error) {
+	var (
+		doc, by         sql.NullString
+		asOf, published sql.NullTime
+	)
+	err := s.db.QueryRowContext(ctx, `SELECT policy, policy_as_of, policy_by, policy_published_at FROM `+s.deployment).
+		Scan(&doc, &asOf, &by, &published)
+	if err != nil {
+		return storedriver.PublishedPolicy{}, deploymentError(err)
+	}
+	if !doc.Valid || !asOf.Valid || !by.Valid || !published.Valid {
+		return storedriver.PublishedPolicy{}, nil
+	}
+	return storedriver.PublishedPolicy{Policies: json.RawMessage(doc.String), AsOf: asOf.Time.UTC(), By: by.String,
+		PublishedAt: published.Time.UTC()}, nil
+}
+
 // deploymentError explains a missing deployment table or row.
 func deploymentError(err error) error {
 	switch {
 	case isErrNumber(err, errNoSuchTable):
 		return fmt.Errorf("read the outbox deployment: %w (%w)", err, errMissingTables)
+	case isErrNumber(err, errBadField):
+		return fmt.Errorf("read the outbox deployment: %w (the database predates migration 0005: run outbox migrate)", err)
 	case errors.Is(err, sql.ErrNoRows):
 		return errors.New("read the outbox deployment: its row is missing from outbox_deployment (run outbox migrate)")
 	}

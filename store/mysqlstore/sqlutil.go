@@ -14,6 +14,7 @@ import (
 
 // MySQL error numbers the store acts on.
 const (
+	errBadField        = 1054 // ER_BAD_FIELD_ERROR
 	errDuplicateColumn = 1060 // ER_DUP_FIELDNAME
 	errDuplicateKey    = 1062 // ER_DUP_ENTRY
 	errNoSuchTable     = 1146 // ER_NO_SUCH_TABLE

@@ -98,6 +98,13 @@ type Delivery interface {
 	// RecordTaskQueue records taskQueue as the deployment's, unless another is recorded
 	// already; it returns the deployment ID and the task queue recorded.
 	RecordTaskQueue(ctx context.Context, taskQueue string) (id uuid.UUID, recorded string, err error)
+	// PublishPolicy records p as the delivery policy in effect unless the recorded one is
+	// newer (see PublishedPolicy for which wins), and returns the one in effect after the
+	// call.
+	PublishPolicy(ctx context.Context, p PublishedPolicy) (PublishedPolicy, error)
+	// PublishedPolicy returns the delivery policy in effect: the zero PublishedPolicy when
+	// none was published.
+	PublishedPolicy(ctx context.Context) (PublishedPolicy, error)
 }
 
 // Operations is what an operator's commands need: inspect messages and dead letters,

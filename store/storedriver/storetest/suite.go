@@ -37,6 +37,7 @@ func Run(t *testing.T, h Harness) {
 		{"StatsAndBacklog", testStatsAndBacklog},
 		{"PlainSQLRows", testPlainSQLRows},
 		{"Deployment", testDeployment},
+		{"PublishedPolicy", testPublishedPolicy},
 		{"Pause", testPause},
 		{"InFlightLimit", testInFlightLimit},
 		{"Migrate", testMigrate},
