@@ -310,8 +310,11 @@ type Handlers struct {
 // retry fixes, such as refused credentials or a missing stream, stops the start; a broker
 // that cannot be reached now does not, and the sink is reported not ready on /readyz and
 // in outbox_sink_ready until it connects; Close closes them), serves /metrics, /healthz and /readyz when
-// metrics.address is set, and makes sure the retention schedule exists when retention is
-// on. It returns what the outbox's workflow and activities need on a worker:
+// metrics.address is set, makes sure the retention schedule exists when retention is on,
+// and publishes the config's delivery policies for the relays when the config has a
+// PolicyAsOf (config.Load sets it; a publication that fails is retried every
+// PolicyRefresh until ctx ends). It returns what the outbox's workflow and activities need
+// on a worker:
 // worker.Register(w, deps) adds the outbox to a worker the team already runs, exactly as
 // outbox worker runs it.
 func (a *App) PrepareWorker(ctx context.Context, h Handlers) (worker.Deps, error) {
@@ -356,6 +359,14 @@ func (a *App) PrepareWorker(ctx context.Context, h Handlers) (worker.Deps, error
 		if err := a.EnsureRetentionSchedule(ctx); err != nil {
 			return worker.Deps{}, err
 		}
+	}
+	shared, err := a.sharedPolicies("worker")
+	if err != nil {
+		return worker.Deps{}, err
+	}
+	if shared != nil {
+		// Published for the relays: until ctx ends, if the database does not answer now.
+		shared.start(ctx, false)
 	}
 	return worker.Deps{Store: a.driver(), Handlers: reg, Logger: a.Logger, Alerts: a.Config.AlertWebhooks(), Metrics: a.Metrics(), Client: a.Temporal, Deployment: id,
 		MaxSendsPerTopic: a.Config.Worker.MaxSendsPerTopic}, nil
@@ -434,7 +445,11 @@ func (a *App) runWorker(ctx context.Context, deps worker.Deps) error {
 }
 
 // RunRelay runs the relay, and the reconciler beside it, until ctx is cancelled or the
-// relay gives up (see starter.Relay.Run).
+// relay gives up (see starter.Relay.Run). When the config has a PolicyAsOf (config.Load
+// sets it to the file's modification time), the relay publishes the config's delivery
+// policies and freezes the newest published ones into the runs it starts, reading them
+// back every PolicyRefresh: a policy change reaches new runs whichever relay or worker
+// reads the changed file first. Without one it freezes the config's own.
 func (a *App) RunRelay(ctx context.Context) error { return a.RunRelayWith(ctx, nil) }
 
 // RunRelayWith is RunRelay with the relay's configuration adjusted by adjust.
@@ -446,6 +461,13 @@ func (a *App) RunRelayWith(ctx context.Context, adjust func(*starter.Config)) er
 		return err
 	}
 	cfg := a.RelayConfig()
+	shared, err := a.sharedPolicies("relay")
+	if err != nil {
+		return err
+	}
+	if shared != nil {
+		cfg.Policy = shared.Policy
+	}
 	if adjust != nil {
 		adjust(&cfg)
 	}
@@ -463,6 +485,9 @@ func (a *App) RunRelayWith(ctx context.Context, adjust func(*starter.Config)) er
 	defer a.relay.Store(nil)
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
+	if shared != nil {
+		shared.start(ctx, true)
+	}
 	reconciled := make(chan struct{})
 	go func() {
 		defer close(reconciled)

@@ -96,6 +96,21 @@ type Config struct {
 	// permanent failure: its messages are dead-lettered.
 	Default *Topic `yaml:"default"`
 
+	// PolicyAsOf is when the delivery policies of the topics (and of the default entry)
+	// last changed. Load sets it to the file's modification time, or to the time of
+	// loading when the environment changes a topic's policy (OUTBOX_TOPICS,
+	// OUTBOX_DEFAULT_*). When it is set, each relay and worker publishes its policies to
+	// the database as it starts and each relay follows the newest published ones (see
+	// storedriver.PublishedPolicy): a policy change reaches new runs whichever process
+	// reads the changed file first, and a process restarted with an older file follows
+	// the newer policies instead of bringing its own back. Zero (a config built in Go
+	// that leaves it unset): the process neither publishes nor follows, and its relay
+	// freezes its own policies into the runs it starts.
+	PolicyAsOf time.Time `yaml:"-"`
+	// Path is the file Load read, named beside the policies it publishes; empty for a
+	// config built in Go.
+	Path string `yaml:"-"`
+
 	lookupEnv func(string) (string, bool) // set by ApplyEnv; os.LookupEnv otherwise
 }
 
@@ -736,8 +751,12 @@ func LoadEnv(path string, lookup func(string) (string, bool)) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	before := c.Policies()
 	if err := c.ApplyEnv(lookup); err != nil {
 		return nil, err
+	}
+	if len(c.Policies().Differ(before)) > 0 {
+		c.PolicyAsOf = time.Now()
 	}
 	return c, nil
 }
@@ -757,6 +776,11 @@ func LoadFile(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
+	info, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	c.PolicyAsOf, c.Path = info.ModTime(), path
 	return c, nil
 }
 
@@ -1278,6 +1302,23 @@ func (c *Config) TopicConfig(topic string) (t Topic, ok bool) {
 		return *c.Default, true
 	}
 	return Topic{}, false
+}
+
+// Policies returns the delivery policy of every topic the config lists, and of every other
+// topic (the default entry's, or the built-in defaults): what a relay or a worker
+// publishes when PolicyAsOf is set.
+func (c *Config) Policies() workflows.Policies {
+	p := workflows.Policies{Default: Topic{}.Policy()}
+	if c.Default != nil {
+		p.Default = c.Default.Policy()
+	}
+	for name, t := range c.Topics {
+		if p.Topics == nil {
+			p.Topics = make(map[string]workflows.Policy, len(c.Topics))
+		}
+		p.Topics[name] = t.Policy()
+	}
+	return p
 }
 
 // Policy returns the delivery policy of topic: its entry's, the default entry's, or the

@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -20,9 +21,11 @@ func newConfigCmd(g *globals) *cobra.Command {
 		Long: `check loads each file as outbox relay and outbox worker would (the environment
 applied), validates it, and prints "ok". Given two or more files, such as the relay's
 and the worker's, it also reports each topic they would deliver differently: its
-delivery policy (the relay freezes it into each run it starts), its ordering settings,
-or who delivers it (a sink of the worker and its kind, a team's activity or workflow, or
-nothing). Sink settings and secrets may differ between processes and are not compared.
+delivery policy (the relays freeze the policies of the file changed last into the runs
+they start, whichever process read it: the report names that file), its ordering
+settings, or who delivers it (a sink of the worker and its kind, a team's activity or
+workflow, or nothing). Sink settings and secrets may differ between processes and are
+not compared.
 It exits 78 when a file is invalid or two files disagree, and connects to nothing.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -43,10 +46,15 @@ It exits 78 when a file is invalid or two files disagree, and connects to nothin
 				cfgs = append(cfgs, &d)
 			}
 			var errs []error
+			policies := false
 			for i := 1; i < len(cfgs); i++ {
 				for _, d := range config.Compare(cfgs[0], cfgs[i]) {
 					errs = append(errs, fmt.Errorf("%s and %s: %s", displayPath(args[0]), displayPath(args[i]), d))
+					policies = policies || d.What == "policy"
 				}
+			}
+			if policies {
+				errs = append(errs, inEffect(args, cfgs))
 			}
 			if len(errs) > 0 {
 				return &app.ConfigError{Err: errors.Join(errs...)}
@@ -59,6 +67,22 @@ It exits 78 when a file is invalid or two files disagree, and connects to nothin
 	}
 	cmd.AddCommand(check)
 	return cmd
+}
+
+// inEffect says which file's delivery policies the relays follow once processes of every
+// file have started: the one changed last (see config.Config.PolicyAsOf).
+func inEffect(paths []string, cfgs []*config.Config) error {
+	newest := -1
+	for i, c := range cfgs {
+		if !c.PolicyAsOf.IsZero() && (newest < 0 || !c.PolicyAsOf.Before(cfgs[newest].PolicyAsOf)) {
+			newest = i
+		}
+	}
+	if newest < 0 {
+		return errors.New("none of the files is dated, so each relay freezes its own file's policies")
+	}
+	return fmt.Errorf("once processes of these files have started, every relay follows the policies of %s, changed last (%s)",
+		displayPath(paths[newest]), cfgs[newest].PolicyAsOf.UTC().Format(time.RFC3339))
 }
 
 // displayPath names a config file; the empty path is the built-in configuration.

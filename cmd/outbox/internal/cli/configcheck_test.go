@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -32,9 +33,13 @@ func TestConfigCheck(t *testing.T) {
 	require.NoError(t, r.err)
 	require.Contains(t, r.stdout, "the files agree")
 
+	changed := time.Date(2026, 12, 1, 9, 30, 0, 0, time.UTC)
+	require.NoError(t, os.Chtimes(worker, changed, changed))
+	require.NoError(t, os.Chtimes(relay, changed.Add(-time.Hour), changed.Add(-time.Hour)))
 	r = run(t, nil, "", "config", "check", relay, worker)
 	require.True(t, app.IsConfigError(r.err), "%v", r.err)
 	require.ErrorContains(t, r.err, relay+" and "+worker+`: topic order.created: policy differs: {"max_attempts":5`)
+	require.ErrorContains(t, r.err, "every relay follows the policies of "+worker+", changed last (2026-12-01T09:30:00Z)")
 
 	r = run(t, nil, "", "config", "check", bad)
 	require.True(t, app.IsConfigError(r.err), "%v", r.err)
