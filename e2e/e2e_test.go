@@ -124,19 +124,26 @@ func (e *env) startReconciler(t *testing.T, st *store.Store, after, interval tim
 	e.run(t, rc.Run)
 }
 
-func (e *env) run(t *testing.T, fn func(context.Context) error) {
+// run runs fn until the returned stop is called or the test ends, whichever comes first;
+// stop cancels fn's context and requires fn to return nil within 30s.
+func (e *env) run(t *testing.T, fn func(context.Context) error) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- fn(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(30 * time.Second):
-			t.Error("did not stop within 30s of cancellation")
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(30 * time.Second):
+				t.Error("did not stop within 30s of cancellation")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // enqueueOrder writes a business row and its message in one transaction.

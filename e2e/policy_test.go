@@ -49,26 +49,8 @@ func TestPolicyChangeReachesNewRuns(t *testing.T) {
 		cfg.Temporal = config.Temporal{Address: ts.GetFrontendHostPort(), Namespace: e.namespace, TaskQueue: e.taskQueue}
 		a, err := app.Connect(ctx, cfg, app.Options{Logger: logger})
 		require.NoError(t, err)
-		runCtx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- fn(a, runCtx) }()
-		stopped := false
-		stop = func() {
-			if stopped {
-				return
-			}
-			stopped = true
-			cancel()
-			select {
-			case err := <-done:
-				require.NoError(t, err)
-			case <-time.After(30 * time.Second):
-				t.Error("did not stop within 30s of cancellation")
-			}
-			a.Close()
-		}
-		t.Cleanup(stop)
-		return stop
+		t.Cleanup(a.Close) // after stop: cleanups run last in, first out
+		return e.run(t, func(ctx context.Context) error { return fn(a, ctx) })
 	}
 	relay := func(path string) func() {
 		return run(path, func(a *app.App, ctx context.Context) error { return a.RunRelay(ctx) })
