@@ -242,7 +242,7 @@ var docRules = []docRule{
 		subst: []docSubst{{"01a22bd4-e1d1-7a2a-9e3e-c3f8ce034627", "{{dead}}"}}, stdin: "y\n",
 		expect: `Discard 1 dead-lettered message\(s\)\? They will not be delivered\. \[y/N\] discarded {{dead}}`},
 	{match: `^outbox stats$`, scenario: scOperator,
-		expect: `(?s)TOPIC\s+pending\s+claimed\s+dispatched\s+sent\s+dead\s+discarded\n\s+order\.created\s.*Dead letters\s+0 open, .*\nPaused topics\s+none\n$`},
+		expect: `(?s)TOPIC\s+pending\s+claimed\s+dispatched\s+sent\s+dead\s+discarded\n\s+order\.created\s.*Dead letters\s+0 open, .*\nPolicies\s+none published: each relay freezes its own configuration's policies\nPaused topics\s+none\n$`},
 	{match: `^outbox topic pause order\.created --reason "billing API maintenance 14:00-16:00 UTC"$`, scenario: scOperator,
 		expect: `^paused order\.created: billing API maintenance 14:00-16:00 UTC\nIts messages wait: .*\noutbox topic resume order\.created ends the pause\.\n$`},
 	{match: `^outbox topic list$`, scenario: scOperator,

@@ -1,16 +1,19 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/outbox-go/outbox/app"
-
+	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/workflows"
 )
 
 func newStatsCmd(g *globals) *cobra.Command {
@@ -25,6 +28,8 @@ func newStatsCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				// A schema before migration 0014 has no policies to show; the rest is shown.
+				policies, policiesErr := a.Driver.PublishedPolicy(cmd.Context())
 				if asJSON {
 					return writeJSON(cmd.OutOrStdout(), map[string]any{
 						"by_status": s.ByStatus, "by_topic": s.ByTopic,
@@ -38,6 +43,7 @@ func newStatsCmd(g *globals) *cobra.Command {
 						"keys_blocked_by_dead":         s.KeysBlockedByDead,
 						"repaired_last_day":            s.RepairedLastDay,
 						"paused_topics":                append([]store.TopicPause{}, s.Paused...),
+						"policies":                     policiesJSON(policies),
 						"at":                           s.At,
 					})
 				}
@@ -75,6 +81,11 @@ func newStatsCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(w, "Ordering keys    %d messages held back behind an earlier one of their key; %d keys blocked by a dead message\n",
 					s.HeldBack, s.KeysBlockedByDead)
 				fmt.Fprintf(w, "Reconciliation   %d rows repaired in the last day\n", s.RepairedLastDay)
+				if policiesErr != nil {
+					fmt.Fprintf(w, "Policies         unknown: %v\n", policiesErr)
+				} else {
+					fmt.Fprintf(w, "Policies         %s\n", policiesLine(policies, a.Config))
+				}
 				fmt.Fprint(w, "Paused topics    ")
 				if len(s.Paused) == 0 {
 					fmt.Fprintln(w, "none")
@@ -98,4 +109,32 @@ func age(d time.Duration) string {
 		return "none"
 	}
 	return d.Round(time.Second).String() + " ago"
+}
+
+// policiesLine says whose delivery policies the relays follow and, when the command's own
+// config is dated, whether its file's differ.
+func policiesLine(p store.PublishedPolicy, c config.Config) string {
+	if p.Policies == nil {
+		return "none published: each relay freezes its own configuration's policies"
+	}
+	line := fmt.Sprintf("from %s, file changed %s", p.By, p.AsOf.Local().Format(time.DateTime))
+	if c.PolicyAsOf.IsZero() {
+		return line
+	}
+	var in workflows.Policies
+	if err := json.Unmarshal(p.Policies, &in); err != nil {
+		return line + " (unreadable here: " + err.Error() + ")"
+	}
+	if differ := c.Policies().Differ(in); len(differ) > 0 {
+		return line + "; " + displayPath(c.Path) + " differs for " + strings.Join(differ, ", ")
+	}
+	return line + "; " + displayPath(c.Path) + " agrees"
+}
+
+// policiesJSON is the published policies' publication, for --json; nil when none.
+func policiesJSON(p store.PublishedPolicy) any {
+	if p.Policies == nil {
+		return nil
+	}
+	return map[string]any{"by": p.By, "as_of": p.AsOf, "published_at": p.PublishedAt, "policies": p.Policies}
 }
