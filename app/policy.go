@@ -20,6 +20,9 @@ import (
 // and how often a process whose own publication failed tries it again.
 const PolicyRefresh = 5 * time.Second
 
+// maxPublishedBy is the longest PublishedPolicy.By the stores take.
+const maxPublishedBy = 500
+
 // sharedPolicies are the delivery policies a relay freezes into the runs it starts when
 // the config has a PolicyAsOf: the newest published ones (storedriver.PublishedPolicy),
 // once this process has published its own or when they are newer than its own; its own
@@ -59,6 +62,9 @@ func (a *App) sharedPolicies(role string) (*sharedPolicies, error) {
 		by += ", " + a.Config.Path
 	} else {
 		by += ", environment"
+	}
+	if len(by) > maxPublishedBy {
+		by = strings.ToValidUTF8(by[:maxPublishedBy-3], "") + "..."
 	}
 	return &sharedPolicies{own: own, ownDoc: doc, asOf: storedriver.PolicyTime(a.Config.PolicyAsOf), by: by,
 		driver: a.driver(), log: a.log()}, nil
@@ -165,7 +171,7 @@ func (s *sharedPolicies) run(ctx context.Context, follow bool) {
 		}
 		if err := s.sync(ctx, follow); err != nil && ctx.Err() == nil {
 			if !failing {
-				s.log.Warn("Reading the published delivery policies failed; the ones in effect are kept and the read is retried", slog.Any("error", err))
+				s.log.Warn("Sharing the delivery policies through the database failed: this process keeps the ones it has and tries again", slog.Any("error", err))
 			}
 			failing = true
 		} else {
@@ -177,7 +183,8 @@ func (s *sharedPolicies) run(ctx context.Context, follow bool) {
 // start syncs once, warning when that fails, and goes on in the background until ctx ends.
 func (s *sharedPolicies) start(ctx context.Context, follow bool) {
 	if err := s.sync(ctx, follow); err != nil {
-		s.log.Warn("Publishing the delivery policies failed: this process uses its own until it succeeds (is the schema migrated? run outbox migrate)",
+		s.log.Warn("Sharing the delivery policies through the database failed: this process keeps the ones it has (its own at first) "+
+			"and tries again every "+PolicyRefresh.String()+"; a schema before migration 0014 needs outbox migrate",
 			slog.Any("error", err))
 	}
 	go s.run(ctx, follow)
