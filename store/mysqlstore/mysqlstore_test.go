@@ -132,12 +132,18 @@ func TestMigrateTwiceIsANoOp(t *testing.T) {
 		wg.Go(func() { results[i], errs[i] = st.Migrate(ctx) })
 	}
 	wg.Wait()
+	migrations, err := mysqlstore.Migrations()
+	require.NoError(t, err)
+	var every []int
+	for _, m := range migrations {
+		every = append(every, m.Version)
+	}
 	var applied int
 	for i := range results {
 		require.NoError(t, errs[i])
 		if len(results[i]) > 0 {
 			applied++
-			assert.Equal(t, []int{1, 2, 3, 4}, results[i])
+			assert.Equal(t, every, results[i])
 		}
 	}
 	assert.Equal(t, 1, applied)
