@@ -54,6 +54,7 @@ type App struct {
 	relay      atomic.Pointer[starter.Relay] // the running relay, for readiness
 	handlersMu sync.Mutex
 	handlers   []*activities.Registry // built by PrepareWorker, closed by Close
+	background []context.CancelFunc   // of the work that goes on until Close (untilClose)
 }
 
 // Options are what Open and Connect take besides the config. The zero value is ready to
@@ -281,9 +282,12 @@ func temporalOptions(cfg config.Config) (temporalx.Options, error) {
 // Close closes the connections, the topic handlers' (a broker sink's) included.
 func (a *App) Close() {
 	a.handlersMu.Lock()
-	regs := a.handlers
-	a.handlers = nil
+	regs, background := a.handlers, a.background
+	a.handlers, a.background = nil, nil
 	a.handlersMu.Unlock()
+	for _, stop := range background {
+		stop()
+	}
 	for _, reg := range regs {
 		if err := reg.Close(); err != nil {
 			a.Logger.Warn("Closing the topic handlers failed", slog.Any("error", err))
@@ -313,7 +317,7 @@ type Handlers struct {
 // metrics.address is set, makes sure the retention schedule exists when retention is on,
 // and publishes the config's delivery policies for the relays when the config has a
 // PolicyAsOf (config.Load sets it; a publication that fails is retried every
-// PolicyRefresh until ctx ends). It returns what the outbox's workflow and activities need
+// PolicyRefresh until ctx ends or the App is closed). It returns what the outbox's workflow and activities need
 // on a worker:
 // worker.Register(w, deps) adds the outbox to a worker the team already runs, exactly as
 // outbox worker runs it.
@@ -365,11 +369,22 @@ func (a *App) PrepareWorker(ctx context.Context, h Handlers) (worker.Deps, error
 		return worker.Deps{}, err
 	}
 	if shared != nil {
-		// Published for the relays: until ctx ends, if the database does not answer now.
-		shared.start(ctx, false)
+		// Published for the relays: until ctx ends or the App is closed, if the database
+		// does not answer now.
+		shared.start(a.untilClose(ctx), false)
 	}
 	return worker.Deps{Store: a.driver(), Handlers: reg, Logger: a.Logger, Alerts: a.Config.AlertWebhooks(), Metrics: a.Metrics(), Client: a.Temporal, Deployment: id,
 		MaxSendsPerTopic: a.Config.Worker.MaxSendsPerTopic}, nil
+}
+
+// untilClose returns a context that ends with ctx or when the App is closed, whichever
+// comes first: for work in the background that must not outlive the connections.
+func (a *App) untilClose(ctx context.Context) context.Context {
+	ctx, cancel := context.WithCancel(ctx)
+	a.handlersMu.Lock()
+	a.background = append(a.background, cancel)
+	a.handlersMu.Unlock()
+	return ctx
 }
 
 // openTimeout bounds the connecting of the topic sinks when the worker starts.
