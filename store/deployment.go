@@ -106,7 +106,8 @@ func (s *Store) PublishedPolicy(ctx context.Context) (PublishedPolicy, error) {
 	return PublishedPolicy{Policies: doc, AsOf: asOf.UTC(), By: *by, PublishedAt: publish.UTC()}, nil
 }
 
-// deploymentError explains a missing deployment table: the schema predates migration 0010.
+// deploymentError explains a missing deployment table (the schema predates migration 0010)
+// or a missing column of it (0014).
 func deploymentError(err error) error {
 	var pgErr *pgconn.PgError
 	switch {

@@ -117,7 +117,7 @@ func policiesLine(p store.PublishedPolicy, c config.Config) string {
 	if p.Policies == nil {
 		return "none published: each relay freezes its own configuration's policies"
 	}
-	line := fmt.Sprintf("from %s, file changed %s", p.By, p.AsOf.Local().Format(time.DateTime))
+	line := fmt.Sprintf("from %s, changed %s", p.By, p.AsOf.Local().Format(time.DateTime))
 	if c.PolicyAsOf.IsZero() {
 		return line
 	}

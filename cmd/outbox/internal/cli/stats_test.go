@@ -34,7 +34,7 @@ func TestStatsNamesThePoliciesInEffect(t *testing.T) {
 
 	r = run(t, env, "", "stats", "--config", cfg)
 	require.NoError(t, r.err)
-	require.Regexp(t, `\nPolicies         from worker 7@host-b, /etc/outbox/worker\.yaml, file changed \S+ \S+; `+cfg+` differs for order\.created\n`, r.stdout)
+	require.Regexp(t, `\nPolicies         from worker 7@host-b, /etc/outbox/worker\.yaml, changed \S+ \S+; `+cfg+` differs for order\.created\n`, r.stdout)
 
 	yaml, err := os.ReadFile(cfg)
 	require.NoError(t, err)
