@@ -354,4 +354,11 @@ func TestDevBroker(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return strings.Contains(p.stderr.String(), "Demo NATS consumer: message arrived")
 	}, 10*time.Second, 50*time.Millisecond, "the demo consumer logs the arrival")
+
+	// SIGINT stops the NATS server dev started with the rest.
+	m := regexp.MustCompile(`NATS server\s+pid (\d+)`).FindStringSubmatch(p.stdout.String())
+	require.NotNil(t, m, "the summary names the NATS server's pid:\n%s", p.stdout)
+	natsPID, _ := strconv.Atoi(m[1])
+	p.interrupt(t, 60*time.Second)
+	require.Eventually(t, func() bool { return !alive(natsPID) }, 15*time.Second, 50*time.Millisecond, "nats-server %d still runs", natsPID)
 }
