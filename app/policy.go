@@ -20,9 +20,6 @@ import (
 // and how often a process whose own publication failed tries it again.
 const PolicyRefresh = 5 * time.Second
 
-// maxPublishedBy is the longest PublishedPolicy.By the stores take.
-const maxPublishedBy = 500
-
 // sharedPolicies are the delivery policies a relay freezes into the runs it starts when
 // the config has a PolicyAsOf: the newest published ones (storedriver.PublishedPolicy),
 // once this process has published its own or when they are newer than its own; its own
@@ -63,8 +60,8 @@ func (a *App) sharedPolicies(role string) (*sharedPolicies, error) {
 	} else {
 		by += ", environment"
 	}
-	if len(by) > maxPublishedBy {
-		by = strings.ToValidUTF8(by[:maxPublishedBy-3], "") + "..."
+	if len(by) > storedriver.MaxPublishedBy {
+		by = strings.ToValidUTF8(by[:storedriver.MaxPublishedBy-3], "") + "..."
 	}
 	return &sharedPolicies{own: own, ownDoc: doc, asOf: storedriver.PolicyTime(a.Config.PolicyAsOf), by: by,
 		driver: a.driver(), log: a.log()}, nil

@@ -29,8 +29,8 @@ type PublishedPolicy struct {
 	PublishedAt time.Time
 }
 
-// maxPublishedBy bounds PublishedPolicy.By.
-const maxPublishedBy = 500
+// MaxPublishedBy is the longest PublishedPolicy.By a store takes, in bytes.
+const MaxPublishedBy = 500
 
 // ValidatePublishedPolicy reports what is wrong with p before a store records it.
 func ValidatePublishedPolicy(p PublishedPolicy) error {
@@ -39,8 +39,8 @@ func ValidatePublishedPolicy(p PublishedPolicy) error {
 		return fmt.Errorf("policies must be a JSON object, got %s", quoteShort(string(p.Policies)))
 	case p.AsOf.IsZero():
 		return fmt.Errorf("as of must be the time the configuration last changed, got the zero time")
-	case len(p.By) > maxPublishedBy || strings.ContainsRune(p.By, 0) || !utf8.ValidString(p.By) || strings.TrimSpace(p.By) == "":
-		return fmt.Errorf("by must be 1 to %d bytes of text without NUL naming the process and its file, got %s", maxPublishedBy, quoteShort(p.By))
+	case len(p.By) > MaxPublishedBy || strings.ContainsRune(p.By, 0) || !utf8.ValidString(p.By) || strings.TrimSpace(p.By) == "":
+		return fmt.Errorf("by must be 1 to %d bytes of text without NUL naming the process and its file, got %s", MaxPublishedBy, quoteShort(p.By))
 	}
 	return nil
 }
