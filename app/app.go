@@ -55,6 +55,8 @@ type App struct {
 	handlersMu sync.Mutex
 	handlers   []*activities.Registry // built by PrepareWorker, closed by Close
 	background []context.CancelFunc   // of the work that goes on until Close (untilClose)
+	policiesMu sync.Mutex
+	policies   *sharedPolicies // made by the first relay or worker (sharedPolicies)
 }
 
 // Options are what Open and Connect take besides the config. The zero value is ready to
@@ -413,6 +415,10 @@ func (a *App) RunWorker(ctx context.Context, h Handlers) error {
 // sends in flight finish within worker.stop_timeout. Close the App after Run returns: the
 // Temporal client outlives both.
 func (a *App) Run(ctx context.Context, h Handlers) error {
+	// The worker and the relay share one publication of the policies, named for both.
+	if _, err := a.sharedPolicies("relay and worker"); err != nil {
+		return err
+	}
 	deps, err := a.PrepareWorker(ctx, h)
 	if err != nil {
 		if ctx.Err() != nil {

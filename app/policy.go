@@ -42,11 +42,18 @@ type publishedPolicies struct {
 	policies workflows.Policies
 }
 
-// sharedPolicies returns the policies of the config shared through the database for a
-// process of role ("relay" or "worker"), or nil when the config has no PolicyAsOf.
+// sharedPolicies returns the policies of the config shared through the database, or nil
+// when the config has no PolicyAsOf. The first call makes them, for a process of role
+// ("relay", "worker", or "relay and worker" from Run), and later calls return the same:
+// a relay and a worker of one App publish once, under one name.
 func (a *App) sharedPolicies(role string) (*sharedPolicies, error) {
 	if a.Config.PolicyAsOf.IsZero() {
 		return nil, nil
+	}
+	a.policiesMu.Lock()
+	defer a.policiesMu.Unlock()
+	if a.policies != nil {
+		return a.policies, nil
 	}
 	own := a.Config.Policies()
 	doc, err := json.Marshal(own)
@@ -63,8 +70,9 @@ func (a *App) sharedPolicies(role string) (*sharedPolicies, error) {
 	if len(by) > storedriver.MaxPublishedBy {
 		by = strings.ToValidUTF8(by[:storedriver.MaxPublishedBy-3], "") + "..."
 	}
-	return &sharedPolicies{own: own, ownDoc: doc, asOf: storedriver.PolicyTime(a.Config.PolicyAsOf), by: by,
-		driver: a.driver(), log: a.log()}, nil
+	a.policies = &sharedPolicies{own: own, ownDoc: doc, asOf: storedriver.PolicyTime(a.Config.PolicyAsOf), by: by,
+		driver: a.driver(), log: a.log()}
+	return a.policies, nil
 }
 
 // Policy returns topic's delivery policy as a relay freezes it into a run

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -102,4 +103,12 @@ topics:
 	require.Equal(t, store.StatusSent, row.Status, "the send in flight finished and was recorded:\n%s", out.String())
 	require.Zero(t, row.RetryTimes, "no attempt failed")
 	require.EqualValues(t, 1, requests.Load(), "delivered once")
+
+	// The process published its file's delivery policies once, under the name of what it
+	// runs: outbox run's worker and relay share one publication.
+	published, err := e.store.PublishedPolicy(ctx)
+	require.NoError(t, err)
+	role := map[string]string{"worker": "worker ", "run": "relay and worker "}[command]
+	require.True(t, strings.HasPrefix(published.By, role), "published by %q, want %q first", published.By, role)
+	require.Contains(t, published.By, cfgPath)
 }
