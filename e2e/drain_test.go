@@ -104,8 +104,8 @@ topics:
 	require.Zero(t, row.RetryTimes, "no attempt failed")
 	require.EqualValues(t, 1, requests.Load(), "delivered once")
 
-	// The process published its file's delivery policies once, under the name of what it
-	// runs: outbox run's worker and relay share one publication.
+	// The process published its file's delivery policies under the name of what it runs:
+	// outbox run's worker and relay share one publication, made for both.
 	published, err := e.store.PublishedPolicy(ctx)
 	require.NoError(t, err)
 	role := map[string]string{"worker": "worker ", "run": "relay and worker "}[command]
