@@ -166,7 +166,7 @@ var docRules = []docRule{
 		skip: "TestDevMySQL runs it with the built binary: a private MariaDB server, an order through the demo delivered, Ctrl-C stopping the server, a restart keeping the data"},
 
 	// docs/benchmarks.md and docs/chaos.md.
-	{match: `^make bench-enqueue\b`, skip: "runs for minutes (each enqueue variant for 3 s, River's included); make test runs the benchmark module's test, which checks each variant"},
+	{match: `^make bench-enqueue\b`, skip: "runs for over a minute (each enqueue variant, River's included, for 15 half-second slices); make test runs the benchmark module's test, which checks each variant"},
 	{match: `^make bench-e2e\b`, skip: "runs for minutes (the full end-to-end benchmark); its smoke version runs in TestBenchSmoke"},
 	{match: `^go run \./cmd/outbox dev --only temporal --port 7400 --ui-port 0 --temporal-postgres `,
 		skip: "runs the built-in Temporal server, built from this module on first use (6 minutes from an empty build cache), on PostgreSQL; TestDevTemporalOnPostgres runs it"},
@@ -182,8 +182,8 @@ var docRules = []docRule{
 		expect: `(?s)BenchmarkClaim/Sent100000-\d+\s+30\s+\d+ ns/op.*\nok\s+github\.com/outbox-go/outbox/store`},
 	{match: `^go test -run XXX -bench ClaimBesideWaitingRows -benchtime 30x -count 3 \./store$`, scenario: scGo,
 		expect: `(?s)BenchmarkClaimBesideWaitingRows/HeldBack-\d+\s+30\s+\d+ ns/op.*\nok\s+github\.com/outbox-go/outbox/store`},
-	{match: `^cd store/mysqlstore && go test -run XXX -bench (BenchmarkEnqueue -benchtime 3s -count 5|BenchmarkClaim -benchtime 200x -count 2) \.$`,
-		skip: "runs for minutes against MariaDB (each enqueue variant for 3 s; the claim beside 100,000 seeded rows of each kind); make test runs the MySQL store's tests, TestClaimStaysFlat (the claim's plan beside 100,000 sent and held-back rows) included"},
+	{match: `^cd store/mysqlstore && go test -run XXX -bench (BenchmarkEnqueue -count 3|BenchmarkClaim -benchtime 200x -count 2) \.$`,
+		skip: "runs for minutes against MariaDB (each enqueue kind for 15 half-second slices per run; the claim beside 100,000 seeded rows of each kind); make test runs the MySQL store's tests, TestClaimStaysFlat (the claim's plan beside 100,000 sent and held-back rows) included"},
 	{match: `^go test -count=1 -v -run 'TestNexusTopic\$' \./e2e/ \| grep `,
 		skip: "is TestNexusTopic, which make test runs: it asserts the 3 actions it prints"},
 	{match: `^make chaos\b`, skip: "runs for most of an hour (1,000 messages per fault); make test runs the same suite with 100 messages per fault"},
