@@ -166,7 +166,11 @@ var docRules = []docRule{
 		skip: "TestDevMySQL runs it with the built binary: a private MariaDB server, an order through the demo delivered, Ctrl-C stopping the server, a restart keeping the data"},
 
 	// docs/benchmarks.md and docs/chaos.md.
-	{match: `^make bench-enqueue\b`, skip: "runs for over a minute (each enqueue variant, River's included, for 15 half-second slices); make test runs the benchmark module's test, which checks each variant"},
+	{match: `^make bench-enqueue\b`, skip: "runs for about two minutes (each enqueue variant, River's included, for 25 half-second slices); make test runs the benchmark module's test, which checks each variant"},
+	{match: `^pgbench -n -M prepared -c 8 -T 14 -f tx\.sql postgres://postgres@127\.0\.0\.1:5432/postgres &$`,
+		skip: "the profile of the enqueue transaction in docs/benchmarks.md: pgbench against a copy of outbox_messages made by hand, for 14 seconds"},
+	{match: `^perf (record -a -g -e cpu-clock|report -i perf\.data) `,
+		skip: "the profile of the enqueue transaction in docs/benchmarks.md: perf samples the whole machine while the pgbench above runs"},
 	{match: `^make bench-e2e\b`, skip: "runs for minutes (the full end-to-end benchmark); its smoke version runs in TestBenchSmoke"},
 	{match: `^go run \./cmd/outbox dev --only temporal --port 7400 --ui-port 0 --temporal-postgres `,
 		skip: "runs the built-in Temporal server, built from this module on first use (6 minutes from an empty build cache), on PostgreSQL; TestDevTemporalOnPostgres runs it"},

@@ -165,8 +165,9 @@ func (e *env) tx(ctx context.Context, v variant) error {
 }
 
 const (
-	// rounds is how many times BenchmarkBusinessTx measures each variant.
-	rounds = 15
+	// rounds is how many times BenchmarkBusinessTx measures each variant: enough for the
+	// quartiles of a variant's per-round ratios to show how far one round strays.
+	rounds = 25
 	// slice is how long one measurement of one variant runs.
 	slice = 500 * time.Millisecond
 	// writersPerCPU is how many goroutines write at once per CPU, as RunParallel with
@@ -176,13 +177,13 @@ const (
 
 // BenchmarkBusinessTx measures the transactions per second of a business transaction of
 // one order INSERT alone and with each variant's second row, with concurrent writers
-// (4 per CPU). It measures the variants one after another for half a second each, 15
+// (4 per CPU). It measures the variants one after another for half a second each, 25
 // rounds, each round in an order shifted by one, so a drift of the machine (a checkpoint,
 // a flush, another process) falls on every variant alike and on none for long. Each
-// variant's ratio to the bare row and to the same-payload row is taken within each round
-// and the medians are printed (so they show without -v), with the median time per
-// transaction. One run takes about a minute, longer than the default -benchtime, so the
-// testing package runs it once.
+// variant's ratio to the bare row and to the same-payload row is taken within each round;
+// the medians are printed (so they show without -v), the ratio to the same-payload row
+// with its quartiles, beside the median time per transaction. One run takes about two
+// minutes, longer than the default -benchtime, so the testing package runs it once.
 func BenchmarkBusinessTx(b *testing.B) {
 	ctx := context.Background()
 	e := setup(b)
@@ -224,16 +225,19 @@ func BenchmarkBusinessTx(b *testing.B) {
 			vsSame[k] = append(vsSame[k], ns[same]/ns[k])
 		}
 	}
-	median := func(xs []float64) float64 {
+	// quantile is the q-quantile of xs: the sorted element q of the way from the first to
+	// the last, rounded to the nearest.
+	quantile := func(xs []float64, q float64) float64 {
 		xs = slices.Clone(xs)
 		slices.Sort(xs)
-		return xs[len(xs)/2]
+		return xs[int(q*float64(len(xs)-1)+0.5)]
 	}
-	fmt.Printf("\n%d writers; medians of %d rounds of %v per variant (ratio: the variant's transactions per second over the baseline's, in the same round)\n",
+	fmt.Printf("\n%d writers; medians of %d rounds of %v per variant (ratio: the variant's transactions per second over the baseline's, in the same round; quartiles in brackets)\n",
 		writers, rounds, slice)
-	fmt.Printf("%-36s %12s %12s %16s\n", "variant", "ns/tx", "vs bare row", "vs same payload")
+	fmt.Printf("%-36s %12s %12s %24s\n", "variant", "ns/tx", "vs bare row", "vs same payload")
 	for k, v := range variants {
-		fmt.Printf("%-36s %12.0f %12.2f %16.2f\n", v.name, median(nsPerTx[k]), median(vsBare[k]), median(vsSame[k]))
+		fmt.Printf("%-36s %12.0f %12.2f %11.2f [%.2f, %.2f]\n", v.name, quantile(nsPerTx[k], 0.5), quantile(vsBare[k], 0.5),
+			quantile(vsSame[k], 0.5), quantile(vsSame[k], 0.25), quantile(vsSame[k], 0.75))
 	}
 	fmt.Println()
 }
