@@ -238,8 +238,8 @@ const (
 // table with a primary key and nothing else (the limit for the data itself),
 // mysqlstore.Store.Enqueue, and Enqueue with an ordering key (a new key each time). As
 // the PostgreSQL benchmark does, it measures each kind's transactions per second for half
-// a second, every kind in turn, 15 rounds, each round in an order shifted by one, so a
-// drift of the server falls on every kind alike; the metrics are the medians of each
+// a second, every kind in turn, each round in an order shifted by one (15 rounds here, 25
+// there), so a drift of the server falls on every kind alike; the metrics are the medians of each
 // kind's mean time per transaction and of the ratios taken within each round. Writers1
 // runs one writer, Parallel4 4 writers per core, as the PostgreSQL benchmark does. Each
 // takes about half a minute, longer than the default -benchtime, so the testing package
