@@ -21,9 +21,14 @@ import (
 
 // heldBatch is the claimed rows of one topic of the batch lane that wait for their batch.
 type heldBatch struct {
-	topic  string
-	policy workflows.BatchPolicy
-	rows   []store.Claimed
+	topic string
+	// policy is the topic's policy when its first row was held, which the batch's run is
+	// started with: a policy published later (one without Batch, say) reaches the rows of
+	// later claims, not the rows this batch already holds.
+	policy workflows.Policy
+	// batch is policy.Batch with its defaults.
+	batch workflows.BatchPolicy
+	rows  []store.Claimed
 	// leaseEnds are the rows' leases by this process's clock: their claims' start plus
 	// the lease.
 	leaseEnds []time.Time
@@ -34,10 +39,17 @@ type heldBatch struct {
 
 // lanes splits claimed rows into those that get a run of their own and those of the batch
 // lane: rows of a topic whose policy has Batch, that no earlier delivery may have sent,
-// while every worker on the task queue runs the batch lane (workflows.BatchVersion).
-func (r *Relay) lanes(ctx context.Context, rows []store.Claimed) (own, batched []store.Claimed) {
+// while every worker on the task queue runs the batch lane (workflows.BatchVersion). It
+// reads each topic's policy once and returns those of the batched rows' topics, for hold.
+func (r *Relay) lanes(ctx context.Context, rows []store.Claimed) (own, batched []store.Claimed, policies map[string]workflows.Policy) {
+	policies = map[string]workflows.Policy{}
 	for _, row := range rows {
-		if r.cfg.Policy(row.Topic).Batch == nil || row.MayHaveBeenSent() {
+		p, ok := policies[row.Topic]
+		if !ok {
+			p = r.cfg.Policy(row.Topic)
+			policies[row.Topic] = p
+		}
+		if p.Batch == nil || row.MayHaveBeenSent() {
 			own = append(own, row)
 			continue
 		}
@@ -51,12 +63,13 @@ func (r *Relay) lanes(ctx context.Context, rows []store.Claimed) (own, batched [
 		}
 		batched = append(batched, row)
 	}
-	return own, batched
+	return own, batched, policies
 }
 
 // hold adds claimed rows of the batch lane, claimed at claimedAt, to their topics'
-// waiting batches.
-func (r *Relay) hold(rows []store.Claimed, claimedAt time.Time) {
+// waiting batches; a topic without a waiting batch starts one under its policy in
+// policies (each with Batch, as lanes returns them).
+func (r *Relay) hold(rows []store.Claimed, policies map[string]workflows.Policy, claimedAt time.Time) {
 	if len(rows) == 0 {
 		return
 	}
@@ -74,12 +87,13 @@ func (r *Relay) hold(rows []store.Claimed, claimedAt time.Time) {
 	for _, row := range rows {
 		b := r.held[row.Topic]
 		if b == nil {
-			policy := r.cfg.Policy(row.Topic).Batch.WithDefaults()
-			due := now.Add(policy.Wait)
+			policy := policies[row.Topic]
+			batch := policy.Batch.WithDefaults()
+			due := now.Add(batch.Wait)
 			if last.Before(due) {
 				due = last
 			}
-			b = &heldBatch{topic: row.Topic, policy: policy, due: due}
+			b = &heldBatch{topic: row.Topic, policy: policy, batch: batch, due: due}
 			r.held[row.Topic] = b
 		}
 		b.rows = append(b.rows, row)
@@ -101,8 +115,8 @@ func (r *Relay) dueBatches(all bool) []*heldBatch {
 	slices.Sort(topics)
 	for _, t := range topics {
 		b := r.held[t]
-		for n := b.policy.Size; len(b.rows) >= n; {
-			out = append(out, &heldBatch{topic: t, policy: b.policy, rows: b.rows[:n:n], leaseEnds: b.leaseEnds[:n:n], due: b.due})
+		for n := b.batch.Size; len(b.rows) >= n; {
+			out = append(out, &heldBatch{topic: t, policy: b.policy, batch: b.batch, rows: b.rows[:n:n], leaseEnds: b.leaseEnds[:n:n], due: b.due})
 			b.rows, b.leaseEnds = b.rows[n:], b.leaseEnds[n:]
 		}
 		if len(b.rows) > 0 && (all || !now.Before(b.due)) {
@@ -208,7 +222,7 @@ func (g *startGroup) start(b *heldBatch) {
 			return
 		}
 		startCtx, cancel := context.WithTimeout(hand, r.cfg.StartTimeout)
-		id, err := r.startBatch(startCtx, b.topic, live)
+		id, err := r.startBatch(startCtx, b.topic, b.policy, live)
 		cancel()
 		release() // what follows takes slots of its own
 		var started *serviceerror.WorkflowExecutionAlreadyStarted
@@ -273,14 +287,13 @@ func (r *Relay) handOverOwn(ctx context.Context, claimedAt time.Time, rows []sto
 	p.finish()
 }
 
-// startBatch starts the OutboxBatch run of rows, all of topic, and returns its workflow
-// ID.
-func (r *Relay) startBatch(ctx context.Context, topic string, rows []store.Claimed) (string, error) {
-	policy := r.cfg.Policy(topic).WithDefaults()
+// startBatch starts the OutboxBatch run of rows, all of topic, under policy (which has
+// Batch), and returns its workflow ID.
+func (r *Relay) startBatch(ctx context.Context, topic string, policy workflows.Policy, rows []store.Claimed) (string, error) {
 	in := workflows.BatchInput{
 		Topic:            topic,
 		Messages:         make([]workflows.BatchMessage, len(rows)),
-		Policy:           policy,
+		Policy:           policy.WithDefaults(),
 		SearchAttributes: !r.cfg.NoSearchAttributes,
 		Version:          int(r.version.Load()),
 		Deployment:       r.deploymentID(),

@@ -541,8 +541,8 @@ func (r *Relay) runOnce(ctx context.Context) (int, error) {
 	}
 	r.limitWaiting.Store(claim.Waiting)
 	r.unlimitBatchTopics(claim.Full)
-	rows, batched := r.lanes(ctx, claim.Claimed)
-	r.hold(batched, began)
+	rows, batched, policies := r.lanes(ctx, claim.Claimed)
+	r.hold(batched, policies, began)
 	p := r.newPass(ctx, began)
 	p.handOver(rows, nil)
 	g := r.newStartGroup(ctx)
