@@ -26,10 +26,12 @@ import (
 // It fails as a whole only when nothing was sent: the outbox's database is unavailable
 // (ErrTypeStoreUnavailable) or the batch is another outbox's (ErrTypeWrongDeployment).
 //
-// A row is the batch's to send while it is claimed or dispatched and names this batch or
-// no batch; the activity records the batch on such rows before it sends (the relay does
-// too, once the run has started). A row sent already is reported so, and one that another
-// batch holds, or that is dead, discarded, pending again or gone, is skipped.
+// A row is the batch's to send once it names this batch: the activity records the batch on
+// the claimed rows that name none before it sends (the relay does too, once the run has
+// started; store.TakeForBatch). A row sent already is reported so, and one that another
+// batch holds, that was dispatched to a run of its own (a relay that met this batch's ID
+// started before gave its rows runs of their own), or that is dead, discarded, pending
+// again or gone, is skipped.
 func (a *Activities) SendBatch(ctx context.Context, in workflows.SendBatchInput) (workflows.SendBatchResult, error) {
 	out := workflows.SendBatchResult{Outcomes: make([]workflows.BatchOutcome, len(in.Messages))}
 	if len(in.Messages) == 0 {
@@ -83,7 +85,9 @@ func (a *Activities) SendBatch(ctx context.Context, in workflows.SendBatchInput)
 			o.Outcome, o.Recorded = workflows.BatchAlreadySent, true
 		case row.Status != store.StatusClaimed && row.Status != store.StatusDispatched:
 			o.Outcome, o.Note = workflows.BatchSkipped, fmt.Sprintf("the message is %s", row.Status)
-		case row.BatchID != nil && *row.BatchID != in.Batch:
+		case row.BatchID == nil:
+			o.Outcome, o.Note = workflows.BatchSkipped, "the message has a run of its own"
+		case *row.BatchID != in.Batch:
 			o.Outcome, o.Note = workflows.BatchSkipped, "another batch holds the message: "+*row.BatchID
 		case !known:
 			*o = failedOutcome(m.MessageID, temporal.NewNonRetryableApplicationError(

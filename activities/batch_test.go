@@ -22,7 +22,8 @@ import (
 // TestSendBatch sends one batch through the send-batch activity against a real store:
 // the delivered messages are recorded sent in the same call, each failure is reported with
 // its kind and recorded on its row, and the rows that are not the batch's to send (sent
-// already, another batch's, dead, gone) are reported and not sent.
+// already, another batch's, dead, dispatched to a run of their own, gone) are reported and
+// not sent.
 func TestSendBatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -30,7 +31,7 @@ func TestSendBatch(t *testing.T) {
 	const batch = "outbox-batch-test"
 
 	var msgs []store.Message
-	for i := range 8 {
+	for i := range 9 {
 		msgs = append(msgs, store.Message{Topic: "clicks", Payload: json.RawMessage(fmt.Sprintf(`{"n": %d}`, i))})
 	}
 	res, err := st.EnqueueBatch(ctx, pool, msgs)
@@ -41,11 +42,12 @@ func TestSendBatch(t *testing.T) {
 	}
 	claim, err := st.ClaimBatch(ctx, 100, time.Minute, store.OrderingRules{})
 	require.NoError(t, err)
-	require.Len(t, claim.Claimed, 8)
+	require.Len(t, claim.Claimed, 9)
 	for i := range claim.Claimed {
 		claim.Claimed[i].Batch = batch
 	}
 	claim.Claimed[5].Batch = "outbox-batch-other"
+	claim.Claimed[8].Batch = "" // a run of its own
 	_, err = st.MarkDispatchedAll(ctx, claim.Claimed)
 	require.NoError(t, err)
 	_, err = st.MarkSent(ctx, ids[4]) // its own run delivered it
@@ -76,7 +78,7 @@ func TestSendBatch(t *testing.T) {
 	}
 	out, err := a.SendBatch(ctx, in)
 	require.NoError(t, err)
-	require.Len(t, out.Outcomes, 9)
+	require.Len(t, out.Outcomes, 10)
 	kinds := make([]string, len(out.Outcomes))
 	for i, o := range out.Outcomes {
 		require.Equal(t, in.Messages[i].MessageID, o.MessageID)
@@ -84,17 +86,18 @@ func TestSendBatch(t *testing.T) {
 	}
 	require.Equal(t, []string{
 		"sent:", "failed:" + workflows.ErrTypeRetryable, "failed:" + workflows.ErrTypePermanent, "failed:" + workflows.ErrTypeAmbiguous,
-		"already_sent:", "skipped:", "skipped:", "sent:", "failed:" + workflows.ErrTypePermanent,
+		"already_sent:", "skipped:", "skipped:", "sent:", "skipped:", "failed:" + workflows.ErrTypePermanent,
 	}, kinds)
 	require.True(t, out.Outcomes[0].Recorded)
 	require.True(t, out.Outcomes[7].Recorded)
 	require.Equal(t, 2*time.Second, out.Outcomes[1].RetryAfter)
 	require.Contains(t, out.Outcomes[5].Note, "outbox-batch-other")
 	require.Contains(t, out.Outcomes[6].Note, "dead")
-	require.Contains(t, out.Outcomes[8].Error, "is not in the outbox table")
+	require.Contains(t, out.Outcomes[8].Note, "a run of its own")
+	require.Contains(t, out.Outcomes[9].Error, "is not in the outbox table")
 
 	require.Len(t, sent, 5, "only the batch's own rows were sent: %v", sent)
-	for _, i := range []int{4, 5, 6} {
+	for _, i := range []int{4, 5, 6, 8} {
 		require.Zero(t, sent[ids[i].String()], "message %d is not the batch's to send", i)
 	}
 	for i, want := range map[int]store.Status{0: store.StatusSent, 7: store.StatusSent, 1: store.StatusDispatched, 2: store.StatusDispatched} {

@@ -409,15 +409,18 @@ WHERE m.id = d.id AND m.status = 'claimed' AND m.claim_token = d.token`, ids, to
 }
 
 // TakeForBatch records batch as the batch run of the rows of messageIDs that are claimed
-// or dispatched and name no batch or this one, and returns the message IDs of the rows that
-// name it now: the ones that batch run may send. A row another batch holds, or that has
-// moved on (sent, dead, pending again), is left alone. It changes no status.
+// and name no batch or this one, or dispatched to this batch, and returns the message IDs
+// of the rows that name it now: the ones that batch run may send. A row another batch
+// holds, a row dispatched to a run of its own (no batch: a relay that met this batch's ID
+// started before gave it one), or a row that has moved on (sent, dead, pending again) is
+// left alone. It changes no status.
 func (s *Store) TakeForBatch(ctx context.Context, batch string, messageIDs []uuid.UUID) ([]uuid.UUID, error) {
 	if len(messageIDs) == 0 {
 		return nil, nil
 	}
 	rows, err := s.db.Query(ctx, `UPDATE `+s.messages+` SET batch_id = $1
-WHERE message_id = ANY($2) AND status IN ('claimed', 'dispatched') AND (batch_id IS NULL OR batch_id = $1)
+WHERE message_id = ANY($2)
+  AND (status = 'claimed' AND (batch_id IS NULL OR batch_id = $1) OR status = 'dispatched' AND batch_id = $1)
 RETURNING message_id`, batch, messageIDs)
 	if err != nil {
 		return nil, fmt.Errorf("take %d messages for batch %s: %w", len(messageIDs), batch, err)

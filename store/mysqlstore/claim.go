@@ -696,16 +696,18 @@ WHERE id IN (`+idList(ids)+`) AND status = 'claimed' AND (id, claim_token) IN (`
 }
 
 // TakeForBatch records batch as the batch run of the rows of messageIDs that are claimed
-// or dispatched and name no batch or this one, and returns the message IDs of the rows that
-// name it now: the ones that batch run may send. A row another batch holds, or that has
-// moved on, is left alone. It changes no status.
+// and name no batch or this one, or dispatched to this batch, and returns the message IDs
+// of the rows that name it now: the ones that batch run may send. A row another batch
+// holds, a row dispatched to a run of its own, or a row that has moved on is left alone.
+// It changes no status.
 func (s *Store) TakeForBatch(ctx context.Context, batch string, messageIDs []uuid.UUID) ([]uuid.UUID, error) {
 	if len(messageIDs) == 0 {
 		return nil, nil
 	}
 	if _, err := s.db.ExecContext(ctx, `UPDATE `+s.messages+` SET batch_id = ?
-WHERE message_id IN (`+uuidList(messageIDs)+`) AND status IN ('claimed', 'dispatched') AND (batch_id IS NULL OR batch_id = ?)`,
-		batch, batch); err != nil {
+WHERE message_id IN (`+uuidList(messageIDs)+`)
+  AND (status = 'claimed' AND (batch_id IS NULL OR batch_id = ?) OR status = 'dispatched' AND batch_id = ?)`,
+		batch, batch, batch); err != nil {
 		return nil, fmt.Errorf("take %d messages for batch %s: %w", len(messageIDs), batch, err)
 	}
 	rows, err := s.db.QueryContext(ctx, `SELECT message_id FROM `+s.messages+`

@@ -65,9 +65,10 @@ type Delivery interface {
 	// RecordSent records a message sent and returns its row's timestamps, or nil when
 	// it was sent already or is dead.
 	RecordSent(ctx context.Context, messageID uuid.UUID) (*Sent, error)
-	// TakeForBatch records batch as the batch of the rows of messageIDs that are claimed or
-	// dispatched and name no batch or this one, and returns the IDs of the rows that name it
-	// now: those the batch run may send.
+	// TakeForBatch records batch as the batch of the rows of messageIDs that are claimed
+	// and name no batch or this one, or dispatched to this batch, and returns the IDs of the
+	// rows that name it now: those the batch run may send. A row dispatched without a batch
+	// has a run of its own, which sends it.
 	TakeForBatch(ctx context.Context, batch string, messageIDs []uuid.UUID) ([]uuid.UUID, error)
 	// RecordSentAll records many messages sent in one statement (a batch run's delivered
 	// messages) and returns the rows it moved; rows sent already, dead or missing are left

@@ -159,8 +159,8 @@ func testTransitions(t *testing.T, h Harness) {
 		require.Equal(t, batch, *all[ids[0].MessageID].BatchID)
 		require.Nil(t, all[ids[4].MessageID].BatchID)
 
-		// A batch takes the rows it may send: those that name it or no batch, claimed or
-		// dispatched; another batch's row and a row that moved on are left alone.
+		// A batch takes the rows it may send: claimed ones that name it or no batch, and
+		// those dispatched to it; another batch's row and a row that moved on are left alone.
 		claimedAgain := e.claimed("clicks")
 		taken, err := e.d().TakeForBatch(e.ctx, "outbox-batch-other", []uuid.UUID{ids[0].MessageID, claimedAgain.MessageID, uuid.New()})
 		require.NoError(t, err)
@@ -170,6 +170,11 @@ func testTransitions(t *testing.T, h Harness) {
 		taken, err = e.d().TakeForBatch(e.ctx, batch, []uuid.UUID{ids[0].MessageID, ids[1].MessageID, claimedAgain.MessageID})
 		require.NoError(t, err)
 		require.ElementsMatch(t, []uuid.UUID{ids[0].MessageID, ids[1].MessageID}, taken, "its own rows, again")
+		// A row dispatched to a run of its own is that run's to send: no batch takes it.
+		ownRun, err := e.d().TakeForBatch(e.ctx, batch, []uuid.UUID{ids[4].MessageID})
+		require.NoError(t, err)
+		require.Empty(t, ownRun)
+		require.Nil(t, e.get(ids[4].MessageID).BatchID)
 		nothing, err := e.d().TakeForBatch(e.ctx, batch, nil)
 		require.NoError(t, err)
 		require.Empty(t, nothing)
