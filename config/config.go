@@ -928,9 +928,19 @@ func (c *Config) RelayConfig() starter.Config {
 	r.NoSearchAttributes = !c.SearchAttributesEnabled()
 	r.Policy = c.Policy
 	r.Ordering = c.OrderingRules()
-	if c.Default != nil {
-		// The default entry's limit is the topics' not listed.
-		r.MaxInFlightPerTopic = cmp.Or(c.Default.maxInFlight(), r.MaxInFlightPerTopic)
+	if n := c.defaultMaxInFlight(); n != 0 {
+		// The default entry's limit is the topics' not listed; a listed topic without a
+		// limit of its own keeps relay.max_in_flight_per_topic.
+		relay := cmp.Or(r.MaxInFlightPerTopic, starter.DefaultMaxInFlightPerTopic)
+		for _, name := range r.Ordering.Listed {
+			if _, own := r.Ordering.TopicMaxInFlight[name]; !own {
+				if r.Ordering.TopicMaxInFlight == nil {
+					r.Ordering.TopicMaxInFlight = map[string]int{}
+				}
+				r.Ordering.TopicMaxInFlight[name] = relay
+			}
+		}
+		r.MaxInFlightPerTopic = n
 	}
 	return r
 }
@@ -1326,6 +1336,15 @@ func (c *Config) Policies() workflows.Policies {
 func (c *Config) Policy(topic string) workflows.Policy {
 	t, _ := c.TopicConfig(topic)
 	return t.Policy()
+}
+
+// defaultMaxInFlight is the default entry's limit of messages in flight (see maxInFlight),
+// or 0 when there is no default entry or it sets none.
+func (c *Config) defaultMaxInFlight() int {
+	if c.Default == nil {
+		return 0
+	}
+	return c.Default.maxInFlight()
 }
 
 // maxInFlight is the topic's own limit of messages in flight: its max_in_flight, -1 (none)

@@ -100,6 +100,7 @@ func TestParse(t *testing.T) {
 			{"relay: {reconcile_interval: 5ms}\n", "relay.reconcile_interval: must be at least 10ms, got 5ms"},
 			{"relay: {wakeup: often}\n", `relay.wakeup: must be "poll" or "notify", got "often"`},
 			{"topics: {a: {url: 'http://x', max_in_flight: -2}}\n", `topics["a"].max_in_flight: must be at least 1, or -1 for no limit (unset: relay.max_in_flight_per_topic), got -2`},
+			{"relay: {max_in_flight_per_topic: -7}\n", `relay.max_in_flight_per_topic: must be at least 1, or -1 for no limit, got -7`},
 			{"schema: Bad-Schema\n", `got "Bad-Schema"`},
 			{"topics: {a: {url: 'not a url'}}\n", `topics["a"].url: must be an absolute http or https URL, got "(unparsable URL)"`},
 			{"topics: {a: {url: 'http://x', check_url: 'http://x/check'}}\n", `topics["a"].check_url: must contain {message_id}, got "http://x/check"`},
@@ -299,6 +300,29 @@ func TestRelayConfigIsStarters(t *testing.T) {
 	for topic, want := range map[string]int{"batched": 0, "capped": 300, "unlisted": 7} {
 		require.Equal(t, want, r.Ordering.InFlightLimit(topic), topic)
 	}
+	// A listed topic without a limit of its own keeps the relay's, whatever the default
+	// entry's (its own limit, or none for a default entry of the batch lane).
+	for _, def := range []string{"{url: 'http://x', max_in_flight: 2}", "{url: 'http://x', lane: batch}"} {
+		c, err = config.Parse(strings.NewReader("relay: {max_in_flight_per_topic: 50}\ndefault: " + def + "\ntopics:\n  orders: {url: 'http://x'}\n  bulk: {url: 'http://x', max_in_flight: 5}\n"))
+		require.NoError(t, err)
+		d = c.WithDefaults()
+		require.NoError(t, d.Validate())
+		r = d.RelayConfig().WithDefaults()
+		unlisted := 2
+		if strings.Contains(def, "batch") {
+			unlisted = 0
+		}
+		for topic, want := range map[string]int{"orders": 50, "bulk": 5, "unlisted": unlisted} {
+			require.Equal(t, want, r.Ordering.InFlightLimit(topic), "%s with default: %s", topic, def)
+		}
+	}
+	// Without relay.max_in_flight_per_topic, the listed topic keeps the relay's default.
+	c, err = config.Parse(strings.NewReader("default: {url: 'http://x', max_in_flight: 2}\ntopics:\n  orders: {url: 'http://x'}\n"))
+	require.NoError(t, err)
+	d = c.WithDefaults()
+	r = d.RelayConfig().WithDefaults()
+	require.Equal(t, starter.DefaultMaxInFlightPerTopic, r.Ordering.InFlightLimit("orders"))
+	require.Equal(t, 2, r.Ordering.InFlightLimit("unlisted"))
 }
 
 // TestAttemptLimitsAgree: a topic's max_attempts and a row's max_retry_times (retries

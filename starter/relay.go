@@ -97,7 +97,7 @@ type Config struct {
 	// other topics' later messages. Keyed messages count but are not held by it (their
 	// key lets one through at a time), nor are topics of the batch lane without a limit of
 	// their own. Ordering.TopicMaxInFlight sets a topic's own. Defaults to
-	// DefaultMaxInFlightPerTopic; a negative value sets no limit.
+	// DefaultMaxInFlightPerTopic; -1 sets no limit.
 	MaxInFlightPerTopic int
 }
 
@@ -200,6 +200,9 @@ func (c Config) Validate() error {
 	}
 	if c.StartTimeout <= 0 {
 		errs = append(errs, fieldError("StartTimeout", "must be positive, got %s", c.StartTimeout))
+	}
+	if c.MaxInFlightPerTopic < -1 {
+		errs = append(errs, fieldError("MaxInFlightPerTopic", "must be at least 1, or -1 for no limit, got %d", c.MaxInFlightPerTopic))
 	}
 	if c.SweepInterval < MinSweepInterval {
 		errs = append(errs, fieldError("SweepInterval", "must be at least %s, got %s", MinSweepInterval, c.SweepInterval))
