@@ -112,11 +112,11 @@ func deploymentError(err error) error {
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "42P01":
-		return fmt.Errorf("read the outbox deployment: %w (the schema predates migration 0010: run outbox migrate)", err)
+		return storedriver.NotMigrated(fmt.Errorf("read the outbox deployment: %w (the schema predates migration 0010: run outbox migrate)", err))
 	case errors.As(err, &pgErr) && pgErr.Code == "42703":
-		return fmt.Errorf("read the outbox deployment: %w (the schema predates migration 0014: run outbox migrate)", err)
+		return storedriver.NotMigrated(fmt.Errorf("read the outbox deployment: %w (the schema predates migration 0014: run outbox migrate)", err))
 	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("read the outbox deployment: its row is missing from outbox_deployment (run outbox migrate)")
+		return storedriver.NotMigrated(errors.New("read the outbox deployment: its row is missing from outbox_deployment (run outbox migrate)"))
 	}
 	return fmt.Errorf("read the outbox deployment: %w", err)
 }

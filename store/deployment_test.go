@@ -69,5 +69,14 @@ func TestDeploymentMissing(t *testing.T) {
 	_, _, err = st.Deployment(ctx)
 	require.Error(t, err)
 	require.True(t, store.IsDeploymentMissing(err))
+	require.ErrorIs(t, err, store.ErrNotMigrated)
+	require.Contains(t, err.Error(), "outbox migrate")
+
+	// Its row deleted: the same.
+	pool, st = testdb.Schema(t)
+	_, err = pool.Exec(ctx, `DELETE FROM `+st.Schema()+`.outbox_deployment`)
+	require.NoError(t, err)
+	_, _, err = st.Deployment(ctx)
+	require.ErrorIs(t, err, store.ErrNotMigrated)
 	require.Contains(t, err.Error(), "outbox migrate")
 }

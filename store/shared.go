@@ -86,6 +86,9 @@ var (
 	TopicPattern = storedriver.TopicPattern
 	// ErrNotFound is returned when a message or dead letter does not exist.
 	ErrNotFound = storedriver.ErrNotFound
+	// ErrNotMigrated is what an error wraps when the database lacks the outbox's
+	// migrations (see storedriver.ErrNotMigrated).
+	ErrNotMigrated = storedriver.ErrNotMigrated
 	// ErrOrderingDeadlock is what an Enqueue error wraps when the database aborted the
 	// transaction because it and another one enqueued the same ordering keys in opposite
 	// orders (see storedriver.ErrOrderingDeadlock).

@@ -102,11 +102,11 @@ func (s *Store) PublishedPolicy(ctx context.Context) (storedriver.PublishedPolic
 func deploymentError(err error) error {
 	switch {
 	case isErrNumber(err, errNoSuchTable):
-		return fmt.Errorf("read the outbox deployment: %w (%w)", err, errMissingTables)
+		return storedriver.NotMigrated(fmt.Errorf("read the outbox deployment: %w (%w)", err, errMissingTables))
 	case isErrNumber(err, errBadField):
-		return fmt.Errorf("read the outbox deployment: %w (the database predates migration 0005: run outbox migrate)", err)
+		return storedriver.NotMigrated(fmt.Errorf("read the outbox deployment: %w (the database predates migration 0005: run outbox migrate)", err))
 	case errors.Is(err, sql.ErrNoRows):
-		return errors.New("read the outbox deployment: its row is missing from outbox_deployment (run outbox migrate)")
+		return storedriver.NotMigrated(errors.New("read the outbox deployment: its row is missing from outbox_deployment (run outbox migrate)"))
 	}
 	return fmt.Errorf("read the outbox deployment: %w", err)
 }

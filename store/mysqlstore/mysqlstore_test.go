@@ -1112,5 +1112,6 @@ func TestDeployment(t *testing.T) {
 	_, err = bare.DeploymentID(ctx)
 	require.Error(t, err)
 	assert.True(t, mysqlstore.IsDeploymentMissing(err))
+	assert.ErrorIs(t, err, storedriver.ErrNotMigrated)
 	assert.Contains(t, err.Error(), "outbox migrate")
 }

@@ -36,6 +36,21 @@ const HardMaxPayloadBytes = 2_000_000 - 64<<10
 // ErrNotFound is returned when a message or dead letter does not exist.
 var ErrNotFound = errors.New("not found")
 
+// ErrNotMigrated is what an error wraps (errors.Is) when the database answered that the
+// outbox's tables, a column of theirs or the deployment's row are missing: outbox migrate
+// has not run on it, or not since the migration that adds them. Waiting does not help.
+var ErrNotMigrated = errors.New("the outbox's migrations have not run on this database")
+
+// NotMigrated returns err, with its message unchanged, as an error that also matches
+// ErrNotMigrated; a store returns it for the answers ErrNotMigrated describes.
+func NotMigrated(err error) error { return notMigrated{err} }
+
+type notMigrated struct{ err error }
+
+func (e notMigrated) Error() string        { return e.err.Error() }
+func (e notMigrated) Unwrap() error        { return e.err }
+func (e notMigrated) Is(target error) bool { return target == ErrNotMigrated }
+
 // TopicPattern is the form a topic must have.
 var TopicPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,200}$`)
 
