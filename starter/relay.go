@@ -539,8 +539,13 @@ func (r *Relay) runOnce(ctx context.Context) (int, error) {
 		if !errors.Is(err, context.Canceled) {
 			r.cfg.Metrics.Error(metrics.OpClaim)
 		}
-		r.flushBatches(context.WithoutCancel(ctx), false)
-		return 0, err
+		if len(claim.Claimed) == 0 {
+			r.flushBatches(context.WithoutCancel(ctx), false)
+			return 0, err
+		}
+		// The claim committed and a step after it failed (the parking of a full topic's
+		// rows, or the second look at the rows it parked): the rows it claimed are handed
+		// over now rather than after their lease, and the error is the pass's.
 	}
 	r.limitWaiting.Store(claim.Waiting)
 	r.unlimitBatchTopics(claim.Full)
@@ -557,7 +562,7 @@ func (r *Relay) runOnce(ctx context.Context) (int, error) {
 	if n := len(claim.Claimed); n > 0 {
 		r.cfg.Metrics.Batch(n, time.Since(began))
 	}
-	return len(claim.Claimed) + claim.Parked, nil
+	return len(claim.Claimed) + claim.Parked, err
 }
 
 // pass is the hand-over of one claim: the starts it runs at once (StartConcurrency), and

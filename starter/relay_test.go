@@ -462,3 +462,34 @@ func TestRelayGivesUpOnLastingRefusals(t *testing.T) {
 		require.NoError(t, <-done)
 	})
 }
+
+// failingAfterClaim is a store whose claims commit and then fail, as a claim does when a
+// step after it (the parking of a full topic's rows) fails.
+type failingAfterClaim struct {
+	*store.Store
+}
+
+func (s failingAfterClaim) ClaimBatch(ctx context.Context, limit int, lease time.Duration, rules store.OrderingRules) (store.ClaimResult, error) {
+	res, err := s.Store.ClaimBatch(ctx, limit, lease, rules)
+	if err != nil {
+		return res, err
+	}
+	return res, errors.New("park the rows of a full topic: connection reset")
+}
+
+// The rows of a claim that committed before a later step of it failed are handed over at
+// once, not left to wait for their lease; the pass still reports the error.
+func TestRelayHandsOverWhatAFailedClaimTook(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, st := testdb.Schema(t)
+	rec := newRecorder()
+	r, err := starter.New(failingAfterClaim{st}, pool, rec, starter.Config{TaskQueue: "q"})
+	require.NoError(t, err)
+	id := enqueue(t, st, "orders", nil)
+	n, err := r.RunOnce(ctx)
+	require.ErrorContains(t, err, "connection reset")
+	require.Equal(t, 1, n)
+	require.Equal(t, store.StatusDispatched, status(t, st, id))
+	require.Len(t, rec.started, 1)
+}

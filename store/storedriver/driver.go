@@ -42,7 +42,9 @@ type Delivery interface {
 	Validate(msg Message) error
 
 	// ClaimBatch leases up to limit due rows for lease, holding back keyed rows behind
-	// an earlier undelivered message of their key (see OrderingRules).
+	// an earlier undelivered message of their key (see OrderingRules). An error from a
+	// step after the claim committed comes with the result so far: its Claimed rows are
+	// leased, and the caller hands them over as after no error.
 	ClaimBatch(ctx context.Context, limit int, lease time.Duration, rules OrderingRules) (ClaimResult, error)
 	// MarkDispatchedAll records that workflows took the claimed rows over
 	// (claimed → dispatched), with the batch run of each row that has one
