@@ -109,14 +109,32 @@ func parseID(s string) (uuid.UUID, error) {
 	return id, nil
 }
 
+// storeWait is the longest a database step of an activity waits (see storeContext).
+const storeWait = 5 * time.Second
+
+// storeContext bounds a database step of an activity to most, and to half the time the
+// activity has left: a database that hangs (a partition without a reset, a pool with no
+// free connection) then fails the step with the outbox's "database unavailable", which
+// uses up no attempt, before the activity's own timeout turns it into an ambiguous
+// attempt. The step ends with ctx too.
+func storeContext(ctx context.Context, most time.Duration) (context.Context, context.CancelFunc) {
+	if deadline, ok := ctx.Deadline(); ok {
+		most = min(most, time.Until(deadline)/2)
+	}
+	return context.WithTimeout(ctx, most)
+}
+
 // loadRow returns the message's row, or an error that ends the delivery (not in the
-// table) or that the workflow retries (the outbox's database unavailable).
+// table) or that the workflow retries (the outbox's database unavailable, or not answering
+// within storeContext's bound).
 func (a *Activities) loadRow(ctx context.Context, messageID string) (store.Row, error) {
 	id, err := parseID(messageID)
 	if err != nil {
 		return store.Row{}, err
 	}
-	row, err := a.Store.Get(ctx, id)
+	getCtx, cancel := storeContext(ctx, storeWait)
+	row, err := a.Store.Get(getCtx, id)
+	cancel()
 	if errors.Is(err, store.ErrNotFound) {
 		return row, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("message %s is not in the outbox table", id), workflows.ErrTypePermanent, nil)
@@ -153,7 +171,9 @@ func (a *Activities) checkDeployment(ctx context.Context, messageID, deployment 
 	if deployment == "" {
 		return nil
 	}
-	own, err := a.Store.DeploymentID(ctx)
+	idCtx, cancel := storeContext(ctx, storeWait)
+	own, err := a.Store.DeploymentID(idCtx)
+	cancel()
 	switch {
 	case store.IsDeploymentMissing(err):
 		// This schema predates the deployment, so the relay that named one used another
@@ -258,13 +278,9 @@ func (a *Activities) recordDelivered(ctx context.Context, in workflows.SendInput
 	if err != nil {
 		return false
 	}
-	// Within half the time the attempt has left: a database that hangs must not turn a
-	// delivered attempt into a timed-out (ambiguous) one.
-	wait := 5 * time.Second
-	if deadline, ok := ctx.Deadline(); ok {
-		wait = min(wait, time.Until(deadline)/2)
-	}
-	markCtx, cancel := context.WithTimeout(ctx, wait)
+	// A database that hangs must not turn a delivered attempt into a timed-out
+	// (ambiguous) one.
+	markCtx, cancel := storeContext(ctx, storeWait)
 	defer cancel()
 	if _, err := a.markSent(markCtx, id); err != nil {
 		a.logger().InfoContext(ctx, "Delivered; the row is recorded sent by the mark-sent step",
@@ -285,7 +301,14 @@ func (a *Activities) recordFailure(ctx context.Context, in workflows.SendInput, 
 	if errors.As(err, &appErr) {
 		msg, errType = appErr.Message(), appErr.Type()
 	}
-	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	// Recorded even when the activity was cancelled meanwhile, but within the time it
+	// has left: a database that hangs must not hold back the handler's answer (a
+	// permanent failure, a Retry-After) until the attempt times out as ambiguous.
+	wait := 10 * time.Second
+	if deadline, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(deadline)/2)
+	}
+	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
 	defer cancel()
 	if rerr := a.noteFailure(recordCtx, id, in.Topic, in.Attempt, msg, errType, slog.Int("max_attempts", in.MaxAttempts)); rerr != nil {
 		a.logger().WarnContext(ctx, "Cannot record send failure", slog.String("message_id", in.MessageID), slog.Any("error", rerr))

@@ -53,11 +53,15 @@ func (a *Activities) SendBatch(ctx context.Context, in workflows.SendBatchInput)
 	}
 	// The batch takes its rows first (batch_id): a row that another batch holds is that
 	// batch's to send, so a row claimed again after its lease is never sent by two batches.
-	_, err := a.Store.TakeForBatch(ctx, in.Batch, ids)
+	// Both within storeContext's bound (two statements: twice its wait, well within the
+	// heartbeat timeout), so a database that hangs leaves the batch with no attempt used.
+	loadCtx, cancel := storeContext(ctx, 2*storeWait)
+	_, err := a.Store.TakeForBatch(loadCtx, in.Batch, ids)
 	var rows map[uuid.UUID]store.Row
 	if err == nil {
-		rows, err = a.Store.GetAll(ctx, ids)
+		rows, err = a.Store.GetAll(loadCtx, ids)
 	}
+	cancel()
 	if err != nil {
 		a.logger().WarnContext(ctx, "Cannot load the batch's messages: the outbox database is unavailable",
 			slog.String("batch", in.Batch), slog.Int("messages", len(in.Messages)), slog.Any("error", err))
