@@ -248,13 +248,19 @@ func Batch(ctx workflow.Context, in BatchInput) (BatchResult, error) {
 	var (
 		res SendBatchResult
 		err error
+		// retried: an earlier try of the first task may have sent, and no attempt of this
+		// run's is known to have happened.
+		retried bool
 	)
 	switch local := in.LocalSend() && localSendFits(info.WorkflowTaskTimeout, timeout); {
 	case local && firstTaskRetried(ctx):
 		// An earlier try of this first task did not complete (its worker was lost
-		// mid-send): its local send may have reached the downstream. Send nothing here;
-		// every message goes to a run of its own, which checks first.
+		// mid-send, or the task failed before the send): its local send may have reached
+		// the downstream. Send nothing here; every message goes to a run of its own, which
+		// checks first and then makes its first attempt, as a message's own run does
+		// after a retried first task: the try that may have sent used up no attempt.
 		err = errors.New("the batch's first workflow task was tried before: its send may have happened")
+		retried = true
 	case local:
 		localCtx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 			StartToCloseTimeout:    timeout,
@@ -329,7 +335,7 @@ func Batch(ctx workflow.Context, in BatchInput) (BatchResult, error) {
 		}
 	}
 
-	handOver(ctx, in, policy, outcomes)
+	handOver(ctx, in, policy, outcomes, retried)
 	for _, o := range outcomes {
 		switch o.Outcome {
 		case BatchSent:
@@ -344,8 +350,10 @@ func Batch(ctx workflow.Context, in BatchInput) (BatchResult, error) {
 
 // handOver starts an OutboxDelivery run of its own for each failed message of outcomes,
 // all at once, and records each start in the message's outcome. A message that has a run
-// already (started by an earlier try, or by the message lane) counts as handed over.
-func handOver(ctx workflow.Context, in BatchInput, policy Policy, outcomes []BatchOutcome) {
+// already (started by an earlier try, or by the message lane) counts as handed over. With
+// retried (the batch's first task was tried before, and may have sent), each run checks
+// first and goes on from no attempt (DeliveryInput.CheckFirst) instead of from the batch's.
+func handOver(ctx workflow.Context, in BatchInput, policy Policy, outcomes []BatchOutcome, retried bool) {
 	info := workflow.GetInfo(ctx)
 	type started struct {
 		i      int
@@ -363,7 +371,10 @@ func handOver(ctx workflow.Context, in BatchInput, policy Policy, outcomes []Bat
 			MessageID: m.MessageID, Topic: in.Topic, Policy: own, SearchAttributes: in.SearchAttributes,
 			Version: in.Version, Deployment: in.Deployment,
 		}
-		if o.ErrType != ErrTypeStoreUnavailable && o.ErrType != ErrTypeWrongDeployment && o.ErrType != ErrTypeNotAttempted {
+		switch {
+		case retried:
+			din.CheckFirst = true
+		case o.ErrType != ErrTypeStoreUnavailable && o.ErrType != ErrTypeWrongDeployment && o.ErrType != ErrTypeNotAttempted:
 			// Nothing was sent when the database was unavailable, the worker was another
 			// outbox's or the batch's time ran out first: the run starts afresh. Otherwise
 			// it goes on from the batch's attempt.

@@ -177,6 +177,26 @@ func TestBatch(t *testing.T) {
 		}
 	})
 
+	t.Run("FirstTaskTriedBeforeHandsOverWithNoAttemptUsed", func(t *testing.T) {
+		// An earlier try of the first task failed (its worker lost mid-send, or the task
+		// failed before the send): the send may have happened. Nothing is sent again here;
+		// each message's own run checks first and then makes its first attempt, as after
+		// a retried first task of its own, so a message allowed one attempt gets it.
+		t.Parallel()
+		b := setupBatch(t, 3)
+		b.env.SetStartWorkflowOptions(startOptions(b.input))
+		b.env.SetCurrentHistoryLength(6)
+		res := b.run(t)
+		require.Equal(t, 3, res.HandedOver)
+		for _, m := range b.input.Messages {
+			in := b.runs[m.MessageID]
+			require.Nil(t, in.Prior, "no attempt of the batch's is counted")
+			require.True(t, in.CheckFirst, "the run asks whether the downstream has it before it sends")
+			require.False(t, in.LocalFirstAttempt())
+		}
+		require.Equal(t, 1, b.runs[b.input.Messages[1].MessageID].Policy.MaxAttempts, "its one attempt is still to come")
+	})
+
 	t.Run("DatabaseUnavailable", func(t *testing.T) {
 		t.Parallel()
 		b := setupBatch(t, 2)
