@@ -276,6 +276,17 @@ FROM heads c
 WHERE m.id = c.id AND m.held_back
   AND NOT (` + heldBack(1) + `) AND NOT ` + paused
 
+// unparkUnorderedSQL unparks the parked keyed rows of the topics whose ordering is off
+// under the current rules (a topic set to ordering: false while its messages were parked
+// behind an earlier one of their key), wherever they stand in their key, unless their
+// topic is paused. unparkSQL looks at each key's first parked row only, which a blocked
+// key's earlier rows of an ordered topic can keep from them for ever. It reads the parked
+// rows (outbox_messages_held_back_idx) and runs only while a topic has ordering off.
+var unparkUnorderedSQL = `UPDATE %[1]s AS c SET held_back = false
+WHERE c.held_back AND c.ordering_key IS NOT NULL
+  AND (CASE WHEN c.topic = ANY($1) THEN c.topic = ANY($2) ELSE $3 END)
+  AND NOT ` + paused
+
 // unparkLimitedSQL unparks parked rows without an ordering key of the topics that are not
 // paused: for each such topic, oldest first, as many as the topic has room for under its
 // limit (topicLimit, $1 to $3; its rows in flight counted as the claim counts them), or
@@ -352,8 +363,9 @@ func (s *Store) unparkLimited(ctx context.Context, rules OrderingRules) (topics 
 }
 
 // Unpark puts back on the claim's path the parked rows that nothing holds back any more
-// (the first parked row of each key): after a change of the topics' ordering settings, or
-// when a parking raced the release of its key. The release trigger unparks a key's next
+// (the first parked row of each key, and every parked row of a topic whose ordering is
+// off): after a change of the topics' ordering settings, or when a parking raced the
+// release of its key. The release trigger unparks a key's next
 // row when a keyed message is sent, dead-lettered or discarded, so this is a safety net
 // that the relays run now and then. It returns the number of rows unparked.
 //
@@ -366,11 +378,20 @@ func (s *Store) Unpark(ctx context.Context, rules OrderingRules) (int64, error) 
 	if err != nil {
 		return 0, fmt.Errorf("unpark held-back messages: %w", err)
 	}
+	n := tag.RowsAffected()
+	if rules.DefaultUnordered || len(rules.Unordered) > 0 {
+		args := orderingArgs(rules)
+		tag, err := s.db.Exec(ctx, fmt.Sprintf(unparkUnorderedSQL, s.messages, s.pauses), args[0], args[1], args[2])
+		if err != nil {
+			return 0, fmt.Errorf("unpark held-back messages of topics with ordering off: %w", err)
+		}
+		n += tag.RowsAffected()
+	}
 	_, released, err := s.unparkLimited(ctx, rules)
 	if err != nil {
 		return 0, err
 	}
-	return tag.RowsAffected() + released, nil
+	return n + released, nil
 }
 
 // exec runs a guarded UPDATE and reports whether it changed a row.

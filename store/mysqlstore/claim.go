@@ -403,7 +403,8 @@ const unparkHeadsSQL = `SELECT h.id FROM (
 JOIN %[1]s h ON h.held_back = TRUE AND h.ordering_key = k.ordering_key AND h.ordering_seq = k.seq`
 
 // Unpark puts back on the claim's path the parked rows that nothing holds back any more
-// (the first parked row of each key): after a change of the topics' ordering settings, a
+// (the first parked row of each key, and every parked row of a topic whose ordering is
+// off): after a change of the topics' ordering settings, a
 // row moved to sent, dead or discarded by hand, or a release that a crash cut short. The
 // store's own transitions release a key's next row when a keyed message is sent,
 // dead-lettered or discarded, so this is a safety net that the relays run now and then. It
@@ -418,6 +419,28 @@ func (s *Store) Unpark(ctx context.Context, rules storedriver.OrderingRules) (in
 		heads, err := queryIDs(ctx, tx, fmt.Sprintf(unparkHeadsSQL, s.messages))
 		if err != nil {
 			return err
+		}
+		if rules.DefaultUnordered || len(rules.Unordered) > 0 {
+			// The parked keyed rows of the topics whose ordering is off, wherever they
+			// stand in their key: a blocked key's first parked row of an ordered topic
+			// would keep them for ever.
+			q := (&sqlBuilder{}).sql(`SELECT c.id FROM `+s.messages+` c
+WHERE c.held_back = TRUE AND c.ordering_key IS NOT NULL AND (CASE WHEN `).in("c.topic", rules.Listed).
+				sql(" THEN ").in("c.topic", rules.Unordered).
+				sql(" ELSE " + boolSQL(rules.DefaultUnordered) + " END)")
+			unordered, err := queryIDs(ctx, tx, q.String(), q.args...)
+			if err != nil {
+				return err
+			}
+			seen := make(map[int64]bool, len(heads))
+			for _, id := range heads {
+				seen[id] = true
+			}
+			for _, id := range unordered {
+				if !seen[id] {
+					heads = append(heads, id)
+				}
+			}
 		}
 		n, err = s.unparkFree(ctx, tx, heads, rules)
 		return err

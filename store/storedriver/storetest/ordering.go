@@ -152,6 +152,41 @@ func testOrdering(t *testing.T, h Harness) {
 		}
 		require.Equal(t, map[uuid.UUID]bool{more[0].MessageID: true, more[1].MessageID: true}, got)
 	})
+
+	// A topic set to ordering off while its messages were parked behind a dead one of their
+	// key, and behind another parked message of an ordered topic: the sweep (Unpark) puts
+	// them back on the claim's path wherever they stand in the key; the ordered one stays.
+	t.Run("OrderingTurnedOffReleasesParkedRowsBehindABlockedKey", func(t *testing.T) {
+		e := newEnv(t, h)
+		dead := e.enqueue(keyed("order.event", "k", 1))[0].MessageID
+		e.claimOnly(dead)
+		e.deadLetter(dead, "order.event", "run-1")
+		res := e.enqueue(keyed("order.event", "k", 2), keyed("audit.log", "k", 3), keyed("audit.log", "k", 4))
+		c := e.claim(10, storedriver.OrderingRules{})
+		require.Empty(t, c.Claimed)
+		require.Equal(t, 3, c.Parked)
+
+		for _, rules := range []storedriver.OrderingRules{
+			{Listed: []string{"audit.log", "order.event"}, Unordered: []string{"audit.log"}},
+			{Listed: []string{"order.event"}, DefaultUnordered: true},
+		} {
+			n, err := e.d().Unpark(e.ctx, rules)
+			require.NoError(t, err)
+			c = e.claim(10, rules)
+			got := map[uuid.UUID]bool{}
+			for _, r := range c.Claimed {
+				got[r.MessageID] = true
+			}
+			require.Equal(t, map[uuid.UUID]bool{res[1].MessageID: true, res[2].MessageID: true}, got, "rules %+v, %d unparked", rules, n)
+			require.True(t, e.get(res[0].MessageID).HeldBack, "the ordered topic's row waits for the dead one")
+			// Back to parked, for the second form of the rules.
+			for _, r := range c.Claimed {
+				e.shift("lease_until", r.ID)
+			}
+			c = e.claim(10, storedriver.OrderingRules{})
+			require.Empty(t, c.Claimed)
+		}
+	})
 }
 
 // orderingUnderConcurrentWriters: four writers commit messages of one shared key (and of
