@@ -133,7 +133,7 @@ RETURNING id`, &r.Topic, &r.RedriveCount)
 func (s *Store) Discard(ctx context.Context, messageID uuid.UUID, actor string) error {
 	var topic string
 	err := s.operate(ctx, messageID, actor, "discard", `UPDATE `+s.messages+`
-SET status = 'discarded', updated_at = now()
+SET status = 'discarded', updated_at = now(), held_back = false
 WHERE message_id = $1 AND status = 'dead'
 RETURNING topic`, `UPDATE `+s.dead+` SET discarded_at = now(), discarded_by = $2
 WHERE message_id = $1 AND redriven_at IS NULL AND discarded_at IS NULL

@@ -419,7 +419,7 @@ func (s *Store) MarkDispatchedAll(ctx context.Context, rows []Claimed) (int, err
 		ids[i], tokens[i], batches[i] = r.ID, r.ClaimToken, r.Batch
 	}
 	tag, err := s.db.Exec(ctx, `UPDATE `+s.messages+` AS m
-SET status = 'dispatched', claim_token = NULL, lease_until = NULL, dispatched_at = now(), updated_at = now(),
+SET status = 'dispatched', claim_token = NULL, lease_until = NULL, dispatched_at = now(), updated_at = now(), held_back = false,
     batch_id = NULLIF(d.batch, '')
 FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS d(id, token, batch)
 WHERE m.id = d.id AND m.status = 'claimed' AND m.claim_token = d.token`, ids, tokens, batches)
@@ -521,7 +521,7 @@ func (s *Store) markSent(ctx context.Context, db DB, messageIDs []uuid.UUID, unc
 		args = append(args, unchanged.ID, unchanged.UpdatedAt)
 	}
 	rows, err := db.Query(ctx, `UPDATE `+s.messages+`
-SET status = 'sent', sent_at = now(), claim_token = NULL, lease_until = NULL, updated_at = now()
+SET status = 'sent', sent_at = now(), claim_token = NULL, lease_until = NULL, updated_at = now(), held_back = false
 WHERE message_id = ANY($1) AND status IN ('pending', 'claimed', 'dispatched')`+guard+`
 RETURNING message_id, topic, sent_at - created_at`, args...)
 	if err != nil {
@@ -649,7 +649,7 @@ ON CONFLICT (message_id, run_id) DO NOTHING`,
 			return nil
 		}
 		tag, err = tx.Exec(ctx, `UPDATE `+s.messages+`
-SET status = 'dead', last_error = $2, claim_token = NULL, lease_until = NULL, updated_at = now()
+SET status = 'dead', last_error = $2, claim_token = NULL, lease_until = NULL, updated_at = now(), held_back = false
 WHERE message_id = $1 AND status IN ('pending', 'claimed', 'dispatched')`, d.MessageID, d.LastError)
 		if err != nil {
 			return err

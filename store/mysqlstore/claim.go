@@ -705,7 +705,7 @@ func (s *Store) MarkDispatchedAll(ctx context.Context, rows []storedriver.Claime
 		batch = "CASE id" + batches.String() + " END"
 	}
 	res, err := s.db.ExecContext(ctx, `UPDATE `+s.messages+`
-SET status = 'dispatched', claim_token = NULL, lease_until = NULL, dispatched_at = NOW(6), updated_at = NOW(6),
+SET status = 'dispatched', claim_token = NULL, lease_until = NULL, dispatched_at = NOW(6), updated_at = NOW(6), held_back = FALSE,
     batch_id = `+batch+`
 WHERE id IN (`+idList(ids)+`) AND status = 'claimed' AND (id, claim_token) IN (`+pairs.String()+`)`, args...)
 	if err != nil {

@@ -166,7 +166,7 @@ WHERE message_id = ? AND status = 'dead'`, "redriven", func(tx *sql.Tx) error {
 // *storedriver.NotDeadError; a missing one an error wrapping storedriver.ErrNotFound.
 func (s *Store) Discard(ctx context.Context, messageID uuid.UUID, actor string) error {
 	err := s.operate(ctx, messageID, actor, "discard", `UPDATE `+s.messages+`
-SET status = 'discarded', updated_at = NOW(6)
+SET status = 'discarded', updated_at = NOW(6), held_back = FALSE
 WHERE message_id = ? AND status = 'dead'`, "discarded", func(tx *sql.Tx) error {
 		var key sql.NullString
 		if err := tx.QueryRowContext(ctx, `SELECT ordering_key FROM `+s.messages+` WHERE message_id = ?`, messageID.String()).Scan(&key); err != nil {

@@ -102,7 +102,7 @@ FOR UPDATE`, args...)
 		return nil, nil
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE `+s.messages+`
-SET status = 'sent', sent_at = NOW(6), claim_token = NULL, lease_until = NULL, updated_at = NOW(6)
+SET status = 'sent', sent_at = NOW(6), claim_token = NULL, lease_until = NULL, updated_at = NOW(6), held_back = FALSE
 WHERE id IN (`+idList(ids)+`)`); err != nil {
 		return fail(err)
 	}
@@ -260,7 +260,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			return err
 		}
 		res, err := tx.ExecContext(ctx, `UPDATE `+s.messages+`
-SET status = 'dead', last_error = ?, claim_token = NULL, lease_until = NULL, updated_at = NOW(6)
+SET status = 'dead', last_error = ?, claim_token = NULL, lease_until = NULL, updated_at = NOW(6), held_back = FALSE
 WHERE message_id = ? AND status IN ('pending', 'claimed', 'dispatched')`, d.LastError, d.MessageID.String())
 		if err != nil {
 			return err

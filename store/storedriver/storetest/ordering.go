@@ -153,6 +153,29 @@ func testOrdering(t *testing.T, h Harness) {
 		require.Equal(t, map[uuid.UUID]bool{more[0].MessageID: true, more[1].MessageID: true}, got)
 	})
 
+	// A claimed message whose lease ran out while its topic was paused is parked by the
+	// next claim, with its claim (and its run) intact. When that run records it sent, the
+	// message is no longer parked, and the release hands over the next message of its key
+	// at once: the release must not pick the message being released itself.
+	t.Run("AMessageParkedWhileClaimedReleasesItsKeyWhenSent", func(t *testing.T) {
+		e := newEnv(t, h)
+		res := e.enqueue(keyed("paused.topic", "k", 1), keyed("order.event", "k", 2))
+		x, y := res[0].MessageID, res[1].MessageID
+		c := e.claimOnly(x)
+		_, _, err := e.d().PauseTopic(e.ctx, "paused.topic", "ops", "")
+		require.NoError(t, err)
+		e.shift("lease_until", c.ID)
+		require.Empty(t, e.claim(10, storedriver.OrderingRules{}).Claimed)
+		require.True(t, e.get(x).HeldBack, "parked by the claim, its run still going")
+		ok, err := e.d().MarkSent(e.ctx, x)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.False(t, e.get(x).HeldBack, "a sent message is not parked")
+		next := e.claim(10, storedriver.OrderingRules{})
+		require.Len(t, next.Claimed, 1, "the next of the key, without a sweep")
+		require.Equal(t, y, next.Claimed[0].MessageID)
+	})
+
 	// A topic set to ordering off while its messages were parked behind a dead one of their
 	// key, and behind another parked message of an ordered topic: the sweep (Unpark) puts
 	// them back on the claim's path wherever they stand in the key; the ordered one stays.
