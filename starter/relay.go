@@ -694,10 +694,15 @@ func (p *pass) note(err error) {
 	}
 }
 
-// own adds rows that a running workflow now owns.
+// own adds rows that a running workflow now owns: each its own run, so no batch (a row a
+// batch had before keeps no batch ID once its own run has it; reconciliation would
+// otherwise look at that batch for it).
 func (p *pass) own(rows ...store.Claimed) {
 	p.mu.Lock()
-	p.dispatched = append(p.dispatched, rows...)
+	for _, row := range rows {
+		row.Batch = ""
+		p.dispatched = append(p.dispatched, row)
+	}
 	p.mu.Unlock()
 }
 

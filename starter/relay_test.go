@@ -493,3 +493,24 @@ func TestRelayHandsOverWhatAFailedClaimTook(t *testing.T) {
 	require.Equal(t, store.StatusDispatched, status(t, st, id))
 	require.Len(t, rec.started, 1)
 }
+
+// A row a batch had (its lease ran out, or reconciliation handed it over again) gets a run
+// of its own that checks first, and is recorded dispatched to that run, with no batch.
+func TestRelayRecordsARowABatchHadAsItsOwnRuns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rec := newRecorder()
+	r, st := setup(t, rec, starter.Config{TaskQueue: "q"})
+	id := enqueue(t, st, "clicks", nil)
+	_, err := st.DB().Exec(ctx, `UPDATE `+st.Schema()+`.outbox_messages SET batch_id = 'outbox-batch-earlier' WHERE message_id = $1`, id)
+	require.NoError(t, err)
+	n, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Len(t, rec.inputs, 1)
+	require.True(t, rec.inputs[0].CheckFirst, "the batch may have sent it")
+	row, err := st.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, store.StatusDispatched, row.Status)
+	require.Nil(t, row.BatchID, "its own run has it, not the batch")
+}
