@@ -153,11 +153,20 @@ func ParseRetryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
-	if secs, err := strconv.Atoi(v); err == nil {
+	secs, err := strconv.Atoi(v)
+	if err == nil {
 		if secs < 0 {
 			return 0
 		}
 		return time.Duration(min(secs, int(maxRetryAfter/time.Second))) * time.Second
+	}
+	if errors.Is(err, strconv.ErrRange) {
+		// Delay seconds beyond any int: as long a wait as a Retry-After may ask for (or
+		// none, for a negative one).
+		if strings.HasPrefix(v, "-") {
+			return 0
+		}
+		return maxRetryAfter
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
 		return min(t.Sub(now), maxRetryAfter)

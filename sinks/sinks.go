@@ -241,19 +241,19 @@ type Factory func(topic string, s Spec) (delivery.Handler, error)
 // ApplicationError returns a handler's error as the ApplicationError the delivery
 // workflow reads: its kind as the type (delivery.ErrTypePermanent, not retryable;
 // ErrTypeRetryable; ErrTypeAmbiguous) and its RetryAfter as the NextRetryDelay. An
-// ApplicationError (a handler that speaks Temporal already) is returned as it is; nil
-// stays nil. The result is never wrapped: wrapping would lose NonRetryable and
-// NextRetryDelay.
+// ApplicationError (a handler that speaks Temporal already) is returned as it is, unless
+// a delivery mark wraps it (delivery.Permanent of an error from a Temporal call): the
+// outermost of the two decides. nil stays nil. The result is never wrapped: wrapping
+// would lose NonRetryable and NextRetryDelay.
 func ApplicationError(err error) error {
 	if err == nil {
 		return nil
 	}
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) {
+	appErr, e := outermostMark(err)
+	if appErr != nil {
 		return appErr
 	}
-	var e *delivery.Error
-	if !errors.As(err, &e) {
+	if e == nil {
 		return temporal.NewApplicationError(err.Error(), delivery.ErrTypeAmbiguous)
 	}
 	switch e.Kind {
@@ -266,4 +266,27 @@ func ApplicationError(err error) error {
 		return temporal.NewApplicationErrorWithOptions(err.Error(), delivery.ErrTypeAmbiguous,
 			temporal.ApplicationErrorOptions{NextRetryDelay: e.RetryAfter})
 	}
+}
+
+// outermostMark returns the first ApplicationError or delivery.Error in err's tree, in the
+// order errors.As looks (err, then what it wraps, depth first): one of the two, or
+// neither.
+func outermostMark(err error) (*temporal.ApplicationError, *delivery.Error) {
+	for err != nil {
+		switch e := err.(type) {
+		case *temporal.ApplicationError:
+			return e, nil
+		case *delivery.Error:
+			return nil, e
+		case interface{ Unwrap() []error }:
+			for _, inner := range e.Unwrap() {
+				if a, d := outermostMark(inner); a != nil || d != nil {
+					return a, d
+				}
+			}
+			return nil, nil
+		}
+		err = errors.Unwrap(err)
+	}
+	return nil, nil
 }

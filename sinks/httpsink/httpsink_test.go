@@ -127,6 +127,10 @@ func TestHTTPSink(t *testing.T) {
 		require.Equal(t, 90*time.Second, delivery.ParseRetryAfter(now.Add(90*time.Second).Format(http.TimeFormat), now))
 		require.Zero(t, delivery.ParseRetryAfter("soon", now))
 		require.Zero(t, delivery.ParseRetryAfter("-3", now))
+		year := 365 * 24 * time.Hour
+		require.Equal(t, year, delivery.ParseRetryAfter("99999999999", now), "capped")
+		require.Equal(t, year, delivery.ParseRetryAfter("99999999999999999999", now), "beyond any int: capped, not ignored")
+		require.Zero(t, delivery.ParseRetryAfter("-99999999999999999999", now))
 	})
 
 	t.Run("ConnectionRefusedIsNotAmbiguous", func(t *testing.T) {

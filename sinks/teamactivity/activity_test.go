@@ -3,6 +3,7 @@ package teamactivity_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -32,6 +33,11 @@ func TestActivity(t *testing.T) {
 		{delivery.RetryAfter(errors.New("HTTP 500"), time.Minute), delivery.ErrTypeAmbiguous, false, time.Minute},
 		{errors.New("unclassified"), delivery.ErrTypeAmbiguous, false, 0},
 		{own, "Discontinued", true, 0},
+		// A mark on an error from a Temporal call: the mark, the outermost, decides.
+		{delivery.Permanent(fmt.Errorf("reserve: %w", temporal.NewApplicationError("no", "OrderRejected"))), delivery.ErrTypePermanent, true, 0},
+		{delivery.Retryable(fmt.Errorf("reserve: %w", temporal.NewApplicationError("no", "OrderRejected")), time.Minute), delivery.ErrTypeRetryable, false, time.Minute},
+		// An ApplicationError around a marked error keeps its own type.
+		{temporal.NewNonRetryableApplicationError("rejected", "Rejected", delivery.Retryable(errors.New("busy"), time.Second)), "Rejected", true, 0},
 	} {
 		run := teamactivity.Activity(delivery.HandlerFunc(func(context.Context, delivery.Message) error { return tc.err }))
 		err := run(ctx, delivery.Message{MessageID: "m"})
@@ -40,7 +46,8 @@ func TestActivity(t *testing.T) {
 		require.Equal(t, tc.typ, appErr.Type(), "%v", tc.err)
 		require.Equal(t, tc.nonRetryable, appErr.NonRetryable(), "%v", tc.err)
 		require.Equal(t, tc.wait, appErr.NextRetryDelay(), "%v", tc.err)
-		if tc.err != own {
+		var outer *temporal.ApplicationError
+		if !errors.As(tc.err, &outer) || outer != tc.err {
 			require.Equal(t, tc.err.Error(), appErr.Message())
 		}
 	}
