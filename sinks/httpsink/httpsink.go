@@ -11,9 +11,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -171,8 +173,23 @@ func (s *Sink) Send(ctx context.Context, d delivery.Message) error {
 		webhook.SetHeaders(req.Header, d.MessageID, time.Now(), body, s.SigningKeys...)
 	}
 
+	// Whether a whole request was written on some connection: the client repeats a POST
+	// with an Idempotency-Key on a new connection when a reused one failed after the
+	// request went out, and the error of that repeat (a refused dial) must not hide that
+	// the receiver may have the first.
+	var written atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			if info.Err == nil {
+				written.Store(true)
+			}
+		},
+	}))
 	resp, err := s.Client.Do(req)
 	if err != nil {
+		if written.Load() {
+			return delivery.Ambiguous(fmt.Errorf("POST %s: %w (after the request was written)", redact.URL(s.URL), httpx.Unwrap(err)))
+		}
 		return transportError("POST", redact.URL(s.URL), err)
 	}
 	defer resp.Body.Close()
@@ -225,9 +242,10 @@ func (s *Sink) CheckProcessed(ctx context.Context, d delivery.Message) (bool, er
 	}
 }
 
-// transportError classifies a failed round trip: a connection that was never made cannot
-// have delivered anything (nor can one whose server certificate the sink rejected, which
-// happens before the request is written); anything later (a reset, a timeout) may have.
+// transportError classifies a failed round trip of which no request was written whole: a
+// connection that was never made cannot have delivered anything (nor can one whose server
+// certificate the sink rejected, which happens before the request is written); anything
+// later (a reset, a timeout) may have.
 func transportError(method, u string, err error) error {
 	wrapped := fmt.Errorf("%s %s: %w", method, u, httpx.Unwrap(err))
 	var opErr *net.OpError

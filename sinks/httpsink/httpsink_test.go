@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -139,6 +142,44 @@ func TestHTTPSink(t *testing.T) {
 		// be handed to another test's server before the send.
 		s, err := New(Config{URL: "http://127.0.0.1:1/events"})
 		require.NoError(t, err)
+		require.Equal(t, delivery.KindRetryable, kindOf(t, s.Send(ctx, testDelivery())).Kind)
+	})
+
+	t.Run("RepeatOfAWrittenRequestIsAmbiguous", func(t *testing.T) {
+		// The receiver takes the second POST on a kept-alive connection and drops the
+		// connection before it answers (a pod going away). The client repeats the POST on
+		// a new connection, whose dial is refused: the receiver may have the message all
+		// the same, so the failure is ambiguous (check first), not "nothing sent".
+		t.Parallel()
+		var processed atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			if processed.Add(1) == 1 {
+				return // 200, the connection kept alive
+			}
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+		}))
+		t.Cleanup(srv.Close)
+		var dials atomic.Int32
+		dialer := &net.Dialer{}
+		s, err := New(Config{URL: srv.URL + "/events"})
+		require.NoError(t, err)
+		s.Client = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if dials.Add(1) > 1 {
+				return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
+			}
+			return dialer.DialContext(ctx, network, addr)
+		}}}
+		require.NoError(t, s.Send(ctx, testDelivery()))
+		err = s.Send(ctx, testDelivery())
+		require.Equal(t, int32(2), processed.Load(), "the receiver has the second message")
+		require.Equal(t, delivery.KindAmbiguous, kindOf(t, err).Kind, "%v", err)
+		require.Equal(t, int32(2), dials.Load(), "the client repeated the request on a new connection")
+
+		// A dial that fails before any request was written is still not ambiguous.
 		require.Equal(t, delivery.KindRetryable, kindOf(t, s.Send(ctx, testDelivery())).Kind)
 	})
 
