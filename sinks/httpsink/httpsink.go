@@ -147,6 +147,11 @@ type httpBody struct {
 
 // Send POSTs the message.
 func (s *Sink) Send(ctx context.Context, d delivery.Message) error {
+	if strings.ContainsFunc(d.OrderingKey, func(r rune) bool { return (r < 0x20 && r != '\t') || r == 0x7f }) {
+		// A row written without Enqueue's check: no request can carry the key, and no
+		// retry changes that.
+		return delivery.Permanent(fmt.Errorf("ordering key %q holds a control character, which the %s header cannot carry", d.OrderingKey, sinks.HeaderOrderingKey))
+	}
 	body, err := json.Marshal(httpBody{MessageID: d.MessageID, Topic: d.Topic, Payload: d.Payload, CreatedAt: d.CreatedAt.UTC()})
 	if err != nil {
 		return delivery.Permanent(fmt.Errorf("encode request body: %w", err))

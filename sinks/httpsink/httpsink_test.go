@@ -183,6 +183,19 @@ func TestHTTPSink(t *testing.T) {
 		require.Equal(t, delivery.KindRetryable, kindOf(t, s.Send(ctx, testDelivery())).Kind)
 	})
 
+	t.Run("OrderingKeyAHeaderCannotCarryIsPermanent", func(t *testing.T) {
+		// A row written without Enqueue's check: nothing is sent, and no retry helps.
+		t.Parallel()
+		var posts atomic.Int32
+		s := sinkFor(t, func(http.ResponseWriter, *http.Request) { posts.Add(1) })
+		d := testDelivery()
+		d.OrderingKey = "order\n42"
+		err := s.Send(ctx, d)
+		require.Equal(t, delivery.KindPermanent, kindOf(t, err).Kind, "%v", err)
+		require.ErrorContains(t, err, "control character")
+		require.Zero(t, posts.Load())
+	})
+
 	t.Run("TimeoutIsAmbiguous", func(t *testing.T) {
 		t.Parallel()
 		release := make(chan struct{})

@@ -36,8 +36,10 @@ func ValidateWith(msg Message, maxPayload int, numbers *NumberRule) error {
 			return &ValidationError{"headers", fmt.Sprintf("must have non-empty UTF-8 keys and values without NUL characters, got %s: %s", quoteShort(k), quoteShort(v))}
 		}
 	}
-	if k := msg.OrderingKey; len(k) > 200 || strings.ContainsRune(k, 0) || !utf8.ValidString(k) || (k != "" && strings.TrimSpace(k) == "") {
-		return &ValidationError{"ordering_key", fmt.Sprintf("must be at most 200 bytes of text, not blank and without NUL, got %s", quoteShort(k))}
+	if k := msg.OrderingKey; len(k) > 200 || strings.ContainsFunc(k, isControl) || !utf8.ValidString(k) || (k != "" && strings.TrimSpace(k) == "") {
+		// The key travels as a header (Outbox-Ordering-Key), which cannot carry control
+		// characters.
+		return &ValidationError{"ordering_key", fmt.Sprintf("must be at most 200 bytes of text, not blank and without control characters (U+0000 to U+001F, U+007F), got %s", quoteShort(k))}
 	}
 	if k := msg.IdempotencyKey; len(k) > 200 || strings.ContainsRune(k, 0) || !utf8.ValidString(k) || (k != "" && strings.TrimSpace(k) == "") {
 		return &ValidationError{"idempotency_key", fmt.Sprintf("must be at most 200 bytes of text, not blank and without NUL, got %s", quoteShort(k))}
@@ -149,31 +151,42 @@ func hex4(b []byte) rune {
 	return r
 }
 
-// numericFits reports whether a JSON number fits PostgreSQL's numeric: at most 131072
-// digits before the decimal point and 16383 after it.
+// numericFits reports whether a JSON number fits PostgreSQL's numeric, as numeric_in reads
+// it: an exponent below 2^30 either way; a scale (the digits written after the decimal
+// point, trailing zeros included, less the exponent) of at most 16383, zero included
+// (0.0e-16383 overflows); and, unless it is zero, at most 131072 digits before the point.
 func numericFits(num []byte) bool {
 	s := strings.TrimPrefix(string(num), "-")
 	mant, exp, _ := strings.Cut(strings.ToLower(s), "e")
 	intPart, frac, _ := strings.Cut(mant, ".")
-	intPart = strings.TrimLeft(intPart, "0")
-	if strings.Trim(intPart+frac, "0") == "" {
-		return true // zero, whatever the exponent
-	}
 	e := 0
 	if exp != "" {
 		v, err := strconv.Atoi(exp)
-		if err != nil || v > 1_000_000 || v < -1_000_000 {
+		if err != nil || v >= maxNumericExponent || v <= -maxNumericExponent {
 			return false
 		}
 		e = v
+	}
+	if len(frac)-e > 16383 {
+		return false
+	}
+	intPart = strings.TrimLeft(intPart, "0")
+	if strings.Trim(intPart+frac, "0") == "" {
+		return true // zero: no digits before the point
 	}
 	before := len(intPart) + e
 	if intPart == "" { // 0.000123: leading zeros of the fraction do not count
 		before = e - (len(frac) - len(strings.TrimLeft(frac, "0")))
 	}
-	after := len(strings.TrimRight(frac, "0")) - e
-	return before <= 131072 && after <= 16383
+	return before <= 131072
 }
+
+// maxNumericExponent is the exponent numeric_in refuses whatever the digits (INT_MAX/2).
+const maxNumericExponent = 1<<30 - 1
+
+// isControl reports whether r is an ASCII control character, which an HTTP header value
+// (or another protocol's header) cannot carry.
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 func quoteShort(s string) string {
 	const max = 80
