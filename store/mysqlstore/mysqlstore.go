@@ -223,9 +223,46 @@ func (s *Store) MaxPayloadBytes() int { return s.cfg.MaxPayloadBytes }
 
 // Validate checks msg against the store's limits, as package store does, and returns a
 // *ValidationError naming the first field that is wrong. A MySQL JSON column also
-// refuses numbers outside the range of a double, so the payload may not hold one.
+// refuses numbers outside the range of a double, so the payload may not hold one, and
+// MariaDB's refuses arrays and objects nested more than MaxPayloadDepth deep.
 func (s *Store) Validate(msg Message) error {
-	return storedriver.ValidateWith(msg, s.cfg.MaxPayloadBytes, doubleNumbers)
+	if err := storedriver.ValidateWith(msg, s.cfg.MaxPayloadBytes, doubleNumbers); err != nil {
+		return err
+	}
+	if d := jsonDepth(msg.Payload); d > MaxPayloadDepth {
+		return &storedriver.ValidationError{Field: "payload", Reason: fmt.Sprintf(
+			"must nest arrays and objects at most %d deep (MariaDB's JSON limit; MySQL's is 100), got %d", MaxPayloadDepth, d)}
+	}
+	return nil
+}
+
+// MaxPayloadDepth is how deep a payload may nest arrays and objects: MariaDB's JSON_VALID
+// (and so the column's CHECK) refuses 32 levels, MySQL 8 refuses 101.
+const MaxPayloadDepth = 31
+
+// jsonDepth returns how deep the JSON document p nests arrays and objects.
+func jsonDepth(p []byte) int {
+	depth, deepest := 0, 0
+	inString, escaped := false, false
+	for _, c := range p {
+		switch {
+		case inString && escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case inString && c == '"':
+			inString = false
+		case inString:
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			depth++
+			deepest = max(deepest, depth)
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return deepest
 }
 
 // readCommitted is the isolation of the store's own transactions: no gap locks, and each

@@ -271,13 +271,18 @@ func TestEnqueueValidates(t *testing.T) {
 		"deliver_after":   {Topic: "a", Payload: []byte(`{}`), DeliverAfter: time.Now().AddDate(2, 0, 0)},
 		"double range":    msg("a", `{"n": 1e400}`),
 		"nul":             msg("a", `{"s": "\u0000"}`),
+		"depth":           msg("a", strings.Repeat("[", 32)+strings.Repeat("]", 32)),
+		"control in key":  {Topic: "a", Payload: []byte(`{}`), OrderingKey: "order\n42"},
 	} {
 		_, err := st.Enqueue(ctx, db, m)
 		var verr *storedriver.ValidationError
 		require.ErrorAs(t, err, &verr, name)
 		want := name
-		if name == "double range" || name == "nul" {
+		switch name {
+		case "double range", "nul", "depth":
 			want = "payload"
+		case "control in key":
+			want = "ordering_key"
 		}
 		assert.Equal(t, want, verr.Field, name)
 	}
@@ -285,6 +290,11 @@ func TestEnqueueValidates(t *testing.T) {
 	var n int
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT COUNT(*) FROM outbox_messages`).Scan(&n))
 	assert.Zero(t, n)
+	// As deep as the database takes, brackets in strings not counted.
+	deep := strings.Repeat(`{"a":`, mysqlstore.MaxPayloadDepth-1) + `["[[[{{{"]` + strings.Repeat("}", mysqlstore.MaxPayloadDepth-1)
+	_, err := st.Enqueue(ctx, db, msg("a", deep))
+	require.NoError(t, err, "the deepest payload MariaDB and MySQL store")
+	mustExec(t, db, `DELETE FROM outbox_messages`)
 
 	// Headers, a set message ID, JSONEnqueue.
 	id := uuid.New()
