@@ -157,7 +157,7 @@ var docRules = []docRule{
 		scenario: scQuickStart, expect: `"message_id":"[0-9a-f-]{36}"`},
 	{match: `^psql postgres://postgres:outbox@127\.0\.0\.1:5432/outbox `,
 		skip: "reads the docker-compose stack's PostgreSQL (password outbox, database outbox), so needs a Docker engine; README.md:123 runs the same query against outbox dev"},
-	{match: `^(export (DATABASE_URL='postgres://outbox@db\.internal|TEMPORAL_ADDRESS=temporal-frontend\.internal:|TEMPORAL_NAMESPACE=orders$)|outbox (migrate|(worker|relay) +--config /etc/outbox/outbox\.yaml &)$)`,
+	{match: `^(export (DATABASE_URL='postgres://outbox@db\.internal|TEMPORAL_ADDRESS=temporal-frontend\.internal:|TEMPORAL_NAMESPACE=orders$)|outbox (migrate +--config /etc/outbox/outbox\.yaml|(worker|relay) +--config /etc/outbox/outbox\.yaml &)$)`,
 		skip: "needs the production PostgreSQL and Temporal cluster it names (db.internal, temporal-frontend.internal) and /etc/outbox/outbox.yaml; README.md:151's block runs the same commands against a local PostgreSQL and Temporal"},
 	{match: `^temporal operator search-attribute create --namespace NS --name Outbox(Topic|Status|MessageId) --type Keyword$`,
 		scenario: scQuickStart, subst: []docSubst{{"--namespace NS ", "--namespace default "}}}, // NS: outbox dev's namespace
