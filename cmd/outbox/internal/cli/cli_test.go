@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -26,8 +27,14 @@ type result struct {
 
 func run(t *testing.T, env map[string]string, stdin string, args ...string) result {
 	t.Helper()
+	return runReading(t, env, strings.NewReader(stdin), args...)
+}
+
+// runReading is run with stdin read from a reader of the test's.
+func runReading(t *testing.T, env map[string]string, stdin io.Reader, args ...string) result {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
-	root := cli.NewRoot(strings.NewReader(stdin), &stdout, &stderr, func(k string) (string, bool) {
+	root := cli.NewRoot(stdin, &stdout, &stderr, func(k string) (string, bool) {
 		v, ok := env[k]
 		return v, ok
 	})

@@ -103,9 +103,14 @@ func newDLQListCmd(g *globals) *cobra.Command {
 				return err
 			}
 			return g.withApp(cmd.Context(), false, func(a *app.App) error {
+				filter.Limit++ // one more tells that --limit cut the list
 				dls, err := a.Driver.ListDeadLetters(cmd.Context(), filter)
 				if err != nil {
 					return err
+				}
+				if len(dls) > f.limit {
+					dls = dls[:f.limit]
+					fmt.Fprintf(cmd.ErrOrStderr(), "more dead letters match than --limit %d lets through: the %d newest are listed; raise --limit to see them all\n", f.limit, f.limit)
 				}
 				if asJSON {
 					return writeJSON(cmd.OutOrStdout(), deadLettersJSON(dls))
@@ -351,6 +356,28 @@ func (b *bulkFlags) selectMessages(ctx context.Context, a *app.App, args []strin
 	return sel, nil
 }
 
+// stillSelected returns an error when the filter selected message id's dead letter and the
+// message's open dead letter is now another one: it was redriven and dead-lettered again
+// (by someone else) while the command asked for confirmation, and the filter never saw the
+// new letter. Messages named on the command line are acted on whatever their letter.
+func (sel selection) stillSelected(ctx context.Context, a *app.App, id uuid.UUID) error {
+	i := slices.IndexFunc(sel.letters, func(d store.DeadLetterRecord) bool { return d.MessageID == id })
+	if i < 0 {
+		return nil
+	}
+	dls, err := a.Driver.DeadLetters(ctx, id)
+	if err != nil {
+		return fmt.Errorf("%s: %w", id, err)
+	}
+	for _, d := range dls {
+		if d.RedrivenAt == nil && d.DiscardedAt == nil && d.ID != sel.letters[i].ID {
+			return fmt.Errorf("%s: its dead letter changed since the selection (now %q, dead-lettered %s): select again",
+				id, truncate(d.LastError, 80), d.DeadLetteredAt.Format(time.RFC3339))
+		}
+	}
+	return nil
+}
+
 // confirm prints a dry run's count and sample, or asks before acting on the selection when
 // it holds more than --confirm-over messages (and --yes is not given). It reports whether
 // to go on.
@@ -438,6 +465,11 @@ func newDLQRedriveCmd(g *globals) *cobra.Command {
 				actor := cmp.Or(b.by, currentUser(g.lookupEnv))
 				var failed []error
 				for _, id := range sel.ids {
+					if err := sel.stillSelected(cmd.Context(), a, id); err != nil {
+						failed = append(failed, err)
+						fmt.Fprintf(cmd.ErrOrStderr(), "not redriven: %v\n", err)
+						continue
+					}
 					r, err := a.Driver.Redrive(cmd.Context(), id, actor)
 					if err != nil {
 						failed = append(failed, err)
@@ -476,6 +508,11 @@ func newDLQDiscardCmd(g *globals) *cobra.Command {
 				actor := cmp.Or(b.by, currentUser(g.lookupEnv))
 				var failed int
 				for _, id := range sel.ids {
+					if err := sel.stillSelected(cmd.Context(), a, id); err != nil {
+						failed++
+						fmt.Fprintf(cmd.ErrOrStderr(), "not discarded: %v\n", err)
+						continue
+					}
 					if err := a.Driver.Discard(cmd.Context(), id, actor); err != nil {
 						failed++
 						fmt.Fprintf(cmd.ErrOrStderr(), "not discarded: %v\n", err)

@@ -3,6 +3,7 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 
@@ -53,6 +54,15 @@ func TestDLQ(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &listed))
 	require.Len(t, listed, 1)
 	require.Equal(t, b.String(), listed[0]["message_id"])
+
+	// --limit cuts the list, and says so.
+	r = run(t, env, "", "dlq", "list", "--config", cfg, "--limit", "2")
+	require.NoError(t, r.err)
+	require.Equal(t, 2, strings.Count(r.stdout, "order."), r.stdout)
+	require.Contains(t, r.stderr, "more dead letters match than --limit 2 lets through")
+	r = run(t, env, "", "dlq", "list", "--config", cfg, "--limit", "3")
+	require.NoError(t, r.err)
+	require.NotContains(t, r.stderr, "--limit")
 
 	r = run(t, env, "", "dlq", "list", "--config", cfg, "--since", "yesterday")
 	require.ErrorContains(t, r.err, `--since must be a duration such as 1h or a time such as 2026-11-30T09:00:00Z, got "yesterday"`)
@@ -109,6 +119,48 @@ func TestDLQ(t *testing.T) {
 	r = run(t, env, "", "stats", "--config", cfg)
 	require.NoError(t, r.err)
 	require.True(t, strings.Contains(r.stdout, "order.created") && strings.Contains(r.stdout, "Oldest pending"), r.stdout)
+}
+
+// answerAfter is a terminal at which someone answers a prompt after another operator has
+// acted: the first Read runs act, then answers.
+type answerAfter struct {
+	act    func()
+	answer string
+	done   bool
+}
+
+func (r *answerAfter) Read(p []byte) (int, error) {
+	if r.done {
+		return 0, io.EOF
+	}
+	r.done = true
+	r.act()
+	return copy(p, r.answer), nil
+}
+
+// A bulk action acts on the dead letters its filter selected: a message redriven and
+// dead-lettered again (for another reason) while the command waited for its confirmation is
+// left alone, and the command says so.
+func TestDLQBulkLeavesALetterWrittenSinceTheSelection(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, env, st, deadLetter := dlqSetup(t)
+	id := deadLetter("order.created", 12, "gave up after 12 attempts: HTTP 503: maintenance")
+	other := deadLetter("order.created", 12, "gave up after 12 attempts: HTTP 503: maintenance")
+	bob := &answerAfter{answer: "y\n", act: func() {
+		_, err := st.Redrive(ctx, id, "bob")
+		require.NoError(t, err)
+		_, err = st.DeadLetter(ctx, store.DeadLetter{MessageID: id, Topic: "order.created", WorkflowID: "outbox-" + id.String(),
+			RunID: "run-2", Attempts: 1, LastError: "permanent failure: HTTP 422: unknown SKU"})
+		require.NoError(t, err)
+	}}
+	r := runReading(t, env, bob, "dlq", "discard", "--config", cfg, "--all-matching", "--error", "http 503", "--by", "alice")
+	require.ErrorContains(t, r.err, "1 of 2 messages not discarded")
+	require.Contains(t, r.stderr, id.String()+": its dead letter changed since the selection (now \"permanent failure: HTTP 422: unknown SKU\"")
+	require.Contains(t, r.stdout, "discarded "+other.String())
+	row, err := st.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, store.StatusDead, row.Status, "the new dead letter is open")
 }
 
 // TestDLQBulk selects dead letters by topic, time and error text, prints a dry run's count
