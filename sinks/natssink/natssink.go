@@ -51,6 +51,12 @@ type Sink struct {
 	closed bool
 	logger *slog.Logger // nil: slog.Default()
 
+	// denied are the subjects whose publishes the server refused for the user's
+	// permissions, with when it last did: the server says so on the connection, not in
+	// answer to the publish, which waits for its acknowledgement until the attempt ends.
+	deniedMu sync.Mutex
+	denied   map[string]time.Time
+
 	windows    sync.Mutex           // guards what follows
 	checked    map[string]bool      // streams whose window was read, or is being read
 	shortfalls map[string]Shortfall // by stream
@@ -129,10 +135,11 @@ func New(topic string, cfg Config) (delivery.Handler, error) {
 	}
 	s := &Sink{
 		topic: topic, url: cfg.URL, subject: subject, headers: cfg.Headers, retrySpan: cfg.RetrySpan,
-		checked: map[string]bool{}, shortfalls: map[string]Shortfall{},
+		checked: map[string]bool{}, shortfalls: map[string]Shortfall{}, denied: map[string]time.Time{},
 	}
 	s.options = []nats.Option{
 		nats.Name("outbox " + cmp.Or(topic, "default")),
+		nats.ErrorHandler(s.asyncError),
 		// Reconnect for as long as the worker runs; while disconnected, a publish fails at
 		// once (nothing buffered), so the attempt is retried rather than left in doubt.
 		nats.MaxReconnects(-1),
@@ -260,6 +267,50 @@ func roundUp(d time.Duration) string {
 	return text
 }
 
+// asyncError handles an error the server sent on the connection: a refused publish is
+// recorded for its send's classification (see denial), and every error is logged, as the
+// client's default handler prints it.
+func (s *Sink) asyncError(_ *nats.Conn, _ *nats.Subscription, err error) {
+	if subject, ok := deniedSubject(err); ok {
+		s.deniedMu.Lock()
+		s.denied[subject] = time.Now()
+		s.deniedMu.Unlock()
+	}
+	s.log().Warn("NATS server error on the connection", slog.String("topic", s.topic), slog.String("error", redact.Error(err, s.url)))
+}
+
+// deniedSubject returns the subject of a publish the server refused for the user's
+// permissions ("Permissions Violation for Publish to \"orders.created\"").
+func deniedSubject(err error) (string, bool) {
+	if !errors.Is(err, nats.ErrPermissionViolation) {
+		return "", false
+	}
+	msg := err.Error()
+	const marker = `publish to "`
+	i := strings.Index(strings.ToLower(msg), marker)
+	if i < 0 {
+		return "", false
+	}
+	rest := msg[i+len(marker):]
+	j := strings.IndexByte(rest, '"')
+	if j < 0 {
+		return "", false
+	}
+	return rest[:j], true
+}
+
+// denial returns a permanent failure when the server refused a publish to subject for the
+// user's permissions since began, or nil.
+func (s *Sink) denial(subject string, began time.Time) error {
+	s.deniedMu.Lock()
+	at, ok := s.denied[subject]
+	s.deniedMu.Unlock()
+	if !ok || at.Before(began) {
+		return nil
+	}
+	return delivery.Permanent(fmt.Errorf("nats: the server refused the publish to %q: the connection's user has no permission to publish to it (the topic's username, or the server's permissions)", subject))
+}
+
 // jetStream returns the connection's JetStream context, connecting first when needed.
 func (s *Sink) jetStream() (jetstream.JetStream, error) {
 	s.mu.Lock()
@@ -314,9 +365,10 @@ func (s *Sink) Send(ctx context.Context, d delivery.Message) error {
 	if err != nil {
 		return delivery.Retryable(err, 0)
 	}
+	began := time.Now()
 	ack, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(d.MessageID))
 	if err != nil {
-		return s.classify(ctx, js, msg.Subject, err)
+		return s.classify(ctx, js, msg.Subject, began, err)
 	}
 	s.acked(ctx, js, d, ack)
 	return nil
@@ -372,6 +424,7 @@ func (s *Sink) SendBatch(ctx context.Context, msgs []delivery.Message) []error {
 		return errs
 	}
 	futures := make([]jetstream.PubAckFuture, len(msgs))
+	began := time.Now()
 	for i, d := range msgs {
 		msg, err := s.build(ctx, d)
 		if err != nil {
@@ -384,7 +437,7 @@ func (s *Sink) SendBatch(ctx context.Context, msgs []delivery.Message) []error {
 			// Refused before it went out: too many publishes wait for their acks.
 			errs[i] = delivery.Retryable(fmt.Errorf("nats publish to %q: %w", msg.Subject, err), 0)
 		case err != nil:
-			errs[i] = s.classify(ctx, js, msg.Subject, err)
+			errs[i] = s.classify(ctx, js, msg.Subject, began, err)
 		}
 	}
 	for i, f := range futures {
@@ -395,15 +448,19 @@ func (s *Sink) SendBatch(ctx context.Context, msgs []delivery.Message) []error {
 		case ack := <-f.Ok():
 			s.acked(ctx, js, msgs[i], ack)
 		case err := <-f.Err():
-			errs[i] = s.classify(ctx, js, f.Msg().Subject, err)
+			errs[i] = s.classify(ctx, js, f.Msg().Subject, began, err)
 		case <-ctx.Done():
 			// An answer that came as the attempt ended still counts.
 			select {
 			case ack := <-f.Ok():
 				s.acked(ctx, js, msgs[i], ack)
 			case err := <-f.Err():
-				errs[i] = s.classify(ctx, js, f.Msg().Subject, err)
+				errs[i] = s.classify(ctx, js, f.Msg().Subject, began, err)
 			default:
+				if denied := s.denial(f.Msg().Subject, began); denied != nil {
+					errs[i] = denied
+					continue
+				}
 				errs[i] = delivery.Ambiguous(fmt.Errorf("nats publish to %q: no acknowledgement before the attempt ended (%w); the stream may have the message",
 					f.Msg().Subject, context.Cause(ctx)))
 			}
@@ -421,7 +478,7 @@ const (
 
 // classify turns a failed publish into a handler error: nothing stored, stored in doubt,
 // or a failure no retry fixes.
-func (s *Sink) classify(ctx context.Context, js jetstream.JetStream, subject string, err error) error {
+func (s *Sink) classify(ctx context.Context, js jetstream.JetStream, subject string, began time.Time, err error) error {
 	failure := fmt.Errorf("nats publish to %q: %s", subject, redact.Error(err, s.url))
 	var apiErr *jetstream.APIError
 	switch {
@@ -455,6 +512,11 @@ func (s *Sink) classify(ctx context.Context, js jetstream.JetStream, subject str
 			return delivery.Retryable(failure, 0)
 		}
 	default:
+		if denied := s.denial(subject, began); denied != nil {
+			// The server refused the publish (and said so on the connection): nothing
+			// was stored, and no retry passes until the permissions change.
+			return denied
+		}
 		// A timeout, or a connection closed or lost after the publish went out: the
 		// stream may have stored it. A resend is absorbed by the duplicate window.
 		return delivery.Ambiguous(failure)

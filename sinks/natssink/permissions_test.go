@@ -1,0 +1,97 @@
+package natssink_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outbox-go/outbox/delivery"
+	"github.com/outbox-go/outbox/sinks/natssink"
+)
+
+// natsServer starts a private NATS server with JetStream and the given accounts block, on
+// a free port, and returns its URL; it is stopped when the test ends.
+func natsServer(t *testing.T, accounts string) string {
+	t.Helper()
+	bin, err := exec.LookPath("nats-server")
+	if err != nil {
+		bin = "/usr/sbin/nats-server"
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("nats-server is not installed (scripts/services.sh installs it): %v", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "nats.conf")
+	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("listen: 127.0.0.1:%d\njetstream { store_dir: %q }\n%s\n",
+		port, filepath.Join(dir, "js"), accounts)), 0o600))
+	cmd := exec.Command(bin, "-c", conf)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	require.Eventually(t, func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond, "nats-server on %s", addr)
+	return "nats://" + addr
+}
+
+// A user the server does not let publish to the topic's subject: the server refuses each
+// publish, so the send is a permanent failure that names the permission, not a timeout
+// read as ambiguous on every attempt.
+func TestPublishPermissionViolationIsPermanent(t *testing.T) {
+	t.Parallel()
+	url := natsServer(t, `accounts {
+  APP {
+    jetstream: enabled
+    users: [
+      { user: admin, password: admin }
+      { user: limited, password: limited, permissions: { publish: { deny: ["orders.>"] } } }
+    ]
+  }
+}`)
+	admin, err := nats.Connect(url, nats.UserInfo("admin", "admin"))
+	require.NoError(t, err)
+	defer admin.Close()
+	js, err := jetstream.New(admin)
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	require.NoError(t, err)
+
+	s := newSink(t, natssink.Config{URL: url, Subject: "orders.{topic}", Username: "limited", Password: "limited"})
+	require.NoError(t, s.Open(ctx))
+	sendCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	err = s.Send(sendCtx, message("created", ""))
+	require.Error(t, err)
+	require.True(t, delivery.IsPermanent(err), "%v", err)
+	require.ErrorContains(t, err, "permission")
+	require.ErrorContains(t, err, "orders.created")
+
+	// The batch publish's messages alike.
+	batchCtx, cancelBatch := context.WithTimeout(ctx, 3*time.Second)
+	defer cancelBatch()
+	for _, err := range s.SendBatch(batchCtx, []delivery.Message{message("created", ""), message("created", "")}) {
+		require.True(t, delivery.IsPermanent(err), "%v", err)
+		require.ErrorContains(t, err, "permission")
+	}
+}
