@@ -45,6 +45,10 @@ type Sink struct {
 	options   []nats.Option
 	retrySpan time.Duration // zero: unknown, the windows are not checked
 
+	// dialing is held by the one caller that connects; the others wait for it, or for
+	// their context.
+	dialing chan struct{}
+
 	mu     sync.Mutex
 	conn   *nats.Conn
 	js     jetstream.JetStream
@@ -136,6 +140,7 @@ func New(topic string, cfg Config) (delivery.Handler, error) {
 	s := &Sink{
 		topic: topic, url: cfg.URL, subject: subject, headers: cfg.Headers, retrySpan: cfg.RetrySpan,
 		checked: map[string]bool{}, shortfalls: map[string]Shortfall{}, denied: map[string]time.Time{},
+		dialing: make(chan struct{}, 1),
 	}
 	s.options = []nats.Option{
 		nats.Name("outbox " + cmp.Or(topic, "default")),
@@ -165,7 +170,7 @@ func New(topic string, cfg Config) (delivery.Handler, error) {
 // Open connects to the server and, when the subject is the same for every message,
 // checks that a stream captures it.
 func (s *Sink) Open(ctx context.Context) error {
-	js, err := s.jetStream()
+	js, err := s.jetStream(ctx)
 	if err != nil {
 		return err
 	}
@@ -311,8 +316,9 @@ func (s *Sink) denial(subject string, began time.Time) error {
 	return delivery.Permanent(fmt.Errorf("nats: the server refused the publish to %q: the connection's user has no permission to publish to it (the topic's username, or the server's permissions)", subject))
 }
 
-// jetStream returns the connection's JetStream context, connecting first when needed.
-func (s *Sink) jetStream() (jetstream.JetStream, error) {
+// current returns the JetStream context of the sink's open connection, nil when it has
+// none, or an error after Close.
+func (s *Sink) current() (jetstream.JetStream, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -321,9 +327,34 @@ func (s *Sink) jetStream() (jetstream.JetStream, error) {
 	if s.conn != nil && !s.conn.IsClosed() {
 		return s.js, nil
 	}
+	return nil, nil
+}
+
+// jetStream returns the connection's JetStream context, connecting first when needed. One
+// caller connects at a time, within its context's deadline; the others wait for it, or
+// for their own context.
+func (s *Sink) jetStream(ctx context.Context) (jetstream.JetStream, error) {
+	if js, err := s.current(); js != nil || err != nil {
+		return js, err
+	}
+	select {
+	case s.dialing <- struct{}{}:
+		defer func() { <-s.dialing }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("connect to nats %s: %w", redact.URLs(s.url), context.Cause(ctx))
+	}
+	if js, err := s.current(); js != nil || err != nil {
+		return js, err // connected while this caller waited
+	}
 	// No connection yet, or the client closed it for good (an authorization error while
 	// reconnecting, a protocol error): connect anew.
-	nc, err := nats.Connect(s.url, s.options...)
+	opts := s.options
+	if deadline, ok := ctx.Deadline(); ok {
+		if left := time.Until(deadline); left < nats.DefaultTimeout {
+			opts = append(slices.Clip(opts), nats.Timeout(max(left, time.Millisecond)))
+		}
+	}
+	nc, err := nats.Connect(s.url, opts...)
 	if err != nil {
 		failure := fmt.Errorf("connect to nats %s: %s", redact.URLs(s.url), redact.Error(err, s.url))
 		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
@@ -337,6 +368,12 @@ func (s *Sink) jetStream() (jetstream.JetStream, error) {
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("nats %s: %w", redact.URLs(s.url), err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		nc.Close()
+		return nil, errors.New("the nats sink is closed")
 	}
 	s.conn, s.js = nc, js
 	return js, nil
@@ -361,7 +398,7 @@ func (s *Sink) Send(ctx context.Context, d delivery.Message) error {
 	if err != nil {
 		return err
 	}
-	js, err := s.jetStream()
+	js, err := s.jetStream(ctx)
 	if err != nil {
 		return delivery.Retryable(err, 0)
 	}
@@ -416,7 +453,7 @@ func (s *Sink) acked(ctx context.Context, js jetstream.JetStream, d delivery.Mes
 // resend).
 func (s *Sink) SendBatch(ctx context.Context, msgs []delivery.Message) []error {
 	errs := make([]error, len(msgs))
-	js, err := s.jetStream()
+	js, err := s.jetStream(ctx)
 	if err != nil {
 		for i := range errs {
 			errs[i] = delivery.Retryable(err, 0)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,5 +94,63 @@ func TestPublishPermissionViolationIsPermanent(t *testing.T) {
 	for _, err := range s.SendBatch(batchCtx, []delivery.Message{message("created", ""), message("created", "")}) {
 		require.True(t, delivery.IsPermanent(err), "%v", err)
 		require.ErrorContains(t, err, "permission")
+	}
+}
+
+// A server whose connects hang (it accepts and never says hello): concurrent sends each
+// give up by their own deadline, as not sent, instead of waiting in turn for one connect
+// after another.
+func TestConnectsThatHangEndWithEachSendsDeadline(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var (
+		mu       sync.Mutex
+		accepted []net.Conn
+	)
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		_ = l.Close()
+		<-done
+		for _, c := range accepted {
+			_ = c.Close()
+		}
+	})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			accepted = append(accepted, c)
+			mu.Unlock()
+		}
+	}()
+	s := newSink(t, natssink.Config{URL: "nats://" + l.Addr().String(), Subject: "orders.{topic}"})
+	const sends, deadline = 4, time.Second
+	type result struct {
+		err  error
+		took time.Duration
+	}
+	results := make(chan result, sends)
+	for range sends {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			began := time.Now()
+			err := s.Send(ctx, message("created", ""))
+			results <- result{err, time.Since(began)}
+		}()
+	}
+	for range sends {
+		r := <-results
+		require.Error(t, r.err)
+		_, retryable := delivery.IsRetryable(r.err)
+		require.True(t, retryable, "a connect that never completed sent nothing: %v", r.err)
+		// One connect at a time, each within the caller's deadline: every send ends near its
+		// own deadline, not after the connects of the sends before it.
+		require.Less(t, r.took, 2*deadline, "%v", r.err)
 	}
 }
