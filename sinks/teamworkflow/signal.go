@@ -98,11 +98,27 @@ func (s Signaler) SignalWithStart(ctx context.Context, in SignalInput) (Started,
 			fmt.Sprintf("signal %s not delivered: workflow %s is closed (%s) and workflow_id_reuse %s lets no new run start; set workflow_id_reuse: allow_duplicate to start a new run with the signal, then redrive",
 				in.Signal, in.WorkflowID, closed, in.IDReuse),
 			delivery.ErrTypePermanent, nil)
+	case refusedForGood(err):
+		// Temporal refused the request itself (a payload over its limit, a namespace that
+		// does not exist, a client without the permission): no retry changes that.
+		return Started{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("signal-with-start %s of workflow %s refused: %v", in.Signal, in.WorkflowID, err), delivery.ErrTypePermanent, nil)
 	case err != nil:
 		return Started{}, temporal.NewApplicationError(
 			fmt.Sprintf("signal-with-start %s of workflow %s: %v", in.Signal, in.WorkflowID, err), delivery.ErrTypeRetryable)
 	}
 	return Started{WorkflowID: run.GetID(), RunID: run.GetRunID()}, nil
+}
+
+// refusedForGood reports whether err is Temporal refusing a request as such: an invalid
+// argument, a namespace that is not found, or a permission the client lacks.
+func refusedForGood(err error) bool {
+	var (
+		invalid   *serviceerror.InvalidArgument
+		notFound  *serviceerror.NamespaceNotFound
+		forbidden *serviceerror.PermissionDenied
+	)
+	return errors.As(err, &invalid) || errors.As(err, &notFound) || errors.As(err, &forbidden)
 }
 
 // signalledRun reports whether the workflow's latest run is closed and its history has
