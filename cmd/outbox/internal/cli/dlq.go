@@ -327,13 +327,31 @@ type selection struct {
 
 // selectMessages returns the messages named on the command line, or those the filter
 // matches when --all-matching is set.
-func (b *bulkFlags) selectMessages(ctx context.Context, a *app.App, args []string, verb string) (selection, error) {
+func (b *bulkFlags) selectMessages(ctx context.Context, errOut io.Writer, a *app.App, args []string, verb string) (selection, error) {
 	switch {
 	case len(args) > 0 && (b.allMatching || b.f.set()):
 		return selection{}, usageErrorf("give message IDs or a filter (--topic, --since, --until, --error with --all-matching), not both")
 	case len(args) > 0:
 		ids, err := parseIDs(args)
-		return selection{ids: ids}, err
+		if err != nil || !b.dryRun {
+			return selection{ids: ids}, err
+		}
+		// A dry run counts and shows the named messages that have an open dead letter,
+		// and names the others.
+		var sel selection
+		for _, id := range ids {
+			dls, err := a.Driver.DeadLetters(ctx, id)
+			if err != nil {
+				return selection{}, err
+			}
+			i := slices.IndexFunc(dls, func(d store.DeadLetterRecord) bool { return d.RedrivenAt == nil && d.DiscardedAt == nil })
+			if i < 0 {
+				fmt.Fprintf(errOut, "would not %s %s: it has no open dead letter\n", verb, id)
+				continue
+			}
+			sel.ids, sel.letters = append(sel.ids, id), append(sel.letters, dls[i])
+		}
+		return sel, nil
 	case !b.allMatching:
 		return selection{}, usageErrorf("name the messages to %s, or select them with --all-matching (and --topic, --since, --until, --error)", verb)
 	}
@@ -455,7 +473,7 @@ func newDLQRedriveCmd(g *globals) *cobra.Command {
   outbox dlq redrive --all-matching --error 'HTTP 503' --since 2026-12-01T09:00:00Z --until 2026-12-01T11:00:00Z --dry-run`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withApp(cmd.Context(), false, func(a *app.App) error {
-				sel, err := b.selectMessages(cmd.Context(), a, args, "redrive")
+				sel, err := b.selectMessages(cmd.Context(), cmd.ErrOrStderr(), a, args, "redrive")
 				if err != nil {
 					return err
 				}
@@ -498,7 +516,7 @@ func newDLQDiscardCmd(g *globals) *cobra.Command {
   outbox dlq discard --all-matching --topic order.created --error 'HTTP 422' --until 24h --dry-run`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withApp(cmd.Context(), false, func(a *app.App) error {
-				sel, err := b.selectMessages(cmd.Context(), a, args, "discard")
+				sel, err := b.selectMessages(cmd.Context(), cmd.ErrOrStderr(), a, args, "discard")
 				if err != nil {
 					return err
 				}

@@ -87,6 +87,16 @@ func TestDLQ(t *testing.T) {
 	r = run(t, env, "", "dlq", "redrive", "--config", cfg)
 	require.ErrorContains(t, r.err, "--all-matching")
 
+	// A dry run of named messages counts those with an open dead letter, and names the
+	// others.
+	unknown := uuid.New()
+	r = run(t, env, "", "dlq", "redrive", a.String(), c.String(), unknown.String(), "--dry-run", "--config", cfg)
+	require.NoError(t, r.err)
+	require.Contains(t, r.stdout, "would redrive 1 dead-lettered message(s) (order.created: 1)")
+	require.Contains(t, r.stdout, c.String())
+	require.Contains(t, r.stderr, "would not redrive "+a.String()+": it has no open dead letter")
+	require.Contains(t, r.stderr, "would not redrive "+unknown.String()+": it has no open dead letter")
+
 	r = run(t, env, "n\n", "dlq", "discard", b.String(), "--config", cfg)
 	require.ErrorContains(t, r.err, "not confirmed")
 	r = run(t, env, "y\n", "dlq", "discard", b.String(), "--config", cfg, "--by", "carol")
