@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -53,7 +54,7 @@ type Sink struct {
 	conn   *nats.Conn
 	js     jetstream.JetStream
 	closed bool
-	logger *slog.Logger // nil: slog.Default()
+	logger atomic.Pointer[slog.Logger] // nil: slog.Default()
 
 	// denied are the subjects whose publishes the server refused for the user's
 	// permissions, with when it last did: the server says so on the connection, not in
@@ -190,17 +191,11 @@ func (s *Sink) Open(ctx context.Context) error {
 }
 
 // SetLogger sets the logger of the sink's warnings; nil, the default, is slog.Default().
-func (s *Sink) SetLogger(l *slog.Logger) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.logger = l
-}
+func (s *Sink) SetLogger(l *slog.Logger) { s.logger.Store(l) }
 
 func (s *Sink) log() *slog.Logger {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.logger != nil {
-		return s.logger
+	if l := s.logger.Load(); l != nil {
+		return l
 	}
 	return slog.Default()
 }
@@ -278,11 +273,19 @@ func roundUp(d time.Duration) string {
 func (s *Sink) asyncError(_ *nats.Conn, _ *nats.Subscription, err error) {
 	if subject, ok := deniedSubject(err); ok {
 		s.deniedMu.Lock()
+		if len(s.denied) >= maxDenied {
+			// A subject per message (a template over {message_id}): keep the memory
+			// bounded; a refusal forgotten makes its send ambiguous, as before.
+			clear(s.denied)
+		}
 		s.denied[subject] = time.Now()
 		s.deniedMu.Unlock()
 	}
 	s.log().Warn("NATS server error on the connection", slog.String("topic", s.topic), slog.String("error", redact.Error(err, s.url)))
 }
+
+// maxDenied bounds how many refused subjects a sink remembers.
+const maxDenied = 1024
 
 // deniedSubject returns the subject of a publish the server refused for the user's
 // permissions ("Permissions Violation for Publish to \"orders.created\"").

@@ -404,8 +404,8 @@ JOIN %[1]s h ON h.held_back = TRUE AND h.ordering_key = k.ordering_key AND h.ord
 
 // Unpark puts back on the claim's path the parked rows that nothing holds back any more
 // (the first parked row of each key, and every parked row of a topic whose ordering is
-// off): after a change of the topics' ordering settings, a
-// row moved to sent, dead or discarded by hand, or a release that a crash cut short. The
+// off): after a change of the topics' ordering settings, a row moved to sent, dead or
+// discarded by hand, or a release that a crash cut short. The
 // store's own transitions release a key's next row when a keyed message is sent,
 // dead-lettered or discarded, so this is a safety net that the relays run now and then. It
 // returns the number of rows unparked.
