@@ -353,10 +353,13 @@ func newEnqueueCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if cmd.Flags().Changed("max-retry-times") {
+				if maxRetryTimes < 0 || maxRetryTimes > store.MaxRetryTimesLimit {
+					return usageErrorf("--max-retry-times must be between 0 and %d, got %d", store.MaxRetryTimesLimit, maxRetryTimes)
+				}
 				msg.MaxRetryTimes = &maxRetryTimes
 			}
-			if deliverAfter < 0 {
-				return usageErrorf("--deliver-after must not be negative, got %s", deliverAfter)
+			if deliverAfter < 0 || deliverAfter > maxDeliverAfter {
+				return usageErrorf("--deliver-after must be between 0 and %s (a year), got %s", maxDeliverAfter, deliverAfter)
 			}
 			if deliverAfter > 0 {
 				msg.DeliverAfter = time.Now().Add(deliverAfter)
@@ -377,6 +380,10 @@ func newEnqueueCmd(g *globals) *cobra.Command {
 	cmd.Flags().DurationVar(&deliverAfter, "deliver-after", 0, "deliver no earlier than this `duration` from now, e.g. 30s or 2h, at most 1 year (default: at once)")
 	return cmd
 }
+
+// maxDeliverAfter is the longest --deliver-after: a year, as Enqueue allows (365 days; a
+// leap year's extra day is left to the library's own check).
+const maxDeliverAfter = 365 * 24 * time.Hour
 
 func buildMessage(topic string, payload []byte, headers []string) (store.Message, error) {
 	msg := store.Message{Topic: topic, Payload: payload}

@@ -104,7 +104,11 @@ func TestMigrateAndEnqueue(t *testing.T) {
 	require.ErrorContains(t, r.err, `topic must match`)
 	require.ErrorContains(t, r.err, `got "Order Created"`)
 	r = run(t, env, "", "enqueue", "a", "--config", cfg, "--payload", `{}`, "--max-retry-times", "101")
-	require.ErrorContains(t, r.err, `max_retry_times must be between 0 and 100, got 101`)
+	require.ErrorContains(t, r.err, `--max-retry-times must be between 0 and 100, got 101`)
+	require.Equal(t, cli.ExitUsage, cli.ExitCode(r.err))
+	r = run(t, env, "", "enqueue", "a", "--config", cfg, "--payload", `{}`, "--deliver-after", "9000h")
+	require.ErrorContains(t, r.err, `--deliver-after must be between 0 and 8760h0m0s (a year), got 9000h0m0s`)
+	require.Equal(t, cli.ExitUsage, cli.ExitCode(r.err))
 	var n int
 	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM `+schema+`.outbox_messages`).Scan(&n))
 	require.Equal(t, 1, n, "rejected messages write nothing")
