@@ -40,49 +40,38 @@ func (r *batchRecorder) DescribeWorkflowExecution(context.Context, string, strin
 }
 
 // A batch starts under the policy its rows were held under: a policy published while
-// they wait (here one that takes the topic out of the batch lane) reaches later claims,
-// and the waiting batch's run still has its Batch settings (a run without them could not
-// deliver its rows).
+// they wait (here one that takes the topic out of the batch lane right after the claim
+// read it) reaches later claims, and the waiting batch's run still has its Batch settings
+// (a run without them could not deliver its rows).
 func TestBatchKeepsThePolicyItsRowsWereHeldUnder(t *testing.T) {
 	t.Parallel()
-	var batched atomic.Bool
-	batched.Store(true)
+	var reads atomic.Int32
 	policy := func(string) workflows.Policy {
-		if batched.Load() {
+		if reads.Add(1) == 1 {
 			return workflows.Policy{Batch: &workflows.BatchPolicy{Size: 100, Wait: 2 * time.Second}}
 		}
-		return workflows.Policy{}
+		return workflows.Policy{} // published since the claim read the policy
 	}
 	rec := &batchRecorder{started: make(chan string, 10)}
 	pool, st := testdb.Schema(t)
-	r, err := starter.New(st, pool, rec, starter.Config{TaskQueue: "q", Policy: policy, PollInterval: 50 * time.Millisecond})
+	r, err := starter.New(st, pool, rec, starter.Config{TaskQueue: "q", Policy: policy})
 	require.NoError(t, err)
 	id := enqueue(t, st, "clicks", nil)
 
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	defer func() {
-		stop()
-		require.NoError(t, <-done)
-	}()
-	// Claimed and held for its batch's wait; then the policy changes.
-	require.Eventually(t, func() bool { return status(t, st, id) == store.StatusClaimed }, 10*time.Second, 10*time.Millisecond)
-	batched.Store(false)
-	select {
-	case wid := <-rec.started:
-		require.Equal(t, workflows.BatchWorkflowID(id.String()), wid)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the batch did not start")
-	}
-	rec.mu.Lock()
+	// RunOnce claims the row, holds it for its batch, and starts the batch (it does not
+	// wait out the batch's wait).
+	n, err := r.RunOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, int32(1), reads.Load(), "the claim read the policy once")
+	require.Len(t, rec.started, 1)
+	require.Equal(t, workflows.BatchWorkflowID(id.String()), <-rec.started)
 	in := rec.batches[0]
-	rec.mu.Unlock()
 	require.NotNil(t, in.Policy.Batch, "the run has the policy the row was held under")
 	require.Equal(t, 100, in.Policy.Batch.Size)
-	require.Eventually(t, func() bool {
-		row, err := st.Get(context.Background(), id)
-		require.NoError(t, err)
-		return row.Status == store.StatusDispatched && row.BatchID != nil && *row.BatchID == workflows.BatchWorkflowID(id.String())
-	}, 10*time.Second, 10*time.Millisecond)
+	row, err := st.Get(context.Background(), id)
+	require.NoError(t, err)
+	require.Equal(t, store.StatusDispatched, row.Status)
+	require.NotNil(t, row.BatchID)
+	require.Equal(t, workflows.BatchWorkflowID(id.String()), *row.BatchID)
 }
