@@ -58,6 +58,9 @@ func TestHangingDatabaseUsesUpNoAttempt(t *testing.T) {
 
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
+	// The local attempts run in real time (two reads waited out, about 2 s in all):
+	// more than the environment's default limit of 3 s leaves for a busy machine.
+	env.SetTestTimeout(time.Minute)
 	env.RegisterWorkflowWithOptions(workflows.Delivery, workflows.RegisterOptions())
 	a.Register(env)
 	policy := workflows.Policy{MaxAttempts: 1, SendTimeout: 2 * time.Second}

@@ -150,7 +150,8 @@ func TestConnectsThatHangEndWithEachSendsDeadline(t *testing.T) {
 		_, retryable := delivery.IsRetryable(r.err)
 		require.True(t, retryable, "a connect that never completed sent nothing: %v", r.err)
 		// One connect at a time, each within the caller's deadline: every send ends near its
-		// own deadline, not after the connects of the sends before it.
-		require.Less(t, r.took, 2*deadline, "%v", r.err)
+		// own deadline (a margin for a busy machine), not after the connects of the sends
+		// before it (2 s each, the client's own timeout).
+		require.Less(t, r.took, 3*deadline, "%v", r.err)
 	}
 }
