@@ -118,10 +118,15 @@ const storeWait = 5 * time.Second
 // uses up no attempt, before the activity's own timeout turns it into an ambiguous
 // attempt. The step ends with ctx too.
 func storeContext(ctx context.Context, most time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, storeBound(ctx, most))
+}
+
+// storeBound is most, or half the time ctx has left when that is shorter.
+func storeBound(ctx context.Context, most time.Duration) time.Duration {
 	if deadline, ok := ctx.Deadline(); ok {
 		most = min(most, time.Until(deadline)/2)
 	}
-	return context.WithTimeout(ctx, most)
+	return most
 }
 
 // loadRow returns the message's row, or an error that ends the delivery (not in the
@@ -304,11 +309,7 @@ func (a *Activities) recordFailure(ctx context.Context, in workflows.SendInput, 
 	// Recorded even when the activity was cancelled meanwhile, but within the time it
 	// has left: a database that hangs must not hold back the handler's answer (a
 	// permanent failure, a Retry-After) until the attempt times out as ambiguous.
-	wait := 10 * time.Second
-	if deadline, ok := ctx.Deadline(); ok {
-		wait = min(wait, time.Until(deadline)/2)
-	}
-	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
+	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeBound(ctx, 10*time.Second))
 	defer cancel()
 	if rerr := a.noteFailure(recordCtx, id, in.Topic, in.Attempt, msg, errType, slog.Int("max_attempts", in.MaxAttempts)); rerr != nil {
 		a.logger().WarnContext(ctx, "Cannot record send failure", slog.String("message_id", in.MessageID), slog.Any("error", rerr))

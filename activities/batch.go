@@ -273,11 +273,7 @@ func (r *sentRecorder) flush(ctx context.Context) {
 // 10s, and at least a second even when that time has run out (the write then still spares
 // the messages' own runs a resend).
 func recordWait(ctx context.Context) time.Duration {
-	wait := 10 * time.Second
-	if deadline, ok := ctx.Deadline(); ok {
-		wait = min(wait, time.Until(deadline)/2)
-	}
-	return max(wait, time.Second)
+	return max(storeBound(ctx, 10*time.Second), time.Second)
 }
 
 // finish stops the recorder, records what is left and marks the delivered outcomes that

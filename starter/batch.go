@@ -26,9 +26,7 @@ type heldBatch struct {
 	// started with: a policy published later (one without Batch, say) reaches the rows of
 	// later claims, not the rows this batch already holds.
 	policy workflows.Policy
-	// batch is policy.Batch with its defaults.
-	batch workflows.BatchPolicy
-	rows  []store.Claimed
+	rows   []store.Claimed
 	// leaseEnds are the rows' leases by this process's clock: their claims' start plus
 	// the lease.
 	leaseEnds []time.Time
@@ -88,12 +86,11 @@ func (r *Relay) hold(rows []store.Claimed, policies map[string]workflows.Policy,
 		b := r.held[row.Topic]
 		if b == nil {
 			policy := policies[row.Topic]
-			batch := policy.Batch.WithDefaults()
-			due := now.Add(batch.Wait)
+			due := now.Add(policy.Batch.WithDefaults().Wait)
 			if last.Before(due) {
 				due = last
 			}
-			b = &heldBatch{topic: row.Topic, policy: policy, batch: batch, due: due}
+			b = &heldBatch{topic: row.Topic, policy: policy, due: due}
 			r.held[row.Topic] = b
 		}
 		b.rows = append(b.rows, row)
@@ -115,8 +112,8 @@ func (r *Relay) dueBatches(all bool) []*heldBatch {
 	slices.Sort(topics)
 	for _, t := range topics {
 		b := r.held[t]
-		for n := b.batch.Size; len(b.rows) >= n; {
-			out = append(out, &heldBatch{topic: t, policy: b.policy, batch: b.batch, rows: b.rows[:n:n], leaseEnds: b.leaseEnds[:n:n], due: b.due})
+		for n := b.policy.Batch.WithDefaults().Size; len(b.rows) >= n; {
+			out = append(out, &heldBatch{topic: t, policy: b.policy, rows: b.rows[:n:n], leaseEnds: b.leaseEnds[:n:n], due: b.due})
 			b.rows, b.leaseEnds = b.rows[n:], b.leaseEnds[n:]
 		}
 		if len(b.rows) > 0 && (all || !now.Before(b.due)) {
