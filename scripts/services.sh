@@ -4,7 +4,8 @@
 #
 #   eval "$(scripts/services.sh)" && go test ./...
 #
-# The tests need PostgreSQL, MariaDB (or MySQL), NATS with JetStream and RabbitMQ.
+# The tests need PostgreSQL, MariaDB (or MySQL), NATS with JetStream, RabbitMQ and Apache
+# Kafka.
 #
 # PostgreSQL: TEST_DATABASE_URL names the database (default: the local
 # server on 127.0.0.1:5432 as user postgres, without a password). When that server is
@@ -20,6 +21,14 @@
 # server that is down is started, one that is not installed is installed with apt-get
 # (Debian's mariadb-server); when root may not log in over TCP without a password, a user
 # outbox_test and database outbox_test are made through the socket and used instead.
+# Apache Kafka (OUTBOX_TEST_KAFKA_BROKERS, default 127.0.0.1:9092): a broker already on
+# that port is used; else the server's jars (org.apache.kafka:kafka_2.13 and its runtime
+# dependencies) are fetched once from the Maven registry with mvn into
+# ${XDG_CACHE_HOME:-~/.cache}/outbox/kafka-<version>, and one KRaft node (broker and
+# controller together) runs on the system's Java, 17 or later (Debian's
+# default-jre-headless and maven are installed with apt-get when missing). When the jars
+# cannot be fetched, the variable is left unset and the Kafka conformance tests say so
+# and skip.
 # The Temporal CLI (OUTBOX_TEST_TEMPORAL_CLI): the one on PATH, else installed with go
 # install into Go's bin folder.
 # Progress goes to standard error; only the export lines go to standard output.
@@ -202,6 +211,96 @@ ensure_mysql() {
 	return 1
 }
 
+# kafka_version is the Apache Kafka server ensure_kafka runs.
+kafka_version=4.4.0
+
+# ensure_kafka runs one Apache Kafka node in KRaft mode on 127.0.0.1:9092 (its controller
+# on 9093) unless OUTBOX_TEST_KAFKA_BROKERS names brokers or one listens there already. It
+# runs as the calling user, from a folder of its own under the user's cache; nothing is
+# started as root. Failing to provide a broker is not an error of this script: the tests
+# that need one skip, naming the variable.
+ensure_kafka() {
+	if [ -n "${OUTBOX_TEST_KAFKA_BROKERS:-}" ]; then
+		echo "export OUTBOX_TEST_KAFKA_BROKERS='$OUTBOX_TEST_KAFKA_BROKERS'"
+		return 0
+	fi
+	if port_open 9092; then
+		echo "export OUTBOX_TEST_KAFKA_BROKERS='127.0.0.1:9092'"
+		return 0
+	fi
+	local home="${XDG_CACHE_HOME:-$HOME/.cache}/outbox/kafka-$kafka_version"
+	if [ ! -f "$home/libs/kafka_2.13-$kafka_version.jar" ]; then
+		command -v java >/dev/null 2>&1 || apt_install default-jre-headless || return 0
+		command -v mvn >/dev/null 2>&1 || apt_install maven || return 0
+		log "fetching Apache Kafka $kafka_version's jars from the Maven registry into $home/libs"
+		mkdir -p "$home"
+		cat >"$home/pom.xml" <<POM
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>outbox.test</groupId>
+  <artifactId>kafka-server</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.kafka</groupId>
+      <artifactId>kafka_2.13</artifactId>
+      <version>$kafka_version</version>
+    </dependency>
+  </dependencies>
+</project>
+POM
+		rm -rf "$home/libs.partial"
+		if ! timeout 900 mvn -B -q -Dstyle.color=never -f "$home/pom.xml" \
+			org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
+			-DincludeScope=runtime -DoutputDirectory="$home/libs.partial" >"$home/mvn.log" 2>&1; then
+			log "cannot fetch Apache Kafka $kafka_version from the Maven registry ($home/mvn.log: $(sed 's/\x1b\[[0-9;]*m//g' "$home/mvn.log" | grep -m1 'ERROR' | cut -c1-160)); the Kafka conformance tests will skip"
+			return 0
+		fi
+		rm -rf "$home/libs" && mv "$home/libs.partial" "$home/libs"
+	fi
+	local java_major
+	java_major=$(java -XshowSettings:properties -version 2>&1 | awk -F'= ' '/java.specification.version/ {print $2}')
+	if [ "${java_major%%.*}" -lt 17 ] 2>/dev/null; then
+		log "Apache Kafka $kafka_version needs Java 17 or later, and java is $java_major; the Kafka conformance tests will skip"
+		return 0
+	fi
+	cat >"$home/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:9093
+listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093
+advertised.listeners=PLAINTEXT://127.0.0.1:9092
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$home/data
+num.partitions=1
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+PROPS
+	local java_args=(-Xms256m -Xmx512m -cp "$home/libs/*")
+	if [ ! -f "$home/data/meta.properties" ]; then
+		local cluster_id
+		cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+		if ! java "${java_args[@]}" kafka.tools.StorageTool format -t "$cluster_id" -c "$home/server.properties" >"$home/format.log" 2>&1; then
+			log "formatting Kafka's storage failed ($home/format.log); the Kafka conformance tests will skip"
+			return 0
+		fi
+	fi
+	log "Apache Kafka is not running on 127.0.0.1:9092; starting one KRaft node from $home"
+	setsid nohup java "${java_args[@]}" kafka.Kafka "$home/server.properties" >"$home/kafka.log" 2>&1 </dev/null &
+	if ! wait_port Kafka 9092; then
+		log "see $home/kafka.log; the Kafka conformance tests will skip"
+		return 0
+	fi
+	echo "export OUTBOX_TEST_KAFKA_BROKERS='127.0.0.1:9092'"
+}
+
 # temporal_cli_version is the Temporal CLI the tests run outbox dev with.
 temporal_cli_version=v1.5.1
 
@@ -227,6 +326,7 @@ main() {
 	ensure_mysql
 	ensure_nats
 	ensure_rabbitmq
+	ensure_kafka
 	ensure_temporal_cli
 	if can_connect "$url"; then
 		echo "export TEST_DATABASE_URL='$url'"
