@@ -37,8 +37,10 @@ CREATE TABLE {{schema}}.outbox_messages (
     CONSTRAINT outbox_messages_claim_check
         CHECK (status <> 'claimed' OR (lease_until IS NOT NULL AND claim_token IS NOT NULL))
 ) WITH (
-    -- Each row is updated about three times (claimed, dispatched, sent): leave room on the
-    -- page for HOT updates and vacuum the hot table early.
+    -- Each row is updated about three times (claimed, dispatched, sent). Every update
+    -- changes status, which the partial indexes name, so none is a HOT update; the free
+    -- room keeps each new row version on its row's page, and the busy table is vacuumed
+    -- early.
     fillfactor = 70,
     autovacuum_vacuum_scale_factor = 0.02,
     autovacuum_analyze_scale_factor = 0.02
