@@ -58,9 +58,11 @@ type Sink struct {
 
 	// denied are the subjects whose publishes the server refused for the user's
 	// permissions, with when it last did: the server says so on the connection, not in
-	// answer to the publish, which waits for its acknowledgement until the attempt ends.
-	deniedMu sync.Mutex
-	denied   map[string]time.Time
+	// answer to the publish. deniedSignal is closed, and replaced, at each refusal, so a
+	// publish waiting for its acknowledgement learns of it (see untilDenied).
+	deniedMu     sync.Mutex
+	denied       map[string]time.Time
+	deniedSignal chan struct{}
 
 	windows    sync.Mutex           // guards what follows
 	checked    map[string]bool      // streams whose window was read, or is being read
@@ -141,7 +143,7 @@ func New(topic string, cfg Config) (delivery.Handler, error) {
 	s := &Sink{
 		topic: topic, url: cfg.URL, subject: subject, headers: cfg.Headers, retrySpan: cfg.RetrySpan,
 		checked: map[string]bool{}, shortfalls: map[string]Shortfall{}, denied: map[string]time.Time{},
-		dialing: make(chan struct{}, 1),
+		deniedSignal: make(chan struct{}), dialing: make(chan struct{}, 1),
 	}
 	s.options = []nats.Option{
 		nats.Name("outbox " + cmp.Or(topic, "default")),
@@ -279,6 +281,8 @@ func (s *Sink) asyncError(_ *nats.Conn, _ *nats.Subscription, err error) {
 			clear(s.denied)
 		}
 		s.denied[subject] = time.Now()
+		close(s.deniedSignal)
+		s.deniedSignal = make(chan struct{})
 		s.deniedMu.Unlock()
 	}
 	s.log().Warn("NATS server error on the connection", slog.String("topic", s.topic), slog.String("error", redact.Error(err, s.url)))
@@ -310,13 +314,46 @@ func deniedSubject(err error) (string, bool) {
 // denial returns a permanent failure when the server refused a publish to subject for the
 // user's permissions since began, or nil.
 func (s *Sink) denial(subject string, began time.Time) error {
+	_, err := s.denialOrSignal(subject, began)
+	return err
+}
+
+// denialOrSignal is denial, and the channel closed at the next refusal when there is none.
+func (s *Sink) denialOrSignal(subject string, began time.Time) (<-chan struct{}, error) {
 	s.deniedMu.Lock()
 	at, ok := s.denied[subject]
+	signal := s.deniedSignal
 	s.deniedMu.Unlock()
 	if !ok || at.Before(began) {
-		return nil
+		return signal, nil
 	}
-	return delivery.Permanent(fmt.Errorf("nats: the server refused the publish to %q: the connection's user has no permission to publish to it (the topic's username, or the server's permissions)", subject))
+	return nil, delivery.Permanent(fmt.Errorf("nats: the server refused the publish to %q: the connection's user has no permission to publish to it (the topic's username, or the server's permissions)", subject))
+}
+
+// errDenied ends the wait of a publish the server refused.
+var errDenied = errors.New("the server refused the publish")
+
+// untilDenied returns ctx, cancelled with errDenied as soon as the server refuses a
+// publish to subject after began. The refusal comes on the connection, not as the
+// publish's answer, so without it the publish would wait for an acknowledgement until the
+// attempt ends. stop releases it.
+func (s *Sink) untilDenied(ctx context.Context, subject string, began time.Time) (_ context.Context, stop func()) {
+	pubCtx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		for {
+			signal, denied := s.denialOrSignal(subject, began)
+			if denied != nil {
+				cancel(errDenied)
+				return
+			}
+			select {
+			case <-signal:
+			case <-pubCtx.Done():
+				return
+			}
+		}
+	}()
+	return pubCtx, func() { cancel(nil) }
 }
 
 // current returns the JetStream context of the sink's open connection, nil when it has
@@ -406,7 +443,9 @@ func (s *Sink) Send(ctx context.Context, d delivery.Message) error {
 		return delivery.Retryable(err, 0)
 	}
 	began := time.Now()
-	ack, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(d.MessageID))
+	pubCtx, stop := s.untilDenied(ctx, msg.Subject, began)
+	ack, err := js.PublishMsg(pubCtx, msg, jetstream.WithMsgID(d.MessageID))
+	stop()
 	if err != nil {
 		return s.classify(ctx, js, msg.Subject, began, err)
 	}
@@ -484,29 +523,51 @@ func (s *Sink) SendBatch(ctx context.Context, msgs []delivery.Message) []error {
 		if f == nil {
 			continue
 		}
+		errs[i] = s.await(ctx, js, f, msgs[i], began)
+	}
+	return errs
+}
+
+// await waits for the acknowledgement of a batch's publish f of d, until the attempt ends
+// or the server refuses a publish to its subject, and classifies the outcome as Send does.
+func (s *Sink) await(ctx context.Context, js jetstream.JetStream, f jetstream.PubAckFuture, d delivery.Message, began time.Time) error {
+	for {
 		select {
 		case ack := <-f.Ok():
-			s.acked(ctx, js, msgs[i], ack)
+			s.acked(ctx, js, d, ack)
+			return nil
 		case err := <-f.Err():
-			errs[i] = s.classify(ctx, js, f.Msg().Subject, began, err)
+			return s.classify(ctx, js, f.Msg().Subject, began, err)
+		default:
+		}
+		signal, denied := s.denialOrSignal(f.Msg().Subject, began)
+		if denied != nil {
+			return denied
+		}
+		select {
+		case ack := <-f.Ok():
+			s.acked(ctx, js, d, ack)
+			return nil
+		case err := <-f.Err():
+			return s.classify(ctx, js, f.Msg().Subject, began, err)
+		case <-signal:
 		case <-ctx.Done():
 			// An answer that came as the attempt ended still counts.
 			select {
 			case ack := <-f.Ok():
-				s.acked(ctx, js, msgs[i], ack)
+				s.acked(ctx, js, d, ack)
+				return nil
 			case err := <-f.Err():
-				errs[i] = s.classify(ctx, js, f.Msg().Subject, began, err)
+				return s.classify(ctx, js, f.Msg().Subject, began, err)
 			default:
 				if denied := s.denial(f.Msg().Subject, began); denied != nil {
-					errs[i] = denied
-					continue
+					return denied
 				}
-				errs[i] = delivery.Ambiguous(fmt.Errorf("nats publish to %q: no acknowledgement before the attempt ended (%w); the stream may have the message",
+				return delivery.Ambiguous(fmt.Errorf("nats publish to %q: no acknowledgement before the attempt ended (%w); the stream may have the message",
 					f.Msg().Subject, context.Cause(ctx)))
 			}
 		}
 	}
-	return errs
 }
 
 // JetStream error codes the sink tells apart.

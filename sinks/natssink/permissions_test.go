@@ -80,21 +80,25 @@ func TestPublishPermissionViolationIsPermanent(t *testing.T) {
 
 	s := newSink(t, natssink.Config{URL: url, Subject: "orders.{topic}", Username: "limited", Password: "limited"})
 	require.NoError(t, s.Open(ctx))
-	sendCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	// The refusal comes on the connection, not as the publish's answer; it ends the send,
+	// which does not wait for its attempt's end.
+	sendCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	err = s.Send(sendCtx, message("created", ""))
 	require.Error(t, err)
 	require.True(t, delivery.IsPermanent(err), "%v", err)
 	require.ErrorContains(t, err, "permission")
 	require.ErrorContains(t, err, "orders.created")
+	require.NoError(t, sendCtx.Err(), "the send waited for its attempt to end")
 
 	// The batch publish's messages alike.
-	batchCtx, cancelBatch := context.WithTimeout(ctx, 3*time.Second)
+	batchCtx, cancelBatch := context.WithTimeout(ctx, time.Minute)
 	defer cancelBatch()
 	for _, err := range s.SendBatch(batchCtx, []delivery.Message{message("created", ""), message("created", "")}) {
 		require.True(t, delivery.IsPermanent(err), "%v", err)
 		require.ErrorContains(t, err, "permission")
 	}
+	require.NoError(t, batchCtx.Err(), "the batch waited for its attempt to end")
 }
 
 // A server whose connects hang (it accepts and never says hello): concurrent sends each
