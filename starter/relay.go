@@ -392,7 +392,8 @@ func (r *Relay) sweepLoop(ctx context.Context, wake chan<- struct{}) {
 // next relay after their lease.
 //
 // Run first checks the task queue (see prepare) and returns the error when the task queue
-// is not this database's, or workers of another outbox deployment poll it.
+// is not this database's, workers of another outbox deployment poll it, or the database
+// answers that the outbox's migrations have not run on it (store.ErrNotMigrated).
 //
 // It claims every PollInterval, and with WakeupNotify on every notification too. When a
 // pending message has a "deliver not before" time ahead (next_retry_at, see
@@ -400,9 +401,7 @@ func (r *Relay) sweepLoop(ctx context.Context, wake chan<- struct{}) {
 // so delayed messages are handed over on time without polling faster.
 func (r *Relay) Run(ctx context.Context) error {
 	if err := r.prepare(ctx); err != nil {
-		var tqErr *deployment.TaskQueueError
-		var conflict *deployment.ConflictError
-		if errors.As(err, &tqErr) || errors.As(err, &conflict) {
+		if stopsRelay(err) {
 			r.log.ErrorContext(ctx, "The relay does not start", slog.Any("error", err))
 			return err
 		}
@@ -487,16 +486,23 @@ func (r *Relay) startBackground(ctx context.Context, wg *sync.WaitGroup, wake ch
 	wg.Go(func() { r.versionLoop(ctx) })
 }
 
+// stopsRelay reports whether err is one that waiting does not cure: a task queue that is
+// not this database's, or that another deployment's workers poll, or a database without
+// the outbox's migrations. Claiming again would only log it every poll interval, while
+// the relay looked healthy.
+func stopsRelay(err error) bool {
+	var tqErr *deployment.TaskQueueError
+	var conflict *deployment.ConflictError
+	return errors.As(err, &tqErr) || errors.As(err, &conflict) || errors.Is(err, store.ErrNotMigrated)
+}
+
 // drainDue claims and hands over the batches that are due: a full batch means more may be
-// waiting. It returns the error of a task queue that is not this database's, or that
-// another deployment's workers poll (found once the database answered, after a start
-// without it); Run stops on it.
+// waiting. It returns an error stopsRelay names (found once the database answered, after
+// a start without it); Run stops on it.
 func (r *Relay) drainDue(ctx context.Context) error {
 	for ctx.Err() == nil {
 		n, err := r.runOnce(ctx)
-		var tqErr *deployment.TaskQueueError
-		var conflict *deployment.ConflictError
-		if errors.As(err, &tqErr) || errors.As(err, &conflict) {
+		if stopsRelay(err) {
 			return err
 		}
 		if err != nil && !errors.Is(err, context.Canceled) {
