@@ -169,11 +169,18 @@ func (rc *Reconciler) Run(ctx context.Context) error {
 	}
 }
 
+// reconcileClaimTimeout bounds a pass's claim of stale dispatched rows.
+const reconcileClaimTimeout = 30 * time.Second
+
 // RunOnce takes one batch of stale dispatched rows and repairs those whose workflow
 // cannot finish them, Concurrency at a time.
 func (rc *Reconciler) RunOnce(ctx context.Context) (ReconcileResult, error) {
 	res := ReconcileResult{Repaired: map[store.ReconcileOutcome]int{}}
-	rows, err := rc.store.ClaimStaleDispatched(ctx, rc.cfg.After, rc.cfg.BatchSize)
+	// A database that stops answering mid-query (a connection half open) fails the pass,
+	// which the next one retries, instead of stopping reconciliation without a word.
+	claimCtx, cancel := context.WithTimeout(ctx, reconcileClaimTimeout)
+	rows, err := rc.store.ClaimStaleDispatched(claimCtx, rc.cfg.After, rc.cfg.BatchSize)
+	cancel()
 	if err != nil {
 		return res, err
 	}
@@ -255,7 +262,8 @@ func (rc *Reconciler) workflowOutcome(ctx context.Context, d store.Dispatched) (
 	info := desc.GetWorkflowExecutionInfo()
 	detail = fmt.Sprintf("workflow %s run %s is %s", id, info.GetExecution().GetRunId(), info.GetStatus())
 	switch info.GetStatus() {
-	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_PAUSED:
+		// A paused run is open: it goes on where it stopped once an operator unpauses it.
 		return store.ReconcileRunning, detail, nil
 	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
 		return store.ReconcileRecordedSent, detail, nil
@@ -273,11 +281,11 @@ type ResultReader interface {
 	GetWorkflow(ctx context.Context, workflowID, runID string) client.WorkflowRun
 }
 
-// batchOutcome says what the batch run a row was handed to means for the row: running, it
-// still has the row; completed, it delivered the row when its result says so (a batch
-// that could not record its delivered rows sent), and otherwise it handed the row to a
-// run that no longer exists or could not start one; closed any other way, or missing,
-// nothing will deliver it.
+// batchOutcome says what the batch run a row was handed to means for the row: running (or
+// paused), it still has the row; completed, it delivered the row when its result says so
+// (a batch that could not record its delivered rows sent), and otherwise it handed the
+// row to a run that no longer exists or could not start one; closed any other way, or
+// missing, nothing will deliver it.
 func (rc *Reconciler) batchOutcome(ctx context.Context, d store.Dispatched, batch string) (store.ReconcileOutcome, string, error) {
 	desc, err := rc.client.DescribeWorkflowExecution(ctx, batch, "")
 	var notFound *serviceerror.NotFound
@@ -290,7 +298,7 @@ func (rc *Reconciler) batchOutcome(ctx context.Context, d store.Dispatched, batc
 	info := desc.GetWorkflowExecutionInfo()
 	detail := fmt.Sprintf("batch %s run %s is %s", batch, info.GetExecution().GetRunId(), info.GetStatus())
 	switch info.GetStatus() {
-	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_PAUSED:
 		return store.ReconcileRunning, detail, nil
 	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
 	default:

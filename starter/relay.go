@@ -961,7 +961,7 @@ func (r *Relay) markDispatched(ctx context.Context, rows []store.Claimed) {
 }
 
 // alreadyStarted handles a start that met an existing run of the message's workflow:
-// a running one owns the message (owned is true), unless it is a run that dead-lettered
+// a running (or paused) one owns the message (owned is true), unless it is a run that dead-lettered
 // the message and is closing, which a redrive raced: the row is then claimed again in
 // ClosingRunRetry, to start the new run once that one has failed. A completed run
 // delivered the message.
@@ -975,9 +975,9 @@ func (r *Relay) alreadyStarted(ctx context.Context, log *slog.Logger, row store.
 	}
 	status := desc.GetWorkflowExecutionInfo().GetStatus()
 	switch status {
-	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
-		// The run described is the workflow's current one, which may be newer than the
-		// one the start met.
+	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_PAUSED:
+		// A paused run is open, and goes on once unpaused. The run described is the
+		// workflow's current one, which may be newer than the one the start met.
 		current := cmp.Or(desc.GetWorkflowExecutionInfo().GetExecution().GetRunId(), runID)
 		closing, err := r.deadLettering(ctx, row.MessageID, current)
 		switch {

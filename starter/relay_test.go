@@ -214,6 +214,19 @@ func TestRelay(t *testing.T) {
 		require.Equal(t, store.StatusDispatched, status(t, st, id))
 	})
 
+	// An operator paused the run: it is open, owns the message, and goes on once unpaused.
+	t.Run("AlreadyPausedIsHandedOver", func(t *testing.T) {
+		t.Parallel()
+		rec := newRecorder()
+		r, st := setup(t, rec, starter.Config{})
+		id := enqueue(t, st, "t", nil)
+		rec.startErr = func(string) error { return serviceerror.NewWorkflowExecutionAlreadyStarted("running", "", "run-1") }
+		rec.status["outbox-"+id.String()] = enumspb.WORKFLOW_EXECUTION_STATUS_PAUSED
+		_, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, store.StatusDispatched, status(t, st, id))
+	})
+
 	t.Run("RedrivenBeforeItsDeadLetteringRunClosedIsStartedAgainSoon", func(t *testing.T) {
 		t.Parallel()
 		rec := newRecorder()
