@@ -636,8 +636,13 @@ func (s *Store) unparkLimited(ctx context.Context, rules storedriver.OrderingRul
 			if err != nil {
 				return err
 			}
-			if ids, err = s.lockByID(ctx, tx, ids, `held_back = TRUE`); err != nil || len(ids) == 0 {
+			if ids, err = s.lockByID(ctx, tx, ids, `held_back = TRUE`); err != nil {
 				return err
+			}
+			if len(ids) == 0 {
+				// Unparked meanwhile, or locked by another transaction: the next topics
+				// still get their turn.
+				continue
 			}
 			res, err := tx.ExecContext(ctx, `UPDATE `+s.messages+` SET held_back = FALSE WHERE id IN (`+idList(ids)+`) AND held_back = TRUE`)
 			if err != nil {

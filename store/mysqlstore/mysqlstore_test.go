@@ -1125,3 +1125,36 @@ func TestDeployment(t *testing.T) {
 	assert.ErrorIs(t, err, storedriver.ErrNotMigrated)
 	assert.Contains(t, err.Error(), "outbox migrate")
 }
+
+// The sweep unparks the parked rows of every topic with room, even when the rows of a
+// topic before it are locked by another transaction (SKIP LOCKED leaves them to the next
+// sweep) or were unparked meanwhile.
+func TestUnparkGoesOnPastALockedTopic(t *testing.T) {
+	for _, locked := range []string{"a", "z"} {
+		t.Run(locked, func(t *testing.T) {
+			ctx := context.Background()
+			st, db := newStore(t)
+			ids := map[string]string{}
+			for _, topic := range []string{"a", "z"} {
+				ids[topic] = enqueue(t, st, db, msg(topic, `1`)).MessageID.String()
+				// Parked as a claim parks a row of a topic at its limit.
+				mustExec(t, db, `UPDATE outbox_messages SET held_back = TRUE WHERE message_id = ?`, ids[topic])
+			}
+			tx, err := db.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback() }()
+			// By primary key: a scan would lock every row it passed.
+			var id int64
+			require.NoError(t, db.QueryRowContext(ctx, `SELECT id FROM outbox_messages WHERE message_id = ?`, ids[locked]).Scan(&id))
+			require.NoError(t, tx.QueryRowContext(ctx, `SELECT id FROM outbox_messages WHERE id = ? FOR UPDATE`, id).Scan(&id))
+
+			n, err := st.Unpark(ctx, storedriver.OrderingRules{})
+			require.NoError(t, err)
+			assert.Equal(t, int64(1), n)
+			other := map[string]string{"a": "z", "z": "a"}[locked]
+			var held bool
+			require.NoError(t, db.QueryRowContext(ctx, `SELECT held_back FROM outbox_messages WHERE message_id = ?`, ids[other]).Scan(&held))
+			assert.False(t, held, "topic %s's row is still parked", other)
+		})
+	}
+}
