@@ -24,7 +24,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -36,7 +35,6 @@ import (
 	"github.com/outbox-go/outbox/cmd/outbox/internal/mariadbserver"
 	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/internal/pgcluster"
-	"github.com/outbox-go/outbox/starter"
 	"github.com/outbox-go/outbox/store/mysqlstore"
 )
 
@@ -466,32 +464,20 @@ func (s *session) startDemo(ctx context.Context) error {
 	return nil
 }
 
-// runWorkerAndRelay runs the worker and the relay until the session stops; the channel
-// reports the first of them that fails.
+// runWorkerAndRelay runs the worker and the relay in this process (App.Run: the relay
+// starts each workflow eagerly on the worker's client) until the session stops, and then
+// stops them in order, the relay first; the channel reports their failure.
 func (s *session) runWorkerAndRelay(ctx context.Context) <-chan error {
-	// The parts stop when the session does, after ctx is cancelled: in order.
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	errs := make(chan error, 2)
-	for _, part := range []struct {
-		name string
-		run  func(context.Context) error
-	}{
-		{"worker", func(ctx context.Context) error { return s.app.RunWorker(ctx, app.Handlers{}) }},
-		{"relay", func(ctx context.Context) error {
-			// The worker runs on the same client: eager start saves a round trip.
-			return s.app.RunRelayWith(ctx, func(c *starter.Config) { c.EagerStart = true })
-		}},
-	} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := part.run(runCtx); err != nil {
-				errs <- fmt.Errorf("%s: %w", part.name, err)
-			}
-		}()
-	}
-	s.stops = append(s.stops, func() { cancel(); wg.Wait() })
+	errs := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := s.app.Run(runCtx, app.Handlers{}); err != nil {
+			errs <- err
+		}
+	}()
+	s.stops = append(s.stops, func() { cancel(); <-done })
 	s.show("Worker, relay", "task queue %s, topics %s", s.app.Config.Temporal.TaskQueue, topicList(s.app.Config))
 	return errs
 }
