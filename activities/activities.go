@@ -230,18 +230,21 @@ func (a *Activities) Send(ctx context.Context, in workflows.SendInput) (workflow
 			workflows.ErrTypeTopicBusy)
 	}
 	defer a.giveSlot(in.Topic)
-	a.Metrics.SendAttempt(in.Topic)
 	row, h, err := a.loadWithinLimits(ctx, in.MessageID)
 	if isStoreUnavailable(err) {
+		a.Metrics.SendAttempt(in.Topic)
 		a.Metrics.SendFailed(in.Topic, workflows.ErrTypeStoreUnavailable)
 		a.logger().WarnContext(ctx, "Cannot load the message: the outbox database is unavailable",
 			slog.String("message_id", in.MessageID), slog.String("topic", in.Topic), slog.Int("attempt", in.Attempt), slog.Any("error", err))
 		return workflows.SendResult{}, err
 	}
 	if err != nil {
+		a.Metrics.SendAttempt(in.Topic)
 		a.recordFailure(ctx, in, err)
 		return workflows.SendResult{}, err
 	}
+	// A paused topic's message, and one no longer to be sent, are not an attempt: nothing
+	// is sent.
 	if row.Paused && row.Status != store.StatusSent {
 		// Nothing is sent while the topic is paused, and no attempt is used up: the
 		// workflow waits and asks again.
@@ -257,6 +260,7 @@ func (a *Activities) Send(ctx context.Context, in workflows.SendInput) (workflow
 		return workflows.SendResult{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("message %s is %s", row.MessageID, row.Status), workflows.ErrTypePermanent, nil)
 	}
+	a.Metrics.SendAttempt(in.Topic)
 	ctx, span := a.startSendSpan(ctx, row, in)
 	defer span.End()
 	began := time.Now()
@@ -312,14 +316,16 @@ func (a *Activities) recordFailure(ctx context.Context, in workflows.SendInput, 
 	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeBound(ctx, 10*time.Second))
 	defer cancel()
 	if rerr := a.noteFailure(recordCtx, id, in.Topic, in.Attempt, msg, errType, slog.Int("max_attempts", in.MaxAttempts)); rerr != nil {
+		// Nothing records it again: the attempt's failure is counted all the same.
+		a.Metrics.SendFailed(in.Topic, errType)
 		a.logger().WarnContext(ctx, "Cannot record send failure", slog.String("message_id", in.MessageID), slog.Any("error", rerr))
 	}
 }
 
-// noteFailure counts and logs a failed attempt and records it on the row (retry_times,
-// last_error); it returns the error of the row update.
+// noteFailure logs a failed attempt, records it on the row (retry_times, last_error) and,
+// once recorded, counts it; it returns the error of the row update, which RecordFailure's
+// retries may follow, so a failure is counted once however many tries recording it took.
 func (a *Activities) noteFailure(ctx context.Context, id uuid.UUID, topic string, attempt int, msg, errType string, attrs ...any) error {
-	a.Metrics.SendFailed(topic, errType)
 	a.logger().WarnContext(ctx, "Send attempt failed", append([]any{
 		slog.String("message_id", id.String()), slog.String("topic", topic), slog.Int("attempt", attempt)},
 		append(attrs, slog.String("error", msg))...)...)
@@ -327,6 +333,7 @@ func (a *Activities) noteFailure(ctx context.Context, id uuid.UUID, topic string
 		a.Metrics.Error(metrics.OpRecordFailure)
 		return err
 	}
+	a.Metrics.SendFailed(topic, errType)
 	return nil
 }
 

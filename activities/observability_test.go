@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/outbox-go/outbox/activities"
 	"github.com/outbox-go/outbox/config"
@@ -205,6 +206,47 @@ func TestActivityMetrics(t *testing.T) {
 	require.Equal(t, 1.0, o.value(t, "outbox_send_failures_total", map[string]string{"topic": metrics.OtherTopic, "kind": "unknown_topic"}))
 	require.Equal(t, 1.0, o.value(t, "outbox_messages_dead_lettered_total", unrouted))
 	require.Equal(t, 0.0, o.value(t, "outbox_errors_total", map[string]string{"operation": metrics.OpMarkSent}))
+}
+
+// A send that sends nothing (its topic is paused, or its message is recorded sent
+// already) is no attempt; a failure is counted once however many tries recording it on
+// the row takes (RecordFailure is retried while the database fails).
+func TestMetricsCountOnlyWhatHappened(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o := setupObserved(t, http.StatusOK)
+	o.a.Metrics.KnownTopics("order.created")
+	created := map[string]string{"topic": "order.created"}
+	enqueue := func() string {
+		id, err := o.st.Enqueue(ctx, o.st.DB(), store.Message{Topic: "order.created", Payload: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+		return id.String()
+	}
+
+	paused := enqueue()
+	_, _, err := o.st.PauseTopic(ctx, "order.created", "ops", "")
+	require.NoError(t, err)
+	err = sendOnce(ctx, o.a, workflows.SendInput{MessageID: paused, Topic: "order.created", Attempt: 1, MaxAttempts: 4})
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	require.Equal(t, workflows.ErrTypeTopicPaused, appErr.Type())
+	require.Equal(t, 0.0, o.value(t, "outbox_send_attempts_total", created), "a paused topic's send is no attempt")
+	_, _, err = o.st.ResumeTopic(ctx, "order.created")
+	require.NoError(t, err)
+
+	require.NoError(t, sendOnce(ctx, o.a, workflows.SendInput{MessageID: paused, Topic: "order.created", Attempt: 1, MaxAttempts: 4}))
+	require.Equal(t, 1.0, o.value(t, "outbox_send_attempts_total", created))
+	require.NoError(t, sendOnce(ctx, o.a, workflows.SendInput{MessageID: paused, Topic: "order.created", Attempt: 2, MaxAttempts: 4}),
+		"a second run of a message recorded sent")
+	require.Equal(t, 1.0, o.value(t, "outbox_send_attempts_total", created), "a message recorded sent is not sent again")
+
+	failed := enqueue()
+	in := workflows.RecordFailureInput{MessageID: failed, Topic: "order.created", Attempt: 1, Error: "HTTP 502", ErrType: workflows.ErrTypeRetryable}
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	require.Error(t, o.a.RecordFailure(gone, in), "the database step fails")
+	require.NoError(t, o.a.RecordFailure(ctx, in), "its retry")
+	require.Equal(t, 1.0, o.value(t, "outbox_send_failures_total", created))
 }
 
 // TestConnectionLostIsCounted: a send that failed with its broker connection (the sink

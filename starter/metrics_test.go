@@ -15,6 +15,7 @@ import (
 
 	"github.com/outbox-go/outbox/metrics"
 	"github.com/outbox-go/outbox/starter"
+	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/workflows"
 )
 
@@ -79,4 +80,56 @@ outbox_workflows_started_total 2
 			}
 		}
 	}
+}
+
+// A message its run delivered but could not record (the database was away when it tried)
+// is counted sent by whoever records it: the relay, when a start meets the completed run,
+// or reconciliation. No worker counted it.
+func TestRecordingACompletedRunCountsTheMessageSent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	require.NoError(t, err)
+	m.KnownTopics("order.created")
+	sent := func() float64 {
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		for _, f := range families {
+			if f.GetName() == "outbox_messages_sent_total" {
+				for _, s := range f.GetMetric() {
+					return s.GetCounter().GetValue()
+				}
+			}
+		}
+		return 0
+	}
+	rec := newRecorder()
+	r, st := setup(t, rec, starter.Config{Metrics: m})
+
+	byRelay := enqueue(t, st, "order.created", nil)
+	rec.status[workflows.WorkflowID(byRelay.String())] = enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+	rec.startErr = func(id string) error {
+		if id == workflows.WorkflowID(byRelay.String()) {
+			return serviceerror.NewWorkflowExecutionAlreadyStarted("completed", "", "run-1")
+		}
+		return nil
+	}
+	_, err = r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, store.StatusSent, status(t, st, byRelay))
+	require.Equal(t, 1.0, sent(), "the relay recorded it sent")
+
+	byReconciler := enqueue(t, st, "order.created", nil)
+	_, err = r.RunOnce(ctx)
+	require.NoError(t, err)
+	_, err = st.DB().Exec(ctx, `UPDATE `+st.Schema()+`.outbox_messages SET updated_at = now() - interval '10 minutes' WHERE message_id = $1`, byReconciler)
+	require.NoError(t, err)
+	rec.status[workflows.WorkflowID(byReconciler.String())] = enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+	rc, err := starter.NewReconciler(st, rec, starter.ReconcilerConfig{After: time.Minute, Metrics: m})
+	require.NoError(t, err)
+	_, err = rc.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, store.StatusSent, status(t, st, byReconciler))
+	require.Equal(t, 2.0, sent(), "reconciliation recorded it sent")
 }

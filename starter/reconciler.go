@@ -241,6 +241,11 @@ func (rc *Reconciler) reconcileRow(ctx context.Context, d store.Dispatched) (sto
 		return "", true
 	}
 	rc.cfg.Metrics.Reconciled(string(outcome))
+	if outcome == store.ReconcileRecordedSent {
+		// Delivered by a run that could not record it (the worker never counted it): a
+		// message sent, whose commit-to-sent time this pass does not read.
+		rc.cfg.Metrics.Sent(d.Topic, -1)
+	}
 	log.WarnContext(ctx, "Reconciled a dispatched row", slog.String("outcome", string(outcome)), slog.String("workflow", detail))
 	return outcome, true
 }

@@ -994,13 +994,17 @@ func (r *Relay) alreadyStarted(ctx context.Context, log *slog.Logger, row store.
 		log.InfoContext(ctx, "Workflow already running; handed over", slog.String("run_id", current))
 		return true
 	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
-		ok, err := r.store.MarkSent(ctx, row.MessageID)
+		sent, err := r.store.RecordSent(ctx, row.MessageID)
 		if err != nil {
 			r.cfg.Metrics.Error(metrics.OpMarkSent)
 			log.WarnContext(ctx, "Cannot record the completed run's outcome", slog.Any("error", err))
 			return false
 		}
-		log.InfoContext(ctx, "Workflow already completed; row recorded as sent", slog.String("run_id", runID), slog.Bool("changed", ok))
+		if sent != nil {
+			// The run delivered it and could not record it, so no worker counted it.
+			r.cfg.Metrics.Sent(sent.Topic, sent.Latency)
+		}
+		log.InfoContext(ctx, "Workflow already completed; row recorded as sent", slog.String("run_id", runID), slog.Bool("changed", sent != nil))
 	default:
 		// A run that closed any other way allows a new start, so this raced a run that was
 		// closing (a dead letter, most likely, which has moved the row on). A row still
