@@ -196,6 +196,7 @@ func TestConformance(t *testing.T) {
 				{URL: "http://outbox:" + secret + "@receiver/hooks", TLS: sinks.TLSFiles{CAFile: "/nonexistent/ca.pem"}},
 				{URL: "https://receiver/hooks", CheckURL: "http://outbox:" + secret + "@receiver/hooks/" + secret + "/{message_id}"},
 				{URL: "https://receiver/hooks", CheckURL: "https://outbox:" + secret + "@other/hooks/{message_id}", TLS: sinks.TLSFiles{ServerName: "receiver"}},
+				{URL: "https://receiver/hooks", CheckURL: "https://outbox:" + secret + "@receiver/hooks/" + secret + "/health"},
 			} {
 				_, err := httpsink.New(cfg)
 				errs = append(errs, err)

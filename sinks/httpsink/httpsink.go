@@ -99,6 +99,10 @@ func New(t Config) (*Sink, error) {
 		switch {
 		case err != nil || (cu.Scheme != "http" && cu.Scheme != "https") || cu.Host == "":
 			return nil, fmt.Errorf("check_url: must be an absolute http or https URL, got %q", redact.URL(t.CheckURL))
+		case !strings.Contains(t.CheckURL, "{message_id}"):
+			// A check that asks the same URL for every message would answer for all of
+			// them: a 200 would record messages sent that never arrived.
+			return nil, fmt.Errorf("check_url: must contain {message_id}, got %q", redact.URL(t.CheckURL))
 		case secure && cu.Scheme != "https":
 			return nil, fmt.Errorf("check_url: must use https as url does, got %s: the check's requests carry the topic's headers", redact.URL(t.CheckURL))
 		case !t.TLS.IsZero() && !strings.EqualFold(cu.Hostname(), u.Hostname()):

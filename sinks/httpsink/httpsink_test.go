@@ -291,6 +291,15 @@ func verifier(t *testing.T, secrets ...string) *webhook.Verifier {
 	return v
 }
 
+// A check_url without {message_id} is refused, as the config file refuses it: it would ask
+// one URL about every message, and its 200 would record messages sent that never arrived.
+func TestCheckURLNamesTheMessage(t *testing.T) {
+	_, err := New(Config{URL: "https://receiver/events", CheckURL: "https://receiver/health"})
+	require.ErrorContains(t, err, "check_url: must contain {message_id}")
+	_, err = New(Config{URL: "https://receiver/events", CheckURL: "https://receiver/events/{message_id}"})
+	require.NoError(t, err)
+}
+
 func TestHTTPSinkSigning(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
