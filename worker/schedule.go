@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/workflows"
 )
 
@@ -30,8 +31,17 @@ func EnsureRetentionSchedule(ctx context.Context, c client.Client, taskQueue str
 	if err := in.Validate(); err != nil {
 		return fmt.Errorf("retention schedule %s: %w", id, err)
 	}
-	if every < time.Second {
-		return fmt.Errorf("retention schedule %s: interval must be at least 1s, got %s", id, every)
+	// The limits the config file's retention keys have, which the purge activity holds
+	// each run to: a schedule beyond them would fail every run.
+	switch {
+	case in.SentAfter < store.MinRetentionAge:
+		return fmt.Errorf("retention schedule %s: sent_after must be at least %s, got %s", id, store.MinRetentionAge, in.SentAfter)
+	case in.DiscardedAfter < store.MinRetentionAge:
+		return fmt.Errorf("retention schedule %s: discarded_after must be at least %s, got %s", id, store.MinRetentionAge, in.DiscardedAfter)
+	case in.BatchSize > store.MaxPurgeLimit:
+		return fmt.Errorf("retention schedule %s: batch_size must be at most %d, got %d", id, store.MaxPurgeLimit, in.BatchSize)
+	case every < time.Minute:
+		return fmt.Errorf("retention schedule %s: interval must be at least 1m, got %s", id, every)
 	}
 	spec := client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: every}}}
 	action := &client.ScheduleWorkflowAction{
