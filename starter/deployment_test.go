@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-go/outbox/internal/testdb"
 	"github.com/outbox-go/outbox/starter"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/workflows"
 )
 
 // describer is a recorder that also answers DescribeTaskQueue with one poller.
@@ -118,4 +119,18 @@ func TestRelayDeployment(t *testing.T) {
 		_, err = r.RunOnce(ctx)
 		require.NoError(t, err, "its own deployment's workers are fine")
 	})
+}
+
+// A relay built in Go checks the policy of the topics without one of their own, as the
+// config file's default entry is checked: a team's activity without its task queue is
+// refused by New, not found out by every run.
+func TestNewChecksTheDefaultPolicy(t *testing.T) {
+	t.Parallel()
+	pool, st := testdb.Schema(t)
+	bad := workflows.Policy{Activity: &workflows.ActivityHandler{Activity: "ReserveStock"}}
+	_, err := starter.New(st, pool, newRecorder(), starter.Config{Policy: func(string) workflows.Policy { return bad }})
+	require.ErrorContains(t, err, "Policy")
+	require.ErrorContains(t, err, "task_queue")
+	_, err = starter.New(st, pool, newRecorder(), starter.Config{Policy: func(string) workflows.Policy { return workflows.Policy{MaxAttempts: 3} }})
+	require.NoError(t, err)
 }

@@ -207,6 +207,13 @@ func (c Config) Validate() error {
 	if c.SweepInterval < MinSweepInterval {
 		errs = append(errs, fieldError("SweepInterval", "must be at least %s, got %s", MinSweepInterval, c.SweepInterval))
 	}
+	if c.Policy != nil {
+		// The policy of the topics without one of their own, as the config file's
+		// default entry is checked; each run's policy comes from it or from a topic's.
+		if err := workflows.ResolvePolicy(c.Policy(""), nil).Validate(); err != nil {
+			errs = append(errs, fieldError("Policy", "the policy of a topic without one of its own: %v", err))
+		}
+	}
 	return errors.Join(errs...)
 }
 

@@ -33,3 +33,11 @@ func TestPoliciesRoundTrip(t *testing.T) {
 	back.Default.FirstAttempt = "eventually"
 	require.EqualError(t, back.Validate(), `default policy: first_attempt must be local or activity, got "eventually"`)
 }
+
+// A negative mark_sent_timeout is refused from Go as from the config file: it would be the
+// mark-sent step's schedule-to-close timeout.
+func TestPolicyRefusesANegativeMarkSentTimeout(t *testing.T) {
+	err := Policy{MarkSentTimeout: -time.Second}.WithDefaults().Validate()
+	require.ErrorContains(t, err, "mark_sent_timeout must not be negative")
+	require.NoError(t, Policy{}.WithDefaults().Validate())
+}

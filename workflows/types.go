@@ -283,6 +283,8 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("max_interval must be at least initial_interval (%s), got %s", p.InitialInterval, p.MaxInterval)
 	case p.SendTimeout <= 0:
 		return fmt.Errorf("timeout must be positive, got %s", p.SendTimeout)
+	case p.MarkSentTimeout < 0:
+		return fmt.Errorf("mark_sent_timeout must not be negative, got %s", p.MarkSentTimeout)
 	case p.FirstAttempt != FirstAttemptLocal && p.FirstAttempt != FirstAttemptActivity:
 		return fmt.Errorf("first_attempt must be %s or %s, got %q", FirstAttemptLocal, FirstAttemptActivity, p.FirstAttempt)
 	}
