@@ -366,11 +366,15 @@ func (a *Activities) MarkSent(ctx context.Context, in workflows.MarkSentInput) e
 	if err != nil {
 		return err
 	}
-	changed, err := a.markSent(ctx, id)
+	sent, err := a.markSent(ctx, id)
 	if err != nil {
 		return err
 	}
-	if !changed {
+	if sent != nil && in.TeamAttempt {
+		// The team's attempt that delivered it, counted once: with the row's change.
+		a.Metrics.SendAttempt(sent.Topic)
+	}
+	if sent == nil {
 		// The usual case: the send activity recorded the row when the handler accepted it.
 		a.logger().DebugContext(ctx, "Message already recorded; mark-sent changed nothing", slog.String("message_id", in.MessageID))
 	}

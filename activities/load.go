@@ -35,9 +35,10 @@ func (a *Activities) LoadMessage(ctx context.Context, in workflows.LoadMessageIn
 }
 
 // RecordFailure records a failed attempt of a team's activity or workflow start on the
-// message's row (retry_times, last_error) and counts it in the send failure metric, as Send
-// does for a sink's attempt. When the message's topic is paused it then fails with a
-// non-retryable ErrTypeTopicPaused error, which tells the run to wait for the resume.
+// message's row (retry_times, last_error) and counts it in the send attempt and failure
+// metrics, as Send does for a sink's attempt. When the message's topic is paused it then
+// fails with a non-retryable ErrTypeTopicPaused error, which tells the run to wait for
+// the resume.
 func (a *Activities) RecordFailure(ctx context.Context, in workflows.RecordFailureInput) error {
 	id, err := parseID(in.MessageID)
 	if err != nil {
@@ -46,6 +47,9 @@ func (a *Activities) RecordFailure(ctx context.Context, in workflows.RecordFailu
 	if err := a.noteFailure(ctx, id, in.Topic, in.Attempt, in.Error, in.ErrType); err != nil {
 		return temporal.NewApplicationError(err.Error(), workflows.ErrTypeStoreUnavailable)
 	}
+	// No send activity of the outbox ran the team's attempt: it is counted here, as the
+	// attempt that delivers a message is counted by mark-sent (MarkSentInput.TeamAttempt).
+	a.Metrics.SendAttempt(in.Topic)
 	// The team's attempts do not read the topic's pause: the run learns of it here, and
 	// waits for the resume before its next attempt.
 	if row, err := a.Store.Get(ctx, id); err == nil && row.Paused {

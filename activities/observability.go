@@ -64,17 +64,16 @@ func endSendSpan(span trace.Span, err error) {
 }
 
 // markSent moves the message to sent and counts it, with its commit-to-sent latency
-// (sent_at − created_at, both from the database clock). changed is false when the row
-// was already terminal.
-func (a *Activities) markSent(ctx context.Context, id uuid.UUID) (changed bool, err error) {
-	sent, err := a.Store.RecordSent(ctx, id)
+// (sent_at − created_at, both from the database clock). sent is nil when the row was
+// already terminal.
+func (a *Activities) markSent(ctx context.Context, id uuid.UUID) (sent *store.Sent, err error) {
+	sent, err = a.Store.RecordSent(ctx, id)
 	if err != nil {
 		a.Metrics.Error(metrics.OpMarkSent)
-		return false, err
+		return nil, err
 	}
-	if sent == nil {
-		return false, nil
+	if sent != nil {
+		a.Metrics.Sent(sent.Topic, sent.Latency)
 	}
-	a.Metrics.Sent(sent.Topic, sent.Latency)
-	return true, nil
+	return sent, nil
 }

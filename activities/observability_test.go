@@ -249,6 +249,26 @@ func TestMetricsCountOnlyWhatHappened(t *testing.T) {
 	require.Equal(t, 1.0, o.value(t, "outbox_send_failures_total", created))
 }
 
+// A team's attempts (its activity, workflow or Nexus operation; no send activity of the
+// outbox runs them) count as attempts: a failed one when RecordFailure records it, the one
+// that delivers when mark-sent records the row sent, once however often mark-sent runs.
+func TestTeamAttemptsAreCounted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o := setupObserved(t, http.StatusOK)
+	o.a.Metrics.KnownTopics("order.created")
+	created := map[string]string{"topic": "order.created"}
+	id, err := o.st.Enqueue(ctx, o.st.DB(), store.Message{Topic: "order.created", Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+
+	require.NoError(t, o.a.RecordFailure(ctx, workflows.RecordFailureInput{MessageID: id.String(), Topic: "order.created", Attempt: 1, Error: "reserve stock: timeout", ErrType: workflows.ErrTypeRetryable}))
+	require.NoError(t, o.a.MarkSent(ctx, workflows.MarkSentInput{MessageID: id.String(), Attempts: 2, TeamAttempt: true}))
+	require.NoError(t, o.a.MarkSent(ctx, workflows.MarkSentInput{MessageID: id.String(), Attempts: 2, TeamAttempt: true}), "a retried mark-sent")
+	require.Equal(t, 2.0, o.value(t, "outbox_send_attempts_total", created))
+	require.Equal(t, 1.0, o.value(t, "outbox_send_failures_total", created))
+	require.Equal(t, 1.0, o.value(t, "outbox_messages_sent_total", created))
+}
+
 // TestConnectionLostIsCounted: a send that failed with its broker connection (the sink
 // wraps delivery.ErrConnectionLost) counts in outbox_send_connection_lost_total, besides
 // the attempt's failure; a failure of the message's own does not.

@@ -68,7 +68,7 @@ func TestActivityTopic(t *testing.T) {
 		t.Parallel()
 		b := activitySetup(t, "")
 		b.onReserve(t, nil)
-		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 1}).Return(nil).Once()
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 1, TeamAttempt: true}).Return(nil).Once()
 		res, err := b.run()
 		require.NoError(t, err)
 		require.Equal(t, workflows.DeliveryResult{Attempts: 1}, res)
@@ -81,7 +81,7 @@ func TestActivityTopic(t *testing.T) {
 			temporal.NewApplicationErrorWithOptions("stock service busy", "Busy", temporal.ApplicationErrorOptions{NextRetryDelay: 20 * time.Second}),
 			errors.New("plain error: the policy's backoff"),
 			nil)
-		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 3}).Return(nil).Once()
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 3, TeamAttempt: true}).Return(nil).Once()
 		// Each failed attempt is recorded on the row, as the send activity records its own.
 		b.env.OnActivity(workflows.ActivityRecordFailure, mock.Anything, workflows.RecordFailureInput{
 			MessageID: b.input.MessageID, Topic: b.input.Topic, Attempt: 1, Error: "stock service busy", ErrType: workflows.ErrTypeRetryable}).Return(nil).Once()
@@ -125,7 +125,7 @@ func TestActivityTopic(t *testing.T) {
 		b := activitySetup(t, "HasReservation")
 		b.onReserve(t, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil), nil)
 		// Nothing ran, so no check before the second attempt.
-		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 2}).Return(nil).Once()
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 2, TeamAttempt: true}).Return(nil).Once()
 		_, err := b.run()
 		require.NoError(t, err)
 	})
@@ -181,7 +181,7 @@ func TestWorkflowTopic(t *testing.T) {
 			require.Equal(t, 1, m.Attempt)
 			return nil
 		}, workflow.RegisterOptions{Name: "FulfilOrder"})
-		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 1}).Return(nil).Once()
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 1, TeamAttempt: true}).Return(nil).Once()
 		res, err := b.run()
 		require.NoError(t, err)
 		require.Equal(t, []string{"fulfil-42@fulfilment"}, started)
@@ -198,7 +198,7 @@ func TestWorkflowTopic(t *testing.T) {
 			return in.WorkflowID == "fulfil-42" && in.Workflow == "FulfilOrder" && in.TaskQueue == "fulfilment" && in.Signal == "paid" &&
 				in.IDReuse == "allow_duplicate" && in.Message.MessageID == b.input.MessageID && in.Message.Attempt == 1
 		})).Return(workflows.StartedWorkflow{WorkflowID: "fulfil-42", RunID: "r-1"}, nil).Once()
-		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 1}).Return(nil).Once()
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 1, TeamAttempt: true}).Return(nil).Once()
 		res, err := b.run()
 		require.NoError(t, err)
 		require.Equal(t, &workflows.StartedWorkflow{WorkflowID: "fulfil-42", RunID: "r-1"}, res.Started)

@@ -655,7 +655,8 @@ func (d *delivery) markSent(attempts int, alreadyProcessed bool) (DeliveryResult
 		opts.ScheduleToCloseTimeout = d.policy.MarkSentTimeout
 		markCtx = workflow.WithLocalActivityOptions(d.ctx, opts)
 	}
-	err := workflow.ExecuteLocalActivity(markCtx, ActivityMarkSent, MarkSentInput{MessageID: d.in.MessageID, Attempts: attempts}).Get(d.ctx, nil)
+	in := MarkSentInput{MessageID: d.in.MessageID, Attempts: attempts, TeamAttempt: d.policy.DeliveredByTeam() && !alreadyProcessed}
+	err := workflow.ExecuteLocalActivity(markCtx, ActivityMarkSent, in).Get(d.ctx, nil)
 	if err != nil && !bounded {
 		return DeliveryResult{}, fmt.Errorf("mark message sent: %w", err)
 	}

@@ -223,7 +223,7 @@ func TestTeamTopicMessageFromTheInput(t *testing.T) {
 	b.env.RegisterActivityWithOptions(loadMessage, activity.RegisterOptions{Name: workflows.ActivityLoadMessage})
 	b.input.Message = &delivery.Message{MessageID: b.input.MessageID, Topic: b.input.Topic, Payload: json.RawMessage(`{"order_id": 42}`)}
 	b.onReserve(t, nil)
-	b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 1}).Return(nil).Once()
+	b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 1, TeamAttempt: true}).Return(nil).Once()
 	res, err := b.run()
 	require.NoError(t, err)
 	require.Equal(t, workflows.DeliveryResult{Attempts: 1}, res)

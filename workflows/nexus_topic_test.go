@@ -74,7 +74,7 @@ func TestNexusTopic(t *testing.T) {
 	t.Run("Delivered", func(t *testing.T) {
 		t.Parallel()
 		b, team := nexusSetup(t, "", nil)
-		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 1}).Return(nil).Once()
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 1, TeamAttempt: true}).Return(nil).Once()
 		res, err := b.run()
 		require.NoError(t, err)
 		require.Equal(t, workflows.DeliveryResult{Attempts: 1}, res)
@@ -86,7 +86,7 @@ func TestNexusTopic(t *testing.T) {
 		b, team := nexusSetup(t, "delivered", delivery.Retryable(errors.New("orders service busy"), 20*time.Second), nil)
 		b.env.OnActivity(workflows.ActivityRecordFailure, mock.Anything, workflows.RecordFailureInput{
 			MessageID: b.input.MessageID, Topic: b.input.Topic, Attempt: 1, Error: "orders service busy", ErrType: workflows.ErrTypeRetryable}).Return(nil).Once()
-		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 2}).Return(nil).Once()
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 2, TeamAttempt: true}).Return(nil).Once()
 		_, err := b.run()
 		require.NoError(t, err)
 		require.Equal(t, []int{1, 2}, team.attempts)

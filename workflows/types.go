@@ -501,6 +501,11 @@ type CheckProcessedResult struct {
 type MarkSentInput struct {
 	MessageID string `json:"message_id"`
 	Attempts  int    `json:"attempts"`
+	// TeamAttempt is set after an attempt of a team's activity, workflow or Nexus
+	// operation delivered the message: no send activity of the outbox ran it, so the
+	// mark-sent step counts the attempt (outbox_send_attempts_total) when it records the
+	// row sent.
+	TeamAttempt bool `json:"team_attempt,omitempty"`
 }
 
 // DeadLetterInput is the input of the dead-letter activity.
