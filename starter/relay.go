@@ -921,6 +921,7 @@ func (r *Relay) handOver(ctx context.Context, row store.Claimed, msg *store.Row,
 		in.Message = &dmsg.Message{MessageID: row.MessageID.String(), Topic: msg.Topic, Payload: msg.Payload, Headers: msg.Headers, CreatedAt: msg.CreatedAt}
 		if msg.OrderingKey != nil {
 			in.OrderingKey = *msg.OrderingKey
+			in.Message.OrderingKey = *msg.OrderingKey
 		}
 	}
 	startCtx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)

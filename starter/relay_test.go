@@ -527,3 +527,23 @@ func TestRelayRecordsARowABatchHadAsItsOwnRuns(t *testing.T) {
 	require.Equal(t, store.StatusDispatched, row.Status)
 	require.Nil(t, row.BatchID, "its own run has it, not the batch")
 }
+
+// The message a team topic's run gets in its input is the message a run would load: with
+// its ordering key.
+func TestTeamTopicInputCarriesTheOrderingKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rec := newRecorder()
+	team := workflows.Policy{Activity: &workflows.ActivityHandler{Activity: "ReserveStock", TaskQueue: "inventory"}}
+	r, st := setup(t, rec, starter.Config{TaskQueue: "q", Policy: func(string) workflows.Policy { return team }})
+	res, err := st.EnqueueMessage(ctx, st.DB(), store.Message{Topic: "order.created", OrderingKey: "order-42", Payload: json.RawMessage(`{"order_id": 42}`)})
+	require.NoError(t, err)
+	_, err = r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Len(t, rec.inputs, 1)
+	in := rec.inputs[0]
+	require.Equal(t, res.MessageID.String(), in.MessageID)
+	require.NotNil(t, in.Message, "the relay read the message with the claim")
+	require.Equal(t, "order-42", in.Message.OrderingKey)
+	require.Equal(t, "order-42", in.OrderingKey)
+}

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -320,8 +321,12 @@ func newDelivery(ctx workflow.Context, in DeliveryInput) *delivery {
 		versions:  map[string]bool{},
 	}
 	if in.Version >= 4 && in.Message != nil && !in.CheckFirst {
-		// The relay read the message of a team's topic with the claim: no load step.
-		d.loaded = &LoadMessageResult{Message: *in.Message, OrderingKey: in.OrderingKey}
+		// The relay read the message of a team's topic with the claim: no load step. The
+		// message carries its ordering key, as a loaded one does (earlier relays put the
+		// key in the input only).
+		msg := *in.Message
+		msg.OrderingKey = cmp.Or(msg.OrderingKey, in.OrderingKey)
+		d.loaded = &LoadMessageResult{Message: msg, OrderingKey: in.OrderingKey}
 	}
 	if a := policy.Activity; a != nil {
 		// The team's activities run on the team's task queue; each attempt is one

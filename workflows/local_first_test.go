@@ -242,3 +242,24 @@ func TestNewerVersionIsLeftForANewerWorker(t *testing.T) {
 	require.ErrorAs(t, err, &panicErr)
 	require.Contains(t, panicErr.Error(), "upgrade the workers before the relays")
 }
+
+// TestTeamTopicMessageFromTheInputHasItsOrderingKey: the message a team gets from the
+// run's input carries its ordering key, as a loaded one does, also from a relay that put
+// the key in the input only.
+func TestTeamTopicMessageFromTheInputHasItsOrderingKey(t *testing.T) {
+	t.Parallel()
+	b, _ := localSetup(t, workflows.Policy{MaxAttempts: 3,
+		Activity: &workflows.ActivityHandler{Activity: "ReserveStock", TaskQueue: "inventory"}})
+	b.env.RegisterActivityWithOptions(reserveStock, activity.RegisterOptions{Name: "ReserveStock"})
+	b.input.Message = &delivery.Message{MessageID: b.input.MessageID, Topic: b.input.Topic, Payload: json.RawMessage(`{"order_id": 42}`)}
+	b.input.OrderingKey = "order-42"
+	var got string
+	b.env.OnActivity("ReserveStock", mock.Anything, mock.Anything).Return(func(_ context.Context, m delivery.Message) error {
+		got = m.OrderingKey
+		return nil
+	}).Once()
+	b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 1, TeamAttempt: true}).Return(nil).Once()
+	_, err := b.run()
+	require.NoError(t, err)
+	require.Equal(t, "order-42", got)
+}
