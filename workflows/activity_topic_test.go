@@ -204,6 +204,21 @@ func TestWorkflowTopic(t *testing.T) {
 		require.Equal(t, &workflows.StartedWorkflow{WorkflowID: "fulfil-42", RunID: "r-1"}, res.Started)
 	})
 
+	// A run handed a message an earlier run may have signalled tells the signal
+	// activity, which then looks for that signal before it sends one.
+	t.Run("ASignalThatMayHaveBeenSentIsLookedFor", func(t *testing.T) {
+		t.Parallel()
+		b := setupWorkflowTopic(t, `{"order_id": 42}`)
+		b.input.Policy.Workflow.Signal = "paid"
+		b.input.CheckFirst = true
+		b.env.OnActivity(workflows.ActivitySignalWithStart, mock.Anything, mock.MatchedBy(func(in workflows.SignalWithStartInput) bool {
+			return in.Message.Attempt == 1 && in.MayHaveBeenSent
+		})).Return(workflows.StartedWorkflow{WorkflowID: "fulfil-42", RunID: "r-1"}, nil).Once()
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 1, TeamAttempt: true}).Return(nil).Once()
+		_, err := b.run()
+		require.NoError(t, err)
+	})
+
 	t.Run("AMissingPayloadFieldDeadLetters", func(t *testing.T) {
 		t.Parallel()
 		b := setupWorkflowTopic(t, `{"sku": "SKU-1"}`)

@@ -474,6 +474,7 @@ func (d *delivery) startWorkflow(w *WorkflowHandler, attempt int) error {
 		var started StartedWorkflow
 		err := workflow.ExecuteActivity(d.signalCtx, ActivitySignalWithStart, SignalWithStartInput{
 			WorkflowID: id, Workflow: w.Workflow, TaskQueue: w.TaskQueue, Signal: w.Signal, IDReuse: w.IDReuse, Message: msg,
+			MayHaveBeenSent: d.in.CheckFirst,
 		}).Get(d.ctx, &started)
 		if err != nil {
 			return err

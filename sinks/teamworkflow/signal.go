@@ -25,6 +25,10 @@ type SignalInput struct {
 	Signal     string           `json:"signal"`
 	IDReuse    string           `json:"id_reuse"`
 	Message    delivery.Message `json:"message"`
+	// MayHaveBeenSent is set when an earlier run of the delivery may have signalled the
+	// message already (the run was handed the message again, or from a batch): even its
+	// first attempt then looks for that signal first, as every later attempt does.
+	MayHaveBeenSent bool `json:"may_have_been_sent,omitempty"`
 }
 
 // Started identifies a workflow a delivery started or signalled.
@@ -70,7 +74,7 @@ func (s Signaler) SignalWithStart(ctx context.Context, in SignalInput) (Started,
 		return Started{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("workflow_id_reuse %q is not a reuse policy", in.IDReuse), delivery.ErrTypePermanent, nil)
 	}
-	if in.Message.Attempt > 1 {
+	if in.Message.Attempt > 1 || in.MayHaveBeenSent {
 		// An earlier attempt may have signalled a run that has closed since (the signal
 		// finished it): another signal-with-start would start a new run with a second copy.
 		if found, ok := s.signalledRun(ctx, in); ok {
