@@ -411,8 +411,9 @@ func (a *App) RunWorker(ctx context.Context, h Handlers) error {
 // this process's worker, one round trip less per message). Several such processes may
 // run against one database and namespace, as separate relays and workers may.
 //
-// They stop in order: the relay first (no new starts), then the worker, which lets the
-// sends in flight finish within worker.stop_timeout. Close the App after Run returns: the
+// They stop in order: the relay first (no new starts; the starts under way end within
+// starter.StopGrace), then the worker, which lets the sends in flight finish within
+// worker.stop_timeout. Close the App after Run returns: the
 // Temporal client outlives both.
 func (a *App) Run(ctx context.Context, h Handlers) error {
 	// The worker and the relay share one publication of the policies, named for both.

@@ -185,7 +185,7 @@ func (g *startGroup) close() {
 // keeps the batch lane off.
 func (g *startGroup) start(b *heldBatch) {
 	r := g.r
-	hand := context.WithoutCancel(g.ctx)
+	hand := r.handContext(g.ctx)
 	r.startSem <- struct{}{}
 	g.wg.Add(1)
 	r.batches.Go(func() {
@@ -229,9 +229,12 @@ func (g *startGroup) start(b *heldBatch) {
 			for i := range live {
 				live[i].Batch = id
 			}
-			r.markDispatched(hand, live)
+			r.markDispatched(context.WithoutCancel(hand), live)
 		case errors.As(err, &started):
 			r.batchStartedBefore(hand, claimedAt, id, live)
+		case hand.Err() != nil:
+			r.log.InfoContext(g.ctx, "The relay stopped before the batch started; its rows are handed over after the lease",
+				slog.String("topic", b.topic), slog.Int("rows", len(live)), slog.Any("error", err))
 		default:
 			g.attempted.Add(1)
 			g.refused.Add(1)

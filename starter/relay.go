@@ -263,6 +263,26 @@ type Relay struct {
 	// batchesHeldBack is set once the relay logged that an older worker keeps the batch
 	// lane off.
 	batchesHeldBack atomic.Bool
+	// handing is, while Run runs, the context the starts of its hand-overs run under (see
+	// handContext).
+	handing atomic.Pointer[context.Context]
+}
+
+// StopGrace is how long a stopping relay (Run's context ended) goes on handing over the
+// rows it claimed: the starts under way may finish, and rows not started by then are
+// left to the next claim. Temporal answers a start in milliseconds, so a claim is handed
+// over well within it; a Temporal that hangs cannot hold the shutdown, and with it
+// `outbox run`'s worker, which stops after the relay, beyond the grace.
+const StopGrace = 3 * time.Second
+
+// handContext is the context the starts of a hand-over run under: not cancelled with
+// ctx, so a shutdown does not abandon a claim's rows to their lease, but, under Run,
+// cancelled StopGrace after Run's context ended.
+func (r *Relay) handContext(ctx context.Context) context.Context {
+	if h := r.handing.Load(); h != nil {
+		return *h
+	}
+	return context.WithoutCancel(ctx)
 }
 
 // lastingPasses is how many consecutive passes Temporal must refuse every start, for a
@@ -392,8 +412,8 @@ func (r *Relay) sweepLoop(ctx context.Context, wake chan<- struct{}) {
 	}
 }
 
-// Run relays rows until ctx is cancelled, then finishes the batch in hand and returns
-// nil. When Temporal refuses every start of three passes in a row for a reason that
+// Run relays rows until ctx is cancelled, then finishes the batch in hand, within
+// StopGrace (rows not started by then are left to the next claim), and returns nil. When Temporal refuses every start of three passes in a row for a reason that
 // waiting will not cure (permission denied, no such namespace, search attributes not
 // registered), Run returns that error instead; the claimed rows are handed over by the
 // next relay after their lease.
@@ -415,10 +435,17 @@ func (r *Relay) Run(ctx context.Context) error {
 		// The database did not answer: each pass tries again before it claims.
 		r.log.WarnContext(ctx, "Cannot read the outbox deployment yet; the relay checks again before each claim", slog.Any("error", err))
 	}
+	// The hand-overs go on for StopGrace after ctx ends.
+	handing, stopHanding := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHanding()
+	graceAfter := context.AfterFunc(ctx, func() { time.AfterFunc(StopGrace, stopHanding) })
+	defer graceAfter()
+	r.handing.Store(&handing)
+	defer r.handing.Store(nil)
 	// However Run returns, the batches waiting for more rows start first (their rows
 	// would otherwise wait for their lease), and the batch starts in flight end.
 	defer r.batches.Wait()
-	defer r.flushBatches(context.WithoutCancel(ctx), true)
+	defer r.flushBatches(handing, true)
 	// The background loops stop when Run returns, whichever way it does.
 	ctx, stop := context.WithCancel(ctx)
 	wake := make(chan struct{}, 1)
@@ -583,7 +610,7 @@ func (r *Relay) runOnce(ctx context.Context) (int, error) {
 type pass struct {
 	r        *Relay
 	ctx      context.Context // the caller's, for logs
-	hand     context.Context // the starts': not cancelled with ctx
+	hand     context.Context // the starts': not cancelled with ctx (handContext)
 	leaseEnd time.Time
 	sem      chan struct{}
 	wg       sync.WaitGroup
@@ -596,7 +623,7 @@ type pass struct {
 
 func (r *Relay) newPass(ctx context.Context, began time.Time) *pass {
 	return &pass{
-		r: r, ctx: ctx, hand: context.WithoutCancel(ctx),
+		r: r, ctx: ctx, hand: r.handContext(ctx),
 		// Rows whose lease is about to run out by this process's clock are left to the
 		// next claim: starting them now would race another relay that may already have
 		// taken them.
@@ -622,6 +649,12 @@ func (p *pass) handOver(rows []store.Claimed, checkFirst func(store.Claimed) boo
 				slog.String("message_id", row.MessageID.String()))
 			continue
 		}
+		if p.hand.Err() != nil {
+			<-p.sem
+			r.log.InfoContext(p.ctx, "The relay stopped before the start; leaving the row for the next claim",
+				slog.String("message_id", row.MessageID.String()))
+			continue
+		}
 		p.wg.Add(1)
 		go func() {
 			defer func() { <-p.sem; p.wg.Done() }()
@@ -638,7 +671,10 @@ func (p *pass) handOver(rows []store.Claimed, checkFirst func(store.Claimed) boo
 				check = checkFirst(row)
 			}
 			owned, err := r.handOver(rowCtx, row, msg, check)
-			p.note(err)
+			if err == nil || p.hand.Err() == nil {
+				// A start cut short by the relay's stop is no refusal of Temporal's.
+				p.note(err)
+			}
 			if owned {
 				p.own(row)
 			}
@@ -723,7 +759,8 @@ func (p *pass) own(rows ...store.Claimed) {
 // the starts went.
 func (p *pass) finish() {
 	p.wg.Wait()
-	p.r.markDispatched(p.hand, p.dispatched)
+	// The runs started own their rows, also after StopGrace.
+	p.r.markDispatched(context.WithoutCancel(p.hand), p.dispatched)
 	p.r.noteStarts(p.ctx, int(p.attempted.Load()), int(p.refused.Load()), p.firstRefusal.Load())
 }
 
@@ -968,11 +1005,11 @@ func (r *Relay) markDispatched(ctx context.Context, rows []store.Claimed) {
 	}
 }
 
-// alreadyStarted handles a start that met an existing run of the message's workflow:
-// a running (or paused) one owns the message (owned is true), unless it is a run that dead-lettered
-// the message and is closing, which a redrive raced: the row is then claimed again in
-// ClosingRunRetry, to start the new run once that one has failed. A completed run
-// delivered the message.
+// alreadyStarted handles a start that met an existing run of the message's workflow: a
+// running (or paused) one owns the message (owned is true), unless it is a run that
+// dead-lettered the message and is closing, which a redrive raced: the row is then
+// claimed again in ClosingRunRetry, to start the new run once that one has failed. A
+// completed run delivered the message.
 func (r *Relay) alreadyStarted(ctx context.Context, log *slog.Logger, row store.Claimed, runID string) (owned bool) {
 	id := workflows.WorkflowID(row.MessageID.String())
 	desc, err := r.client.DescribeWorkflowExecution(ctx, id, "")

@@ -547,3 +547,49 @@ func TestTeamTopicInputCarriesTheOrderingKey(t *testing.T) {
 	require.Equal(t, "order-42", in.Message.OrderingKey)
 	require.Equal(t, "order-42", in.OrderingKey)
 }
+
+// hanging is a Temporal whose starts hang until their context ends.
+type hanging struct {
+	*recorder
+	entered chan struct{}
+}
+
+func (h hanging) ExecuteWorkflow(ctx context.Context, _ client.StartWorkflowOptions, _ any, _ ...any) (client.WorkflowRun, error) {
+	select {
+	case h.entered <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// A relay stopped while Temporal hangs gives up its starts StopGrace after its stop, not
+// at their own timeout: `outbox run` stops its worker after its relay, within the pod's
+// grace period. The rows stay claimed for the next claim, and the cut starts are no
+// refusal of Temporal's.
+func TestRelayStopsWithinItsGraceWhileTemporalHangs(t *testing.T) {
+	t.Parallel()
+	pool, st := testdb.Schema(t)
+	h := hanging{recorder: newRecorder(), entered: make(chan struct{}, 1)}
+	r, err := starter.New(st, pool, h, starter.Config{TaskQueue: "q", StartTimeout: 10 * time.Minute, Lease: time.Hour})
+	require.NoError(t, err)
+	var ids []uuid.UUID
+	for range 3 {
+		ids = append(ids, enqueue(t, st, "orders", nil))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	<-h.entered // a start hangs
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(time.Minute):
+		t.Fatal("Run still waits for its starts a minute after its stop (StopGrace is 3s)")
+	}
+	for _, id := range ids {
+		require.Equal(t, store.StatusClaimed, status(t, st, id), "left to the next claim")
+	}
+	require.NoError(t, r.StartsRefused(), "the cut starts are no refusal")
+}

@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/starter"
 )
 
 // kinds maps the apiVersion and kind of each object these manifests may hold to its API
@@ -45,9 +46,9 @@ var kinds = map[string]func() any{
 // The Secret that holds DATABASE_URL is not among the manifests: the pods refer to it.
 const databaseURLKey = "DATABASE_URL"
 
-// closeMargin is what a stopping outbox run needs after worker.stop_timeout: the relay has
-// stopped before, and the process then closes its metrics endpoint (within 5s), its
-// Temporal client and its database pool.
+// closeMargin is what a stopping outbox run needs after worker.stop_timeout: the process
+// closes its metrics endpoint (within 5s), its Temporal client and its database pool.
+// Before the worker's stop_timeout begins, its relay stops, within starter.StopGrace.
 const closeMargin = 5 * time.Second
 
 // located is a decoded object and where it was read, for messages.
@@ -136,12 +137,12 @@ func TestManifests(t *testing.T) {
 		}
 
 		stop := time.Duration(run.cfg.Worker.StopTimeout)
-		want := stop + closeMargin
+		want := starter.StopGrace + stop + closeMargin
 		switch g := d.Spec.Template.Spec.TerminationGracePeriodSeconds; {
 		case g == nil:
-			t.Errorf("%s: terminationGracePeriodSeconds is not set (Kubernetes' default is 30s): want more than worker.stop_timeout (%s) + %s = %s", dep.where, stop, closeMargin, want)
+			t.Errorf("%s: terminationGracePeriodSeconds is not set (Kubernetes' default is 30s): want more than the relay's stop (%s) + worker.stop_timeout (%s) + %s = %s", dep.where, starter.StopGrace, stop, closeMargin, want)
 		case time.Duration(*g)*time.Second <= want:
-			t.Errorf("%s: terminationGracePeriodSeconds is %d: want more than worker.stop_timeout (%s) + %s = %s, or a stopping pod is killed while its sends finish", dep.where, *g, stop, closeMargin, want)
+			t.Errorf("%s: terminationGracePeriodSeconds is %d: want more than the relay's stop (%s) + worker.stop_timeout (%s) + %s = %s, or a stopping pod is killed while its sends finish", dep.where, *g, starter.StopGrace, stop, closeMargin, want)
 		}
 	})
 
