@@ -228,6 +228,9 @@ func (a *App) DialTemporal(ctx context.Context) error {
 			if temporalx.IsNamespaceNotFound(err) {
 				return &ConfigError{err}
 			}
+			if temporalx.Unanswered(err) {
+				return &UnavailableError{"Temporal", err}
+			}
 			return err
 		}
 	}

@@ -159,6 +159,9 @@ func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace stri
 	if isNotFound(err) {
 		return namespaceNotFound(namespace, err)
 	}
+	if Unanswered(err) {
+		return fmt.Errorf("read the search attributes of namespace %q: %w", namespace, err)
+	}
 	if err != nil {
 		return searchAttributeError(namespace, workflows.SearchAttributeNames, err)
 	}
@@ -171,6 +174,9 @@ func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace stri
 	}
 	_, err = c.OperatorService().AddSearchAttributes(ctx, req)
 	var exists *serviceerror.AlreadyExists
+	if Unanswered(err) {
+		return fmt.Errorf("create search attributes %s in namespace %q: %w", strings.Join(missing, ", "), namespace, err)
+	}
 	if err != nil && !errors.As(err, &exists) {
 		return searchAttributeError(namespace, missing, err)
 	}
@@ -179,6 +185,16 @@ func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace stri
 		return searchAttributeError(namespace, missing, err)
 	}
 	return nil
+}
+
+// Unanswered reports whether err is Temporal not answering in time (unavailable, or past
+// a deadline), which a later try may cure, rather than an answer.
+func Unanswered(err error) bool {
+	var (
+		unavailable *serviceerror.Unavailable
+		deadline    *serviceerror.DeadlineExceeded
+	)
+	return errors.As(err, &unavailable) || errors.As(err, &deadline) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // namespaceNotFoundError is the error of a namespace the server does not have.
