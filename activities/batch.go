@@ -355,6 +355,8 @@ func (a *Activities) recordBatchFailures(ctx context.Context, in workflows.SendB
 			continue
 		}
 		if err := a.noteFailure(recordCtx, id, in.Topic, 1, o.Error, o.ErrType, slog.String("batch", in.Batch)); err != nil {
+			// Nothing records it again: the attempt's failure is counted all the same.
+			a.Metrics.SendFailed(in.Topic, o.ErrType)
 			a.logger().WarnContext(ctx, "Cannot record send failure", slog.String("message_id", o.MessageID), slog.Any("error", err))
 		}
 	}

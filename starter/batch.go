@@ -231,7 +231,8 @@ func (g *startGroup) start(b *heldBatch) {
 			}
 			r.markDispatched(context.WithoutCancel(hand), live)
 		case errors.As(err, &started):
-			r.batchStartedBefore(hand, claimedAt, id, live)
+			// The earlier batch owns the rows it took, also after StopGrace.
+			r.batchStartedBefore(context.WithoutCancel(hand), claimedAt, id, live)
 		case hand.Err() != nil:
 			r.log.InfoContext(g.ctx, "The relay stopped before the batch started; its rows are handed over after the lease",
 				slog.String("topic", b.topic), slog.Int("rows", len(live)), slog.Any("error", err))
