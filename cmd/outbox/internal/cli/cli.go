@@ -186,6 +186,17 @@ func (g *globals) withApp(ctx context.Context, withTemporal bool, fn func(*app.A
 	return fn(a)
 }
 
+// serve is withApp for the commands that run until they are stopped (worker, relay,
+// run): one stopped (SIGTERM, Ctrl-C) while it still connects did what it was asked, as
+// when it is stopped later, and exits 0, not 69 for a connection its stop cut short.
+func (g *globals) serve(ctx context.Context, fn func(*app.App) error) error {
+	err := g.withApp(ctx, true, fn)
+	if err != nil && ctx.Err() != nil && (app.IsUnavailable(err) || errors.Is(err, context.Canceled)) {
+		return nil
+	}
+	return err
+}
+
 func newMigrateCmd(g *globals) *cobra.Command {
 	var (
 		moveTaskQueue bool
@@ -286,7 +297,7 @@ func newWorkerCmd(g *globals) *cobra.Command {
 		Short: "Run the Temporal worker: the delivery workflow and its activities",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return g.withApp(cmd.Context(), true, func(a *app.App) error {
+			return g.serve(cmd.Context(), func(a *app.App) error {
 				return a.RunWorker(cmd.Context(), app.Handlers{})
 			})
 		},
@@ -306,7 +317,7 @@ On SIGTERM the relay stops first, then the worker lets its sends in flight finis
 worker.stop_timeout.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return g.withApp(cmd.Context(), true, func(a *app.App) error {
+			return g.serve(cmd.Context(), func(a *app.App) error {
 				return a.Run(cmd.Context(), app.Handlers{})
 			})
 		},
@@ -319,7 +330,7 @@ func newRelayCmd(g *globals) *cobra.Command {
 		Short: "Run the relay: start one delivery workflow per committed outbox row",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return g.withApp(cmd.Context(), true, func(a *app.App) error {
+			return g.serve(cmd.Context(), func(a *app.App) error {
 				return a.RunRelay(cmd.Context())
 			})
 		},

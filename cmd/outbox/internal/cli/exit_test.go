@@ -1,13 +1,17 @@
 package cli_test
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -79,4 +83,51 @@ func TestVersion(t *testing.T) {
 	require.Equal(t, runtime.Version(), b.GoVersion)
 	require.NotEmpty(t, b.Version)
 	require.Equal(t, runtime.GOOS+"/"+runtime.GOARCH, b.Platform)
+}
+
+// A worker, relay or run stopped while it still connects exits 0, as when it is stopped
+// later; a one-shot command stopped so fails.
+func TestStoppedWhileConnecting(t *testing.T) {
+	t.Parallel()
+	// A database that accepts the connection and never answers: the stop comes first.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	held := make(chan net.Conn, 16)
+	t.Cleanup(func() {
+		_ = l.Close()
+		for {
+			select {
+			case c := <-held:
+				_ = c.Close()
+			default:
+				return
+			}
+		}
+	})
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			held <- c
+		}
+	}()
+	env := map[string]string{"DATABASE_URL": "postgres://postgres@" + l.Addr().String() + "/outbox?sslmode=disable&connect_timeout=30"}
+	for _, args := range [][]string{{"worker"}, {"relay"}, {"run"}, {"stats"}} {
+		t.Run(args[0], func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr bytes.Buffer
+			root := cli.NewRoot(strings.NewReader(""), &stdout, &stderr, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+			root.SetArgs(args)
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(200*time.Millisecond, cancel)
+			err := root.ExecuteContext(ctx)
+			if args[0] == "stats" {
+				require.Error(t, err)
+				return
+			}
+			require.NoError(t, err, "outbox %s stopped while connecting", args[0])
+		})
+	}
 }
