@@ -60,6 +60,20 @@ func setupObserved(t *testing.T, status int) *observed {
 	return o
 }
 
+// createdTopic declares order.created to the metrics and returns its series' labels.
+func (o *observed) createdTopic() map[string]string {
+	o.a.Metrics.KnownTopics("order.created")
+	return map[string]string{"topic": "order.created"}
+}
+
+// enqueue enqueues a message of order.created and returns its ID.
+func (o *observed) enqueue(t *testing.T) string {
+	t.Helper()
+	id, err := o.st.Enqueue(context.Background(), o.st.DB(), store.Message{Topic: "order.created", Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	return id.String()
+}
+
 func (o *observed) sendSpan(t *testing.T) sdktrace.ReadOnlySpan {
 	t.Helper()
 	for _, s := range o.spans.Ended() {
@@ -215,15 +229,9 @@ func TestMetricsCountOnlyWhatHappened(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	o := setupObserved(t, http.StatusOK)
-	o.a.Metrics.KnownTopics("order.created")
-	created := map[string]string{"topic": "order.created"}
-	enqueue := func() string {
-		id, err := o.st.Enqueue(ctx, o.st.DB(), store.Message{Topic: "order.created", Payload: json.RawMessage(`{}`)})
-		require.NoError(t, err)
-		return id.String()
-	}
+	created := o.createdTopic()
 
-	paused := enqueue()
+	paused := o.enqueue(t)
 	_, _, err := o.st.PauseTopic(ctx, "order.created", "ops", "")
 	require.NoError(t, err)
 	err = sendOnce(ctx, o.a, workflows.SendInput{MessageID: paused, Topic: "order.created", Attempt: 1, MaxAttempts: 4})
@@ -240,7 +248,7 @@ func TestMetricsCountOnlyWhatHappened(t *testing.T) {
 		"a second run of a message recorded sent")
 	require.Equal(t, 1.0, o.value(t, "outbox_send_attempts_total", created), "a message recorded sent is not sent again")
 
-	failed := enqueue()
+	failed := o.enqueue(t)
 	in := workflows.RecordFailureInput{MessageID: failed, Topic: "order.created", Attempt: 1, Error: "HTTP 502", ErrType: workflows.ErrTypeRetryable}
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
@@ -256,14 +264,12 @@ func TestTeamAttemptsAreCounted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	o := setupObserved(t, http.StatusOK)
-	o.a.Metrics.KnownTopics("order.created")
-	created := map[string]string{"topic": "order.created"}
-	id, err := o.st.Enqueue(ctx, o.st.DB(), store.Message{Topic: "order.created", Payload: json.RawMessage(`{}`)})
-	require.NoError(t, err)
+	created := o.createdTopic()
+	id := o.enqueue(t)
 
-	require.NoError(t, o.a.RecordFailure(ctx, workflows.RecordFailureInput{MessageID: id.String(), Topic: "order.created", Attempt: 1, Error: "reserve stock: timeout", ErrType: workflows.ErrTypeRetryable}))
-	require.NoError(t, o.a.MarkSent(ctx, workflows.MarkSentInput{MessageID: id.String(), Attempts: 2, TeamAttempt: true}))
-	require.NoError(t, o.a.MarkSent(ctx, workflows.MarkSentInput{MessageID: id.String(), Attempts: 2, TeamAttempt: true}), "a retried mark-sent")
+	require.NoError(t, o.a.RecordFailure(ctx, workflows.RecordFailureInput{MessageID: id, Topic: "order.created", Attempt: 1, Error: "reserve stock: timeout", ErrType: workflows.ErrTypeRetryable}))
+	require.NoError(t, o.a.MarkSent(ctx, workflows.MarkSentInput{MessageID: id, Attempts: 2, TeamAttempt: true}))
+	require.NoError(t, o.a.MarkSent(ctx, workflows.MarkSentInput{MessageID: id, Attempts: 2, TeamAttempt: true}), "a retried mark-sent")
 	require.Equal(t, 2.0, o.value(t, "outbox_send_attempts_total", created))
 	require.Equal(t, 1.0, o.value(t, "outbox_send_failures_total", created))
 	require.Equal(t, 1.0, o.value(t, "outbox_messages_sent_total", created))

@@ -2,11 +2,11 @@ package starter_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	taskqueuepb "go.temporal.io/api/taskqueue/v1"
@@ -77,27 +77,18 @@ func TestRelayDeployment(t *testing.T) {
 	// A database that answers that the migrations are missing stops the relay at once.
 	t.Run("StopsOnADatabaseWithoutMigrations", func(t *testing.T) {
 		t.Parallel()
-		for name, ddl := range map[string]string{
-			"NoDeploymentTable": `DROP TABLE %s.outbox_deployment`,
-			"NoDeploymentRow":   `DELETE FROM %s.outbox_deployment`,
-		} {
-			t.Run(name, func(t *testing.T) {
-				t.Parallel()
-				pool, st := testdb.Schema(t)
-				_, err := pool.Exec(ctx, fmt.Sprintf(ddl, st.Schema()))
-				require.NoError(t, err)
-				rec := newRecorder()
-				r, err := starter.New(st, pool, rec, starter.Config{TaskQueue: "outbox", PollInterval: 10 * time.Millisecond})
-				require.NoError(t, err)
-				runCtx, cancel := context.WithTimeout(ctx, time.Minute)
-				defer cancel()
-				err = r.Run(runCtx)
-				require.ErrorIs(t, err, store.ErrNotMigrated)
-				require.Contains(t, err.Error(), "outbox migrate")
-				require.NoError(t, runCtx.Err(), "stopped at once, not when its context ended")
-				require.Empty(t, rec.starts)
-			})
-		}
+		testdb.EachUnmigrated(t, func(t *testing.T, pool *pgxpool.Pool, st *store.Store) {
+			rec := newRecorder()
+			r, err := starter.New(st, pool, rec, starter.Config{TaskQueue: "outbox", PollInterval: 10 * time.Millisecond})
+			require.NoError(t, err)
+			runCtx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			err = r.Run(runCtx)
+			require.ErrorIs(t, err, store.ErrNotMigrated)
+			require.Contains(t, err.Error(), "outbox migrate")
+			require.NoError(t, runCtx.Err(), "stopped at once, not when its context ended")
+			require.Empty(t, rec.starts)
+		})
 	})
 
 	t.Run("RefusesAnotherDeploymentsWorkers", func(t *testing.T) {

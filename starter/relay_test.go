@@ -202,30 +202,21 @@ func TestRelay(t *testing.T) {
 		require.Zero(t, n, "dispatched rows are not claimed again")
 	})
 
-	t.Run("AlreadyRunningIsHandedOver", func(t *testing.T) {
-		t.Parallel()
-		rec := newRecorder()
-		r, st := setup(t, rec, starter.Config{})
-		id := enqueue(t, st, "t", nil)
-		rec.startErr = func(string) error { return serviceerror.NewWorkflowExecutionAlreadyStarted("running", "", "run-1") }
-		rec.status["outbox-"+id.String()] = enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
-		_, err := r.RunOnce(ctx)
-		require.NoError(t, err)
-		require.Equal(t, store.StatusDispatched, status(t, st, id))
-	})
-
-	// An operator paused the run: it is open, owns the message, and goes on once unpaused.
-	t.Run("AlreadyPausedIsHandedOver", func(t *testing.T) {
-		t.Parallel()
-		rec := newRecorder()
-		r, st := setup(t, rec, starter.Config{})
-		id := enqueue(t, st, "t", nil)
-		rec.startErr = func(string) error { return serviceerror.NewWorkflowExecutionAlreadyStarted("running", "", "run-1") }
-		rec.status["outbox-"+id.String()] = enumspb.WORKFLOW_EXECUTION_STATUS_PAUSED
-		_, err := r.RunOnce(ctx)
-		require.NoError(t, err)
-		require.Equal(t, store.StatusDispatched, status(t, st, id))
-	})
+	// A running run owns the message; so does a paused one (an operator paused it): it is
+	// open, and goes on once unpaused.
+	for _, running := range []enumspb.WorkflowExecutionStatus{enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_PAUSED} {
+		t.Run("Already"+running.String()+"IsHandedOver", func(t *testing.T) {
+			t.Parallel()
+			rec := newRecorder()
+			r, st := setup(t, rec, starter.Config{})
+			id := enqueue(t, st, "t", nil)
+			rec.startErr = func(string) error { return serviceerror.NewWorkflowExecutionAlreadyStarted("running", "", "run-1") }
+			rec.status["outbox-"+id.String()] = running
+			_, err := r.RunOnce(ctx)
+			require.NoError(t, err)
+			require.Equal(t, store.StatusDispatched, status(t, st, id))
+		})
+	}
 
 	t.Run("RedrivenBeforeItsDeadLetteringRunClosedIsStartedAgainSoon", func(t *testing.T) {
 		t.Parallel()

@@ -4,6 +4,7 @@ package testdb
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"os"
 	"testing"
 
@@ -37,4 +38,23 @@ func Pool(t testing.TB) *pgxpool.Pool {
 func Schema(t testing.TB) (*pgxpool.Pool, *store.Store) {
 	t.Helper()
 	return outboxtest.Schema(t, URL())
+}
+
+// EachUnmigrated runs test, as a parallel subtest, on a fresh schema of each kind that
+// answers that the outbox's migrations have not run (store.ErrNotMigrated): one without
+// the deployment table, one without its row.
+func EachUnmigrated(t *testing.T, test func(t *testing.T, pool *pgxpool.Pool, st *store.Store)) {
+	t.Helper()
+	for name, ddl := range map[string]string{
+		"NoDeploymentTable": `DROP TABLE %s.outbox_deployment`,
+		"NoDeploymentRow":   `DELETE FROM %s.outbox_deployment`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			pool, st := Schema(t)
+			_, err := pool.Exec(context.Background(), fmt.Sprintf(ddl, st.Schema()))
+			require.NoError(t, err)
+			test(t, pool, st)
+		})
+	}
 }

@@ -532,13 +532,8 @@ func (s *Sink) SendBatch(ctx context.Context, msgs []delivery.Message) []error {
 // or the server refuses a publish to its subject, and classifies the outcome as Send does.
 func (s *Sink) await(ctx context.Context, js jetstream.JetStream, f jetstream.PubAckFuture, d delivery.Message, began time.Time) error {
 	for {
-		select {
-		case ack := <-f.Ok():
-			s.acked(ctx, js, d, ack)
-			return nil
-		case err := <-f.Err():
-			return s.classify(ctx, js, f.Msg().Subject, began, err)
-		default:
+		if ok, err := s.answer(ctx, js, f, d, began); ok {
+			return err
 		}
 		signal, denied := s.denialOrSignal(f.Msg().Subject, began)
 		if denied != nil {
@@ -553,20 +548,28 @@ func (s *Sink) await(ctx context.Context, js jetstream.JetStream, f jetstream.Pu
 		case <-signal:
 		case <-ctx.Done():
 			// An answer that came as the attempt ended still counts.
-			select {
-			case ack := <-f.Ok():
-				s.acked(ctx, js, d, ack)
-				return nil
-			case err := <-f.Err():
-				return s.classify(ctx, js, f.Msg().Subject, began, err)
-			default:
-				if denied := s.denial(f.Msg().Subject, began); denied != nil {
-					return denied
-				}
-				return delivery.Ambiguous(fmt.Errorf("nats publish to %q: no acknowledgement before the attempt ended (%w); the stream may have the message",
-					f.Msg().Subject, context.Cause(ctx)))
+			if ok, err := s.answer(ctx, js, f, d, began); ok {
+				return err
 			}
+			if denied := s.denial(f.Msg().Subject, began); denied != nil {
+				return denied
+			}
+			return delivery.Ambiguous(fmt.Errorf("nats publish to %q: no acknowledgement before the attempt ended (%w); the stream may have the message",
+				f.Msg().Subject, context.Cause(ctx)))
 		}
+	}
+}
+
+// answer is the outcome of f when its answer has come (ok), without waiting for one.
+func (s *Sink) answer(ctx context.Context, js jetstream.JetStream, f jetstream.PubAckFuture, d delivery.Message, began time.Time) (ok bool, err error) {
+	select {
+	case ack := <-f.Ok():
+		s.acked(ctx, js, d, ack)
+		return true, nil
+	case err := <-f.Err():
+		return true, s.classify(ctx, js, f.Msg().Subject, began, err)
+	default:
+		return false, nil
 	}
 }
 
