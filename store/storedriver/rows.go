@@ -272,7 +272,9 @@ type Stats struct {
 	// ByTopic counts messages per topic and status (statuses with no message left out).
 	ByTopic map[string]map[Status]int64 `json:"by_topic"`
 	// OldestPendingAge is the age of the oldest pending message that is due (zero when
-	// there is none): how long the relays are behind.
+	// there is none): how long the relays are behind. A message of a paused topic, or
+	// held back behind its ordering key, is not due; one waiting for room under its
+	// topic's limit of messages in flight is.
 	OldestPendingAge time.Duration `json:"oldest_pending_age_ns"`
 	// InFlight counts messages handed to Temporal (or being handed) but not finished:
 	// claimed and dispatched.

@@ -204,6 +204,26 @@ func testStatsAndBacklog(t *testing.T, h Harness) {
 	}
 	_, age = storedriver.TotalBacklog(backlog)
 	require.Less(t, age, time.Hour)
+
+	// Stats' oldest pending message is a due one, as the backlog's age: not one of a
+	// paused topic, nor one held back behind its ordering key, however old.
+	e2 := newEnv(t, h)
+	quiet := e2.enqueue(msg("quiet", `{}`))[0].MessageID
+	e2.shift("created_at", e2.get(quiet).ID)
+	_, _, err = e2.d().PauseTopic(e2.ctx, "quiet", "ops", "")
+	require.NoError(t, err)
+	behind := e2.enqueue(keyed("g", "k", 1), keyed("g", "k", 2))[1].MessageID
+	require.Len(t, e2.claim(10, storedriver.OrderingRules{}).Claimed, 1, "the key's first")
+	require.True(t, e2.get(behind).HeldBack, "the key's second waits for the first")
+	e2.shift("created_at", e2.get(behind).ID)
+	st, err = e2.d().Stats(e2.ctx)
+	require.NoError(t, err)
+	require.Less(t, st.OldestPendingAge, time.Hour, "nothing due is old")
+	due := e2.enqueue(msg("a", `{}`))[0].MessageID
+	e2.shift("created_at", e2.get(due).ID)
+	st, err = e2.d().Stats(e2.ctx)
+	require.NoError(t, err)
+	require.Greater(t, st.OldestPendingAge, 24*time.Hour, "a due message two days old")
 }
 
 // testPlainSQLRows pins what the store does with rows a writer without the library
