@@ -1,10 +1,12 @@
 package sinks_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/internal/redact"
@@ -51,4 +53,30 @@ func TestTemplate(t *testing.T) {
 	require.ErrorContains(t, err, "unknown placeholder {key}")
 	_, err = sinks.ParseTemplate("orders.{topic")
 	require.ErrorContains(t, err, "unbalanced brace")
+}
+
+// A broker message carries the send span's trace context, not the one the row was
+// enqueued with, whatever the case of the row's header names, and not a stale tracestate.
+func TestHeadersCarryTheSendSpansTraceContext(t *testing.T) {
+	send := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5, 6}, TraceFlags: trace.FlagsSampled,
+	})
+	ctx := trace.ContextWithSpanContext(context.Background(), send)
+	d := delivery.Message{MessageID: uuid.NewString(), Topic: "order.created", Headers: map[string]string{
+		"traceparent": "00-ffffffffffffffffffffffffffffffff-eeeeeeeeeeeeeeee-01",
+		"tracestate":  "vendor=stale",
+		"Traceparent": "00-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-bbbbbbbbbbbbbbbb-01",
+		"X-Tenant":    "acme",
+	}}
+	h, err := sinks.Headers(ctx, d, nil, sinks.KafkaReserved)
+	require.NoError(t, err)
+	require.Equal(t, "00-"+send.TraceID().String()+"-"+send.SpanID().String()+"-01", h["traceparent"])
+	require.NotContains(t, h, "tracestate")
+	require.NotContains(t, h, "Traceparent")
+	require.Equal(t, "acme", h["X-Tenant"], "the message's other headers stay")
+
+	// Without a span, the message's own trace context goes on.
+	h, err = sinks.Headers(context.Background(), d, nil, sinks.KafkaReserved)
+	require.NoError(t, err)
+	require.Equal(t, d.Headers["traceparent"], h["traceparent"])
 }
