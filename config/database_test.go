@@ -29,7 +29,7 @@ func TestDatabaseKind(t *testing.T) {
 		require.NoError(t, err, url)
 		require.Equal(t, want, got, url)
 	}
-	for _, url := range []string{"redis://u:hunter2@db:6379", "sqlite:app.db", "app:hunter2@db"} {
+	for _, url := range []string{"redis://u:hunter2@db:6379", "sqlite:app.db", "app:hunter2@db", `"host=db password=hunter2"`, "host:db password=hunter2"} {
 		_, err := config.DatabaseKind(url)
 		require.Error(t, err, url)
 		require.NotContains(t, err.Error(), "hunter2")

@@ -83,7 +83,8 @@ func Error(err error, list string) string {
 
 // Address is a host:port (a Kafka seed broker, say) as errors may show it: a URL goes
 // through URL, and the user information of user:password@host:port, which may hold a
-// password, is hidden.
+// password, is hidden. So is the value of a key=value pair whose key names a secret
+// (password=, token=, ...), as in a malformed libpq connection string.
 func Address(s string) string {
 	if strings.Contains(s, "://") {
 		return URL(s)
@@ -91,5 +92,9 @@ func Address(s string) string {
 	if i := strings.LastIndex(s, "@"); i >= 0 {
 		return "(user information hidden)@" + s[i+1:]
 	}
-	return s
+	return secretValue.ReplaceAllString(s, "${1}=(hidden)")
 }
+
+// secretValue is a key=value pair whose key names a secret, with its value bare or
+// quoted.
+var secretValue = regexp.MustCompile(`(?i)([a-z_]*(?:pass|pwd|secret|token)[a-z_]*)\s*=\s*(?:'[^']*'?|"[^"]*"?|[^\s'"]+)`)

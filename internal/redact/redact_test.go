@@ -41,6 +41,13 @@ func TestAddress(t *testing.T) {
 		"kafka-1:9092":                    "kafka-1:9092",
 		"user:hunter2@kafka-1:9092":       "(user information hidden)@kafka-1:9092",
 		"kafka://user:hunter2@kafka:9092": "kafka://kafka:9092",
+		// A malformed libpq connection string: quoted, or with a typo.
+		`"host=db user=app password=s3cret"`:        `"host=db user=app password=(hidden)"`,
+		`'host=db password='s3 cret''`:              `'host=db password=(hidden)'`,
+		"host:db password=s3cret":                   "host:db password=(hidden)",
+		"host=db PASSWORD = s3cret sslmode=require": "host=db PASSWORD=(hidden) sslmode=require",
+		"api_token=abc123 kafka-1:9092":             "api_token=(hidden) kafka-1:9092",
+		"tokenizer:9092":                            "tokenizer:9092",
 	} {
 		if got := Address(in); got != want {
 			t.Errorf("Address(%q) = %q, want %q", in, got, want)
