@@ -41,6 +41,9 @@ import (
 // markerFile marks a folder as a dev folder, so --reset never wipes anything else.
 const markerFile = ".outbox-dev"
 
+// sessionLock is the dev folder's lock, which one outbox dev holds while it runs.
+const sessionLock = "lock"
+
 // Options are the flags of outbox dev.
 type Options struct {
 	Dir       string
@@ -180,9 +183,11 @@ func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) (err error
 	if o.Dir, err = filepath.Abs(o.Dir); err != nil {
 		return fmt.Errorf("--dir: %w", err)
 	}
-	if err := prepareDir(o.Dir, o.Reset); err != nil {
+	release, err := prepareDir(o.Dir, o.Reset)
+	if err != nil {
 		return err
 	}
+	defer release()
 	s := &session{o: o, cfg: cfg, logger: logger}
 	defer s.stop()
 
@@ -497,29 +502,53 @@ func (s *session) writeEnvFile() error {
 	return nil
 }
 
-// prepareDir creates the dev folder, wiping it first when reset is set. A folder that has
-// files but no marker is not a dev folder and is never wiped.
-func prepareDir(dir string, reset bool) error {
+// prepareDir creates the dev folder and takes its lock for the session (release gives it
+// back), then wipes the folder when reset is set. A folder that has files but no marker is
+// not a dev folder and is never wiped, nor given a lock file; a folder another outbox dev
+// holds is not wiped either.
+func prepareDir(dir string, reset bool) (release func(), err error) {
 	marker := filepath.Join(dir, markerFile)
-	if reset {
-		if _, err := os.Stat(marker); err == nil {
-			if err := os.RemoveAll(dir); err != nil {
-				return fmt.Errorf("--reset: %w", err)
-			}
-			if err := pgcluster.RemoveRelocated(dir); err != nil {
-				return fmt.Errorf("--reset: %w", err)
-			}
-		} else if entries, _ := os.ReadDir(dir); len(entries) > 0 {
-			return fmt.Errorf("--reset: %s is not an outbox dev folder (it has no %s file); refusing to wipe it", dir, markerFile)
+	_, markerErr := os.Stat(marker)
+	if reset && markerErr != nil {
+		if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+			return nil, fmt.Errorf("--reset: %s is not an outbox dev folder (it has no %s file); refusing to wipe it", dir, markerFile)
 		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("--dir: %w", err)
+		return nil, fmt.Errorf("--dir: %w", err)
+	}
+	if release, err = lockDir(dir); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			release()
+		}
+	}()
+	if reset && markerErr == nil {
+		// Everything but the lock this session holds.
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return nil, fmt.Errorf("--reset: %w", err)
+		}
+		for _, e := range entries {
+			if e.Name() == sessionLock {
+				continue
+			}
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				return nil, fmt.Errorf("--reset: %w", err)
+			}
+		}
+		if err := pgcluster.RemoveRelocated(dir); err != nil {
+			return nil, fmt.Errorf("--reset: %w", err)
+		}
 	}
 	if _, err := os.Stat(marker); errors.Is(err, os.ErrNotExist) {
-		return os.WriteFile(marker, []byte("This folder holds the data of `outbox dev`; `outbox dev --reset` wipes it.\n"), 0o644)
+		if err := os.WriteFile(marker, []byte("This folder holds the data of `outbox dev`; `outbox dev --reset` wipes it.\n"), 0o644); err != nil {
+			return nil, err
+		}
 	}
-	return nil
+	return release, nil
 }
 
 // loopback turns a listen address into one a client on this machine can dial.
