@@ -306,6 +306,27 @@ func TestDevWithoutPostgreSQL(t *testing.T) {
 	require.Empty(t, strings.TrimSpace(string(procs)))
 }
 
+// TestDevWithAnEarlierSessionsEnvironment: in a shell that sourced an earlier outbox dev's
+// env file, outbox dev uses DATABASE_URL and TEMPORAL_ADDRESS instead of starting its own
+// servers; when they are gone, the error says so and what to unset.
+func TestDevWithAnEarlierSessionsEnvironment(t *testing.T) {
+	t.Parallel()
+	bin, err := buildOutbox()
+	require.NoError(t, err)
+	ports := testutil.FreePorts(t, 3)
+	env := append(devEnv(),
+		fmt.Sprintf("DATABASE_URL=postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", ports[0]),
+		fmt.Sprintf("TEMPORAL_ADDRESS=127.0.0.1:%d", ports[1]))
+	cmd := exec.Command(bin, "dev", "--dir", filepath.Join(t.TempDir(), "dev"), "--port", strconv.Itoa(ports[2]))
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	var exitErr *exec.ExitError
+	require.ErrorAs(t, err, &exitErr, "%s", out)
+	require.NotZero(t, exitErr.ExitCode())
+	require.Contains(t, string(out), fmt.Sprintf("connect to PostgreSQL at 127.0.0.1:%d", ports[0]))
+	require.Contains(t, string(out), "unset DATABASE_URL and TEMPORAL_ADDRESS to let outbox dev start its own")
+}
+
 // TestDevBroker: outbox dev --broker nats, with no NATS server at --nats-url, starts
 // nats-server with JetStream in the dev folder, and each demo order reaches the demo stream
 // with its message ID as Nats-Msg-Id.

@@ -420,6 +420,9 @@ func (s *session) openOutbox(ctx context.Context, demoTopics bool) error {
 	}
 	a, err := app.Open(ctx, s.cfg, app.Options{Logger: s.logger, Databases: cli.Databases})
 	if err != nil {
+		if s.cfg.DatabaseURL != "" && app.IsUnavailable(err) {
+			return fmt.Errorf("%w\noutbox dev uses the database of DATABASE_URL (or database_url) instead of starting its own; a shell that sourced %s has an earlier outbox dev's: unset DATABASE_URL and TEMPORAL_ADDRESS to let outbox dev start its own", err, s.path(envFile))
+		}
 		return err
 	}
 	s.app = a
