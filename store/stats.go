@@ -43,16 +43,16 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	if err != nil {
 		return st, fmt.Errorf("stats: count messages: %w", err)
 	}
-	st.InFlight = st.ByStatus[StatusClaimed] + st.ByStatus[StatusDispatched]
-
 	var pendingAge, inFlightAge *time.Duration
+	var claimedLive int64
 	err = tx.QueryRow(ctx, `SELECT now(),
   (SELECT now() - min(created_at) FROM `+s.messages+`
      WHERE status = 'pending' AND (next_retry_at IS NULL OR next_retry_at <= now())
        AND (NOT held_back OR ordering_key IS NULL) AND topic NOT IN (SELECT topic FROM `+s.pauses+`)),
   now() - LEAST(
     (SELECT min(coalesce(dispatched_at, updated_at)) FROM `+s.messages+` WHERE status = 'dispatched'),
-    (SELECT min(updated_at) FROM `+s.messages+` WHERE status = 'claimed')),
+    (SELECT min(updated_at) FROM `+s.messages+` WHERE status = 'claimed' AND lease_until > now() AND NOT held_back)),
+  (SELECT count(*) FROM `+s.messages+` WHERE status = 'claimed' AND lease_until > now() AND NOT held_back),
   (SELECT count(*) FROM `+s.dead+` WHERE redriven_at IS NULL AND discarded_at IS NULL),
   (SELECT count(*) FROM `+s.dead+` WHERE dead_lettered_at >= now() - interval '1 hour'),
   (SELECT count(*) FROM `+s.dead+` WHERE dead_lettered_at >= now() - interval '1 day'),
@@ -67,11 +67,14 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
        AND EXISTS (SELECT 1 FROM `+s.messages+` l WHERE l.ordering_key = d.ordering_key AND l.ordering_seq > d.ordering_seq
          AND l.status = 'pending')),
   (SELECT count(*) FROM `+s.audit+` WHERE action = 'reconcile' AND at >= now() - interval '1 day')`).
-		Scan(&st.At, &pendingAge, &inFlightAge, &st.OpenDeadLetters, &st.DeadLettersLastHour, &st.DeadLettersLastDay,
+		Scan(&st.At, &pendingAge, &inFlightAge, &claimedLive, &st.OpenDeadLetters, &st.DeadLettersLastHour, &st.DeadLettersLastDay,
 			&st.HeldBack, &st.KeysBlockedByDead, &st.RepairedLastDay)
 	if err != nil {
 		return st, fmt.Errorf("stats: %w", err)
 	}
+	// In flight: dispatched, or claimed under a live lease and not parked (a claimed row
+	// whose lease ran out, or that a claim parked, waits for a relay).
+	st.InFlight = st.ByStatus[StatusDispatched] + claimedLive
 	if pendingAge != nil {
 		st.OldestPendingAge = max(*pendingAge, 0)
 	}

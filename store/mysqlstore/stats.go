@@ -46,17 +46,18 @@ func (s *Store) Stats(ctx context.Context) (storedriver.Stats, error) {
 	if err := rows.Err(); err != nil {
 		return st, fmt.Errorf("stats: count messages: %w", err)
 	}
-	st.InFlight = st.ByStatus[storedriver.StatusClaimed] + st.ByStatus[storedriver.StatusDispatched]
-
 	// NOW(6) is one value throughout a statement, so the ages and windows agree.
 	var pendingAge, dispatchedAge, claimedAge sql.NullInt64
+	var claimedLive int64
 	err = tx.QueryRowContext(ctx, `SELECT NOW(6),
   (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6)) FROM `+s.messages+`
      WHERE status = 'pending' AND (next_retry_at IS NULL OR next_retry_at <= NOW(6))
        AND (NOT held_back OR ordering_key IS NULL) AND topic NOT IN (SELECT topic FROM `+s.pauses+`)),
   (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(COALESCE(dispatched_at, updated_at)), NOW(6)) FROM `+s.messages+`
      WHERE status = 'dispatched'),
-  (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(updated_at), NOW(6)) FROM `+s.messages+` WHERE status = 'claimed'),
+  (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(updated_at), NOW(6)) FROM `+s.messages+`
+     WHERE status = 'claimed' AND lease_until > NOW(6) AND NOT held_back),
+  (SELECT COUNT(*) FROM `+s.messages+` WHERE status = 'claimed' AND lease_until > NOW(6) AND NOT held_back),
   (SELECT COUNT(*) FROM `+s.dead+` WHERE redriven_at IS NULL AND discarded_at IS NULL),
   (SELECT COUNT(*) FROM `+s.dead+` WHERE dead_lettered_at >= NOW(6) - INTERVAL 1 HOUR),
   (SELECT COUNT(*) FROM `+s.dead+` WHERE dead_lettered_at >= NOW(6) - INTERVAL 1 DAY),
@@ -71,11 +72,14 @@ func (s *Store) Stats(ctx context.Context) (storedriver.Stats, error) {
        AND EXISTS (SELECT 1 FROM `+s.messages+` l WHERE l.ordering_key = d.ordering_key AND l.ordering_seq > d.ordering_seq
          AND l.status = 'pending')),
   (SELECT COUNT(*) FROM `+s.audit+" WHERE action = 'reconcile' AND `at` >= NOW(6) - INTERVAL 1 DAY)").
-		Scan(&st.At, &pendingAge, &dispatchedAge, &claimedAge, &st.OpenDeadLetters, &st.DeadLettersLastHour, &st.DeadLettersLastDay,
+		Scan(&st.At, &pendingAge, &dispatchedAge, &claimedAge, &claimedLive, &st.OpenDeadLetters, &st.DeadLettersLastHour, &st.DeadLettersLastDay,
 			&st.HeldBack, &st.KeysBlockedByDead, &st.RepairedLastDay)
 	if err != nil {
 		return st, fmt.Errorf("stats: %w", err)
 	}
+	// In flight: dispatched, or claimed under a live lease and not parked (a claimed row
+	// whose lease ran out, or that a claim parked, waits for a relay).
+	st.InFlight = st.ByStatus[storedriver.StatusDispatched] + claimedLive
 	if pendingAge.Valid {
 		st.OldestPendingAge = max(time.Duration(pendingAge.Int64)*time.Microsecond, 0)
 	}

@@ -277,7 +277,8 @@ type Stats struct {
 	// topic's limit of messages in flight is.
 	OldestPendingAge time.Duration `json:"oldest_pending_age_ns"`
 	// InFlight counts messages handed to Temporal (or being handed) but not finished:
-	// claimed and dispatched.
+	// dispatched, and claimed under a live lease (a claimed row whose lease ran out, or
+	// that a claim parked, waits for a relay).
 	InFlight int64 `json:"in_flight"`
 	// OldestInFlightAge is the time since the oldest in-flight message was handed over
 	// (dispatched_at; for a claimed one, since it was claimed). Reconciliation's checks

@@ -132,7 +132,7 @@ func testStatsAndBacklog(t *testing.T, h Harness) {
 	require.NoError(t, err)
 	require.Empty(t, backlog)
 
-	e.claimed("b")
+	claimedB := e.claimed("b")
 	e.dispatched("c")
 	e.sent("d")
 	// A dead message with an ordering key, and a later message of its key.
@@ -204,6 +204,12 @@ func testStatsAndBacklog(t *testing.T, h Harness) {
 	}
 	_, age = storedriver.TotalBacklog(backlog)
 	require.Less(t, age, time.Hour)
+
+	// A claimed row whose lease ran out is no longer in flight: it waits for a relay.
+	e.shift("lease_until", claimedB.ID)
+	st, err = e.d().Stats(e.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.InFlight, "the dispatched row only")
 
 	// Stats' oldest pending message is a due one, as the backlog's age: not one of a
 	// paused topic, nor one held back behind its ordering key, however old.

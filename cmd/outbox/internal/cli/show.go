@@ -406,6 +406,9 @@ func (v *messageView) waitsFor() string {
 		return ""
 	}
 	switch {
+	case v.Paused && v.Status == store.StatusDispatched && v.Batch != nil:
+		// A batch run already started finishes its batch, pause or not.
+		return ""
 	case v.Paused:
 		return fmt.Sprintf(", topic paused: waits for outbox topic resume %s", v.Topic)
 	case !v.HeldBack || v.Status == store.StatusDispatched:
@@ -433,7 +436,9 @@ func (v *messageView) write(w io.Writer) {
 			retries += fmt.Sprintf(" of at most %d", *v.MaxRetryTimes)
 		}
 		fmt.Fprintf(w, "Retries      %s\nRedrives     %d\n", retries, v.RedriveCount)
-		if v.NextRetryAt != nil && v.Status != store.StatusSent {
+		if v.NextRetryAt != nil && (v.Status == store.StatusPending || v.Status == store.StatusClaimed) {
+			// The time before which no relay hands it over; once handed over, its run
+			// times its attempts, and a dead or discarded message has none until a redrive.
 			fmt.Fprintf(w, "Next attempt %s\n", v.NextRetryAt.Local().Format(layout))
 		}
 		if v.OrderingKey != nil && v.OrderingSeq != nil {
