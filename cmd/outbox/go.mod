@@ -7,7 +7,7 @@ require (
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/outbox-go/outbox/internal/redact v0.0.0
 	github.com/outbox-go/outbox/internal/tracing v0.0.0 // indirect
-	github.com/outbox-go/outbox/store/storedriver v0.0.0 // indirect
+	github.com/outbox-go/outbox/store/storedriver v0.0.0
 	github.com/prometheus/client_golang v1.23.2 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/spf13/cobra v1.10.2

@@ -47,6 +47,7 @@ func TestExitCodes(t *testing.T) {
 		{"BadFlagValue", nil, []string{"enqueue", "a", "--deliver-after", "soon"}, cli.ExitUsage, `invalid argument "soon" for "--deliver-after"`},
 		{"FlagOutOfRange", nil, []string{"stats", "--log-format", "xml"}, cli.ExitUsage, `--log-format must be text or json, got "xml"`},
 		{"NotAMessageID", nil, []string{"dlq", "show", "42"}, cli.ExitUsage, `message ID must be a UUID, got "42"`},
+		{"PauseReasonTooLong", nil, []string{"topic", "pause", "order.created", "--reason", strings.Repeat("x", 1001)}, cli.ExitUsage, "--by or --reason: reason must be at most 1000 bytes"},
 		{"MissingConfigFile", nil, []string{"migrate", "--config", filepath.Join(dir, "missing.yaml")}, cli.ExitConfig, "missing.yaml"},
 		{"UnknownConfigField", nil, []string{"migrate", "--config", unknownField}, cli.ExitConfig, "field poll_intervall not found"},
 		{"InvalidConfigValue", map[string]string{"DATABASE_URL": "mysql://x"}, []string{"migrate"}, cli.ExitConfig, "database_url"},

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outbox-go/outbox/app"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/storedriver"
 )
 
 func newTopicCmd(g *globals) *cobra.Command {
@@ -35,6 +36,11 @@ func newTopicPauseCmd(g *globals) *cobra.Command {
 			topic := args[0]
 			if !store.TopicPattern.MatchString(topic) {
 				return usageErrorf("topic must match %s, got %q", store.TopicPattern, topic)
+			}
+			// --by and --reason are checked before connecting, as flags are (the default
+			// --by, the current user, is the store's to check).
+			if err := storedriver.ValidatePause(topic, cmp.Or(by, "operator"), reason); err != nil {
+				return usageErrorf("--by or --reason: %v", err)
 			}
 			return g.withApp(cmd.Context(), false, func(a *app.App) error {
 				w := cmd.OutOrStdout()
