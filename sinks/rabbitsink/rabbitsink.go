@@ -24,12 +24,13 @@
 // background, so the broker may yet get its message.
 //
 // Failures are classified for the delivery workflow: nothing sent (no connection, the
-// broker nacked, the broker blocks publishers) is retryable; a connection lost or a context
-// done between the publish and its confirm is ambiguous, the broker may have the message; a
-// message the broker refused for good (unroutable, missing exchange, access refused,
-// precondition failed such as a message over the size limit) is permanent. A send that
-// failed because its connection broke, not because of its message, wraps
-// [delivery.ErrConnectionLost].
+// broker blocks publishers) is retryable; a connection lost or a context done between the
+// publish and its confirm, and a nack (a message routed to several queues is nacked when
+// one refuses it, though the others may have queued it), are ambiguous: the broker may
+// have the message; a message the broker refused for good (unroutable, missing exchange,
+// access refused, precondition failed such as a message over the size limit) is
+// permanent. A send that failed because its connection broke, not because of its message,
+// wraps [delivery.ErrConnectionLost].
 package rabbitsink
 
 import (
