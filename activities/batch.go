@@ -102,7 +102,7 @@ func (a *Activities) SendBatch(ctx context.Context, in workflows.SendBatchInput)
 				*o = failedOutcome(m.MessageID, err)
 				continue
 			}
-			send = append(send, message(row, 1, in.MaxAttempts))
+			send = append(send, message(row, 1, rowMaxAttempts(row, in.MaxAttempts)))
 			sendAt = append(sendAt, i)
 		}
 	}
@@ -153,7 +153,7 @@ func (a *Activities) sendAll(ctx context.Context, h delivery.Handler, rows map[u
 	traced := delivery.HandlerFunc(func(ctx context.Context, m delivery.Message) error {
 		a.Metrics.SendAttempt(in.Topic)
 		id, _ := uuid.Parse(m.MessageID)
-		ctx, span := a.startSendSpan(ctx, rows[id], workflows.SendInput{MessageID: m.MessageID, Topic: m.Topic, Attempt: 1, MaxAttempts: in.MaxAttempts})
+		ctx, span := a.startSendSpan(ctx, rows[id], workflows.SendInput{MessageID: m.MessageID, Topic: m.Topic, Attempt: 1, MaxAttempts: m.MaxAttempts})
 		defer span.End()
 		err := h.Send(ctx, m)
 		if err != nil {
@@ -383,4 +383,14 @@ func (a *Activities) MarkSentAll(ctx context.Context, in workflows.MarkSentAllIn
 		a.Metrics.Sent(s.Topic, s.Latency)
 	}
 	return nil
+}
+
+// rowMaxAttempts is the attempts a message of a batch has: its row's max_retry_times + 1
+// when the writer set it, as its own run would have (workflows.ResolvePolicy), else the
+// topic's.
+func rowMaxAttempts(row store.Row, topic int) int {
+	if row.MaxRetryTimes != nil {
+		return *row.MaxRetryTimes + 1
+	}
+	return topic
 }
