@@ -568,12 +568,19 @@ func TestOwnPostgresDown30s(t *testing.T) {
 }
 
 // requireNoAttemptUsed checks that no healthy message used up an attempt: a send that
-// found the outbox's database down is not an attempt (retry_times stays 0).
+// found the outbox's database down is not an attempt. The row's retry_times stays 0, and,
+// since a failure the database cannot record leaves retry_times alone, every request the
+// downstream got says attempt 1 (Outbox-Attempt).
 func requireNoAttemptUsed(t *testing.T, e *chaosEnv) {
 	t.Helper()
 	var used int
 	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_messages WHERE topic = $1 AND retry_times > 0`, topic).Scan(&used))
 	require.Zero(t, used, "messages that used up an attempt for the outbox's own outage")
+	for id, attempts := range e.downstream().Attempts {
+		for _, n := range attempts {
+			require.Equal(t, 1, n, "message %s reached the downstream as attempt %d: the outage used up attempts", id, n)
+		}
+	}
 }
 
 // TestDownstreamBinaryBodies runs the healthy topic beside two whose downstream answers
