@@ -189,7 +189,7 @@ func (s *Store) ClaimBatch(ctx context.Context, limit int, lease time.Duration, 
 		c.ID, c.MessageID, c.Topic, c.RetryTimes, c.RedriveCount = *id, messageID.UUID, *topic, *retryTimes, *redrive
 		c.CreatedAt, c.ClaimToken, c.LeaseUntil = *createdAt, token.UUID, *until
 		if batch != nil {
-			c.Batch = *batch
+			c.Batch, c.BatchAtClaim = *batch, *batch
 		}
 		res.Claimed = append(res.Claimed, c)
 	}
@@ -415,14 +415,18 @@ func (s *Store) MarkDispatchedAll(ctx context.Context, rows []Claimed) (int, err
 	ids := make([]int64, len(rows))
 	tokens := make([]uuid.UUID, len(rows))
 	batches := make([]string, len(rows))
+	atClaim := make([]string, len(rows))
 	for i, r := range rows {
-		ids[i], tokens[i], batches[i] = r.ID, r.ClaimToken, r.Batch
+		ids[i], tokens[i], batches[i], atClaim[i] = r.ID, r.ClaimToken, r.Batch, r.BatchAtClaim
 	}
+	// A row whose batch_id changed since the claim was taken by a batch run meanwhile
+	// (TakeForBatch): it is that batch's to send, not also this run's.
 	tag, err := s.db.Exec(ctx, `UPDATE `+s.messages+` AS m
 SET status = 'dispatched', claim_token = NULL, lease_until = NULL, dispatched_at = now(), updated_at = now(), held_back = false,
     batch_id = NULLIF(d.batch, '')
-FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS d(id, token, batch)
-WHERE m.id = d.id AND m.status = 'claimed' AND m.claim_token = d.token`, ids, tokens, batches)
+FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[]) AS d(id, token, batch, at_claim)
+WHERE m.id = d.id AND m.status = 'claimed' AND m.claim_token = d.token
+  AND (m.batch_id IS NULL OR m.batch_id = NULLIF(d.batch, '') OR m.batch_id = NULLIF(d.at_claim, ''))`, ids, tokens, batches, atClaim)
 	if err != nil {
 		return 0, fmt.Errorf("mark %d messages dispatched: %w", len(rows), err)
 	}

@@ -233,6 +233,7 @@ FROM `+s.messages+` WHERE id IN (`+idList(claim)+`)`)
 				&c.CreatedAt, &c.DispatchedAt, &c.ClaimToken, &c.LeaseUntil, &c.Batch); err != nil {
 				return err
 			}
+			c.BatchAtClaim = c.Batch
 			byID[c.ID] = c
 		}
 		if err := rows.Err(); err != nil {
@@ -692,8 +693,8 @@ func (s *Store) MarkDispatchedAll(ctx context.Context, rows []storedriver.Claime
 		return 0, nil
 	}
 	ids := make([]int64, len(rows))
-	var pairs, batches strings.Builder
-	var args []any
+	var pairs, batches, kept strings.Builder
+	var args, keptArgs []any
 	for i, r := range rows {
 		ids[i] = r.ID
 		if i > 0 {
@@ -704,15 +705,31 @@ func (s *Store) MarkDispatchedAll(ctx context.Context, rows []storedriver.Claime
 			fmt.Fprintf(&batches, " WHEN %d THEN ?", r.ID)
 			args = append(args, r.Batch)
 		}
+		for _, b := range []string{r.Batch, r.BatchAtClaim} {
+			if b != "" {
+				if kept.Len() > 0 {
+					kept.WriteString(", ")
+				}
+				fmt.Fprintf(&kept, "(%d, ?)", r.ID)
+				keptArgs = append(keptArgs, b)
+			}
+		}
 	}
 	batch := "NULL"
 	if batches.Len() > 0 {
 		batch = "CASE id" + batches.String() + " END"
 	}
+	// A row whose batch_id changed since the claim was taken by a batch run meanwhile
+	// (TakeForBatch): it is that batch's to send, not also this run's. A row may name no
+	// batch, the one this call records, or the one the claim read.
+	allowed := "batch_id IS NULL"
+	if kept.Len() > 0 {
+		allowed = "(batch_id IS NULL OR (id, batch_id) IN (" + kept.String() + "))"
+	}
 	res, err := s.db.ExecContext(ctx, `UPDATE `+s.messages+`
 SET status = 'dispatched', claim_token = NULL, lease_until = NULL, dispatched_at = NOW(6), updated_at = NOW(6), held_back = FALSE,
     batch_id = `+batch+`
-WHERE id IN (`+idList(ids)+`) AND status = 'claimed' AND (id, claim_token) IN (`+pairs.String()+`)`, args...)
+WHERE id IN (`+idList(ids)+`) AND status = 'claimed' AND (id, claim_token) IN (`+pairs.String()+`) AND `+allowed, append(args, keptArgs...)...)
 	if err != nil {
 		return 0, fmt.Errorf("mark %d messages dispatched: %w", len(rows), err)
 	}

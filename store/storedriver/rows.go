@@ -61,6 +61,11 @@ type Claimed struct {
 	// (the row's batch_id, when a batch had it before), or set by a relay that hands the
 	// row to a batch, which MarkDispatchedAll records. Empty for the message lane.
 	Batch string
+	// BatchAtClaim is the row's batch_id as the claim read it. A batch run that takes the
+	// row after the claim (an earlier claim's batch, whose send came late) holds it:
+	// MarkDispatchedAll then leaves the row to that batch rather than hand it to another
+	// run as well.
+	BatchAtClaim string
 }
 
 // MayHaveBeenSent reports whether an earlier delivery of the message may have reached the

@@ -185,6 +185,49 @@ func testTransitions(t *testing.T, h Harness) {
 		require.Equal(t, "outbox-batch-other", reclaim.Batch, "the claim reads the row's batch")
 		require.True(t, reclaim.MayHaveBeenSent(), "a row a batch had may have been sent")
 
+		// A batch that takes a row after another claim read it (the batch of an earlier
+		// claim, whose send came late) holds it: the later claim's hand-over to another
+		// batch, or to a run of its own, leaves it to that batch, and the other batch does
+		// not take it. The claim's own batch, and the one it read, may be recorded.
+		late := e.claimed("clicks")
+		e.shift("lease_until", late.ID)
+		late = e.claimOnly(late.MessageID)
+		taken, err = e.d().TakeForBatch(e.ctx, "outbox-batch-late", []uuid.UUID{late.MessageID})
+		require.NoError(t, err)
+		require.Equal(t, []uuid.UUID{late.MessageID}, taken)
+		for _, to := range []string{"outbox-batch-new", ""} {
+			hand := late
+			hand.Batch = to
+			marked, err := e.d().MarkDispatchedAll(e.ctx, []storedriver.Claimed{hand})
+			require.NoError(t, err)
+			require.Zero(t, marked, "handed to %q while a batch holds it", to)
+		}
+		newer, err := e.d().TakeForBatch(e.ctx, "outbox-batch-new", []uuid.UUID{late.MessageID})
+		require.NoError(t, err)
+		require.Empty(t, newer)
+		require.Equal(t, "outbox-batch-late", *e.get(late.MessageID).BatchID)
+		require.Equal(t, storedriver.StatusClaimed, e.status(late.MessageID))
+		hand := late
+		hand.Batch = "outbox-batch-late"
+		marked, err := e.d().MarkDispatchedAll(e.ctx, []storedriver.Claimed{hand})
+		require.NoError(t, err)
+		require.Equal(t, 1, marked, "to the batch that holds it")
+		// The claim's own batch, taken before its hand-over was recorded (the usual case
+		// when the batch run starts at once), and a batch the claim read, cleared by a run
+		// of its own: both are recorded.
+		fresh := e.claimed("clicks")
+		fresh.Batch = "outbox-batch-fresh"
+		_, err = e.d().TakeForBatch(e.ctx, fresh.Batch, []uuid.UUID{fresh.MessageID})
+		require.NoError(t, err)
+		marked, err = e.d().MarkDispatchedAll(e.ctx, []storedriver.Claimed{fresh})
+		require.NoError(t, err)
+		require.Equal(t, 1, marked)
+		reclaim.Batch = ""
+		marked, err = e.d().MarkDispatchedAll(e.ctx, []storedriver.Claimed{reclaim})
+		require.NoError(t, err)
+		require.Equal(t, 1, marked)
+		require.Nil(t, e.get(reclaim.MessageID).BatchID, "a run of its own clears the batch the claim read")
+
 		// One of them was sent by its own run before the batch records the others.
 		ok, err := e.d().MarkSent(e.ctx, ids[1].MessageID)
 		require.NoError(t, err)
