@@ -47,7 +47,8 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	var claimedLive int64
 	err = tx.QueryRow(ctx, `SELECT now(),
   (SELECT now() - min(created_at) FROM `+s.messages+`
-     WHERE status = 'pending' AND (next_retry_at IS NULL OR next_retry_at <= now())
+     WHERE (status = 'pending' OR status = 'claimed' AND lease_until <= now())
+       AND (next_retry_at IS NULL OR next_retry_at <= now())
        AND (NOT held_back OR ordering_key IS NULL) AND topic NOT IN (SELECT topic FROM `+s.pauses+`)),
   now() - LEAST(
     (SELECT min(coalesce(dispatched_at, updated_at)) FROM `+s.messages+` WHERE status = 'dispatched'),

@@ -86,15 +86,17 @@ func Error(err error, list string) string {
 // password, is hidden. So is the value of a key=value pair whose key names a secret
 // (password=, token=, ...), as in a malformed libpq connection string.
 func Address(s string) string {
+	// First the secrets' values, which may hold an @ or ://.
+	s = secretValue.ReplaceAllString(s, "${1}=(hidden)")
 	if strings.Contains(s, "://") {
 		return URL(s)
 	}
 	if i := strings.LastIndex(s, "@"); i >= 0 {
 		return "(user information hidden)@" + s[i+1:]
 	}
-	return secretValue.ReplaceAllString(s, "${1}=(hidden)")
+	return s
 }
 
 // secretValue is a key=value pair whose key names a secret, with its value bare or
-// quoted.
-var secretValue = regexp.MustCompile(`(?i)([a-z_]*(?:pass|pwd|secret|token)[a-z_]*)\s*=\s*(?:'[^']*'?|"[^"]*"?|[^\s'"]+)`)
+// quoted (libpq's quotes, with backslash escapes).
+var secretValue = regexp.MustCompile(`(?i)([a-z_]*(?:pass|pwd|secret|token)[a-z_]*)\s*=\s*(?:'(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|[^\s'"]+)`)

@@ -48,6 +48,10 @@ func TestAddress(t *testing.T) {
 		"host=db PASSWORD = s3cret sslmode=require": "host=db PASSWORD=(hidden) sslmode=require",
 		"api_token=abc123 kafka-1:9092":             "api_token=(hidden) kafka-1:9092",
 		"tokenizer:9092":                            "tokenizer:9092",
+		// An @ in the user or the password, an escaped quote.
+		`"host=db user=app@myserver password=hunter2"`:    `(user information hidden)@myserver password=(hidden)"`,
+		`"host=db password=hunt@er2"`:                     `"host=db password=(hidden)"`,
+		`host=db password='it\'s secret' sslmode=require`: `host=db password=(hidden) sslmode=require`,
 	} {
 		if got := Address(in); got != want {
 			t.Errorf("Address(%q) = %q, want %q", in, got, want)

@@ -51,7 +51,8 @@ func (s *Store) Stats(ctx context.Context) (storedriver.Stats, error) {
 	var claimedLive int64
 	err = tx.QueryRowContext(ctx, `SELECT NOW(6),
   (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6)) FROM `+s.messages+`
-     WHERE status = 'pending' AND (next_retry_at IS NULL OR next_retry_at <= NOW(6))
+     WHERE (status = 'pending' OR status = 'claimed' AND lease_until <= NOW(6))
+       AND (next_retry_at IS NULL OR next_retry_at <= NOW(6))
        AND (NOT held_back OR ordering_key IS NULL) AND topic NOT IN (SELECT topic FROM `+s.pauses+`)),
   (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(COALESCE(dispatched_at, updated_at)), NOW(6)) FROM `+s.messages+`
      WHERE status = 'dispatched'),

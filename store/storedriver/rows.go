@@ -276,9 +276,10 @@ type Stats struct {
 	ByStatus map[Status]int64 `json:"by_status"`
 	// ByTopic counts messages per topic and status (statuses with no message left out).
 	ByTopic map[string]map[Status]int64 `json:"by_topic"`
-	// OldestPendingAge is the age of the oldest pending message that is due (zero when
-	// there is none): how long the relays are behind. A message of a paused topic, or
-	// held back behind its ordering key, is not due; one waiting for room under its
+	// OldestPendingAge is the age of the oldest message that is due and waits for a relay
+	// (zero when there is none): how long the relays are behind. It is pending, or
+	// claimed under a lease that ran out (its relay died). A message of a paused topic,
+	// or held back behind its ordering key, is not due; one waiting for room under its
 	// topic's limit of messages in flight is.
 	OldestPendingAge time.Duration `json:"oldest_pending_age_ns"`
 	// InFlight counts messages handed to Temporal (or being handed) but not finished:
@@ -286,7 +287,8 @@ type Stats struct {
 	// that a claim parked, waits for a relay).
 	InFlight int64 `json:"in_flight"`
 	// OldestInFlightAge is the time since the oldest in-flight message was handed over
-	// (dispatched_at; for a claimed one, since it was claimed). Reconciliation's checks
+	// (dispatched_at; for one claimed under a live lease, since it was claimed; a claim
+	// whose lease ran out counts in OldestPendingAge). Reconciliation's checks
 	// do not reset it, so a run that never finishes keeps growing older here.
 	OldestInFlightAge time.Duration `json:"oldest_in_flight_age_ns"`
 	// OpenDeadLetters counts dead letters neither redriven nor discarded.

@@ -205,11 +205,14 @@ func testStatsAndBacklog(t *testing.T, h Harness) {
 	_, age = storedriver.TotalBacklog(backlog)
 	require.Less(t, age, time.Hour)
 
-	// A claimed row whose lease ran out is no longer in flight: it waits for a relay.
+	// A claimed row whose lease ran out is no longer in flight: it waits for a relay, and
+	// counts in the oldest pending age.
 	e.shift("lease_until", claimedB.ID)
+	e.shift("created_at", claimedB.ID)
 	st, err = e.d().Stats(e.ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.InFlight, "the dispatched row only")
+	require.Greater(t, st.OldestPendingAge, 24*time.Hour, "the stuck claim, two days old")
 
 	// Stats' oldest pending message is a due one, as the backlog's age: not one of a
 	// paused topic, nor one held back behind its ordering key, however old.

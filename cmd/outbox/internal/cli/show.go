@@ -406,8 +406,9 @@ func (v *messageView) waitsFor() string {
 		return ""
 	}
 	switch {
-	case v.Paused && v.Status == store.StatusDispatched && v.Batch != nil:
-		// A batch run already started finishes its batch, pause or not.
+	case v.Paused && v.Status == store.StatusDispatched && v.Batch != nil && len(v.Runs) == 0:
+		// A batch run already started finishes its batch, pause or not; a message it
+		// handed to a run of its own (Runs) waits in that run.
 		return ""
 	case v.Paused:
 		return fmt.Sprintf(", topic paused: waits for outbox topic resume %s", v.Topic)

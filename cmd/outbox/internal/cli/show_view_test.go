@@ -27,6 +27,9 @@ func TestShowSaysWhatAMessageWaitsFor(t *testing.T) {
 	require.Equal(t, ", topic paused: waits for outbox topic resume clicks", view(store.StatusPending, false).waitsFor())
 	require.Equal(t, ", topic paused: waits for outbox topic resume clicks", view(store.StatusDispatched, false).waitsFor())
 	require.Empty(t, view(store.StatusDispatched, true).waitsFor(), "its batch sends it")
+	handedOver := view(store.StatusDispatched, true)
+	handedOver.Runs = []runView{{WorkflowID: "outbox-" + handedOver.MessageID.String(), Status: "Running"}}
+	require.Equal(t, ", topic paused: waits for outbox topic resume clicks", handedOver.waitsFor(), "its batch handed it to a run of its own")
 
 	for status, shown := range map[store.Status]bool{
 		store.StatusPending: true, store.StatusClaimed: true,

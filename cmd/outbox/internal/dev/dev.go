@@ -188,7 +188,7 @@ func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) (err error
 		return err
 	}
 	defer release()
-	s := &session{o: o, cfg: cfg, logger: logger}
+	s := &session{o: o, cfg: cfg, logger: logger, givenDatabase: cfg.DatabaseURL != ""}
 	defer s.stop()
 
 	if o.Only == "" {
@@ -244,6 +244,9 @@ type session struct {
 	o      Options
 	cfg    *config.Config
 	logger *slog.Logger
+	// givenDatabase is set when the environment or the config named the database (outbox
+	// dev then starts none).
+	givenDatabase bool
 
 	app        *app.App
 	teamTopics bool // the demo teams' topics are routed; their workers run
@@ -420,7 +423,7 @@ func (s *session) openOutbox(ctx context.Context, demoTopics bool) error {
 	}
 	a, err := app.Open(ctx, s.cfg, app.Options{Logger: s.logger, Databases: cli.Databases})
 	if err != nil {
-		if s.cfg.DatabaseURL != "" && app.IsUnavailable(err) {
+		if s.givenDatabase && app.IsUnavailable(err) {
 			return fmt.Errorf("%w\noutbox dev uses the database of DATABASE_URL (or database_url) instead of starting its own; a shell that sourced %s has an earlier outbox dev's: unset DATABASE_URL and TEMPORAL_ADDRESS to let outbox dev start its own", err, s.path(envFile))
 		}
 		return err
@@ -507,8 +510,8 @@ func (s *session) writeEnvFile() error {
 
 // prepareDir creates the dev folder and takes its lock for the session (release gives it
 // back), then wipes the folder when reset is set. A folder that has files but no marker is
-// not a dev folder and is never wiped, nor given a lock file; a folder another outbox dev
-// holds is not wiped either.
+// not a dev folder: --reset never wipes it (nor leaves a lock file in it). A folder
+// another outbox dev holds is not wiped either.
 func prepareDir(dir string, reset bool) (release func(), err error) {
 	marker := filepath.Join(dir, markerFile)
 	_, markerErr := os.Stat(marker)
