@@ -263,7 +263,7 @@ var docRules = []docRule{
 		expect: `(?s)^\{\n.*"sent_messages": \d+\n\}\n$`},
 
 	// docs/schema.md and docs/security.md.
-	{match: `^outbox migrate --print --config outbox\.yaml > db/migrations/V5__outbox_0001_0014\.sql$`, scenario: scOperator,
+	{match: `^outbox migrate --print --config outbox\.yaml > db/migrations/V5__outbox_0001_0015\.sql$`, scenario: scOperator,
 		check: checkPrintedMigrations},
 	{match: `^echo "whsec_\$\(openssl rand -base64 32\)"$`, scenario: scOperator, check: checkSigningSecret},
 	{match: `^outbox codec-server --config outbox\.yaml --addr 127\.0\.0\.1:8081 --origin http://127\.0\.0\.1:8233$`, scenario: scCodec,

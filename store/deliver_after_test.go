@@ -143,7 +143,7 @@ func TestDeliverAfter(t *testing.T) {
 		require.Equal(t, "order.created", claimed[0].Topic)
 	})
 
-	t.Run("ExplainUsesDeliverAfterIndex", func(t *testing.T) {
+	t.Run("ExplainUsesClaimDelayedIndex", func(t *testing.T) {
 		t.Parallel()
 		pool, st := testdb.Schema(t)
 		// Many sent rows that once had a time, and a few pending ones, delayed or not.
@@ -166,7 +166,7 @@ func TestDeliverAfter(t *testing.T) {
 		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err)
 		plan := strings.Join(lines, "\n")
-		require.Contains(t, plan, "outbox_messages_deliver_after_idx", plan)
+		require.Contains(t, plan, "outbox_messages_claim_delayed_idx", plan)
 		require.NotContains(t, plan, "Seq Scan", plan)
 	})
 }

@@ -324,12 +324,15 @@ func Enqueue(ctx context.Context, db DB, msg Message) (uuid.UUID, error) {
 	return s.Enqueue(ctx, db, msg)
 }
 
-// The earliest "deliver not before" time still ahead, as a wait in microseconds from the
-// database clock's now. It reads outbox_messages_deliver_after_idx: the conditions imply
-// the index predicate, and min() becomes one probe of the index.
+// The earliest "deliver not before" time still ahead of a row the claim could take, as a
+// wait in microseconds from the database clock's now. It reads
+// outbox_messages_claim_delayed_idx, whose predicate the conditions repeat, and min()
+// becomes one probe of the index. A parked row is left out: the claim does not take it
+// until it is put back.
 const nextDueSQL = `SELECT ceil(EXTRACT(EPOCH FROM min(next_retry_at) - now()) * 1000000)::bigint
 FROM %s
-WHERE status = 'pending' AND next_retry_at IS NOT NULL AND next_retry_at > now()`
+WHERE status IN ('pending', 'claimed') AND next_retry_at IS NOT NULL AND NOT held_back
+  AND next_retry_at > now()`
 
 // NextDue reports how long it is until the earliest pending message whose next_retry_at
 // (its "deliver not before" time) is still ahead falls due; ok is false when there is no

@@ -44,3 +44,8 @@ func (s *Store) MarkDispatched(ctx context.Context, id int64, token uuid.UUID) (
 
 // NextDueSQL returns the statement NextDue runs, for EXPLAIN.
 func (s *Store) NextDueSQL() string { return fmt.Sprintf(nextDueSQL, s.messages) }
+
+// PurgeSentSQL and PurgeDiscardedSQL return the statements PurgeBatch runs for sent and
+// discarded messages, for EXPLAIN.
+func (s *Store) PurgeSentSQL() string      { return s.purgeSQL(false).sent }
+func (s *Store) PurgeDiscardedSQL() string { return s.purgeSQL(false).discarded }

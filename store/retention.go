@@ -31,9 +31,10 @@ func columns(alias string, cols []string) string {
 }
 
 // The purge statements. Each chooses at most $2 rows, oldest first, through a retention
-// index (outbox_messages_sent_at_idx, outbox_messages_discarded_idx,
-// outbox_dead_letters_discarded_idx), skipping rows other transactions hold; ages compare
-// with the database clock ($1 is the age in seconds). The chosen rows are MATERIALIZED
+// index (outbox_messages_finished_idx, outbox_dead_letters_discarded_idx), skipping rows
+// other transactions hold; ages compare with the database clock ($1 is the age in
+// seconds). A message's age counts from finishedAt: when it was sent, or for a discarded
+// row (which has no sent_at) when it was discarded. The chosen rows are MATERIALIZED
 // before the DELETE: a LIMIT ... FOR UPDATE SKIP LOCKED subquery that the planner rescans
 // would skip the rows the statement has already deleted and choose new ones each time. The
 // DELETEs repeat the status condition, so only sent or discarded messages are ever removed.
@@ -46,7 +47,7 @@ func columns(alias string, cols []string) string {
 const (
 	// Sent or discarded messages: %[1]s messages, %[2]s dead letters, %[3]s and %[4]s the
 	// RETURNING lists, %[5]s and %[6]s the archive CTEs or nothing, %[7]s the audit CTE or
-	// nothing, %[8]s the status, %[9]s the column the age counts from.
+	// nothing, %[8]s the status, %[9]s the expression the age counts from.
 	purgeMessagesSQL = `WITH victims AS MATERIALIZED (
   SELECT id FROM %[1]s
   WHERE status = '%[8]s' AND %[9]s < now() - make_interval(secs => $1)
@@ -78,6 +79,11 @@ dls AS (
   RETURNING %[3]s)%[4]s
 SELECT count(*) FROM dls`
 
+	// finishedAt is the expression of outbox_messages_finished_idx (migration 0015), verbatim
+	// so that the planner uses the index. A row marked sent by hand without a sent_at counts
+	// from its last update.
+	finishedAt = "COALESCE(sent_at, updated_at)"
+
 	archiveCTE = ",\n%s AS (INSERT INTO %s (%s) SELECT %[3]s FROM %s)"
 	auditCTE   = ",\naudit AS (DELETE FROM %s a USING msgs WHERE a.message_id = msgs.message_id)"
 )
@@ -96,8 +102,8 @@ func (s *Store) purgeSQL(archive bool) purgeSQL {
 		audit = ""
 	}
 	return purgeSQL{
-		sent:      fmt.Sprintf(purgeMessagesSQL, s.messages, s.dead, mret, dret, marchive, darchive, audit, StatusSent, "sent_at"),
-		discarded: fmt.Sprintf(purgeMessagesSQL, s.messages, s.dead, mret, dret, marchive, darchive, audit, StatusDiscarded, "updated_at"),
+		sent:      fmt.Sprintf(purgeMessagesSQL, s.messages, s.dead, mret, dret, marchive, darchive, audit, StatusSent, finishedAt),
+		discarded: fmt.Sprintf(purgeMessagesSQL, s.messages, s.dead, mret, dret, marchive, darchive, audit, StatusDiscarded, finishedAt),
 		orphans:   fmt.Sprintf(purgeOrphansSQL, s.messages, s.dead, dret, darchive),
 	}
 }

@@ -3,10 +3,12 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -277,6 +279,44 @@ func TestPurge(t *testing.T) {
 			require.ErrorContains(t, err, tc.want)
 		}
 	})
+}
+
+// TestPurgeReadsFinishedIndex: the purge of sent and of discarded messages each reads
+// outbox_messages_finished_idx, not the whole table, beside many rows of other statuses.
+func TestPurgeReadsFinishedIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, st := testdb.Schema(t)
+	exec(t, pool, `INSERT INTO `+st.Schema()+`.outbox_messages (topic, payload, status, dispatched_at)
+		SELECT 't', '{}', 'dispatched', now() FROM generate_series(1, 20000)`)
+	insertSent(t, pool, st, 50, sentAfter+time.Hour)
+	discarded(t, pool, st, discardedAfter+time.Hour, 1)
+	exec(t, pool, `ANALYZE `+st.Schema()+`.outbox_messages`)
+
+	for name, sql := range map[string]string{"sent": st.PurgeSentSQL(), "discarded": st.PurgeDiscardedSQL()} {
+		rows, err := pool.Query(ctx, `EXPLAIN `+sql, sentAfter.Seconds(), 1000)
+		require.NoError(t, err, name)
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err, name)
+		plan := strings.Join(lines, "\n")
+		require.Contains(t, plan, "outbox_messages_finished_idx", "%s:\n%s", name, plan)
+		require.NotContains(t, plan, "Seq Scan on outbox_messages ", "%s:\n%s", name, plan)
+	}
+}
+
+// TestPurgeSentByHand: a row marked sent in plain SQL without a sent_at is removed once its
+// last update is older than SentAfter, and kept before.
+func TestPurgeSentByHand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, st := testdb.Schema(t)
+	exec(t, pool, `INSERT INTO `+st.Schema()+`.outbox_messages (topic, payload, status, updated_at)
+		VALUES ('t', '{"old": true}', 'sent', now() - interval '8 days'), ('t', '{"old": false}', 'sent', now() - interval '6 days')`)
+
+	res, err := st.Purge(ctx, purgeOptions(1000, false))
+	require.NoError(t, err)
+	require.Equal(t, store.PurgeResult{SentMessages: 1, Batches: 1}, res)
+	require.Equal(t, 1, rows(t, pool, st, "outbox_messages", "payload = '{\"old\": false}'"))
 }
 
 // TestPurgeRedrivenThenSent: a message dead-lettered, redriven and then sent goes with its

@@ -68,11 +68,36 @@ func TestMigrate(t *testing.T) {
 			{"topic, payload, max_retry_times", `'a', '{}', 101`, "outbox_messages_max_retry_times_check"},
 			{"topic, payload, max_retry_times", `'a', '{}', -1`, "outbox_messages_max_retry_times_check"},
 			{"topic, payload", `'', '{}'`, "outbox_messages_topic_check"},
+			{"topic, payload", `repeat('é', 201), '{}'`, "outbox_messages_topic_check"},
+			{"topic, payload, ordering_key", `'a', '{}', ''`, "outbox_messages_ordering_key_check"},
+			{"topic, payload, ordering_key", `'a', '{}', repeat('k', 201)`, "outbox_messages_ordering_key_check"},
+			{"topic, payload, status", `'a', '{}', 'claimed'`, "outbox_messages_claim_check"},
+			{"topic, payload, retry_times", `'a', '{}', -1`, "outbox_messages_retry_times_check"},
+			{"topic, payload, redrive_count", `'a', '{}', -1`, "outbox_messages_redrive_count_check"},
 		} {
 			_, err := pool.Exec(ctx, `INSERT INTO `+st.Schema()+`.outbox_messages (`+tc.cols+`) VALUES (`+tc.vals+`)`)
 			var pgErr *pgconn.PgError
 			require.ErrorAs(t, err, &pgErr, tc.vals)
 			require.Equal(t, tc.constraint, pgErr.ConstraintName, tc.vals)
+		}
+	})
+
+	t.Run("ConstraintsAcceptTheirBounds", func(t *testing.T) {
+		// The bounds count characters, not bytes: 200 two-byte characters are accepted.
+		for _, tc := range []struct{ cols, vals string }{
+			{"topic, payload", `repeat('é', 200), '{}'`},
+			{"topic, payload, ordering_key", `'a', '{}', repeat('é', 200)`},
+			{"topic, payload, ordering_key", `'a', '{}', 'k'`},
+			{"topic, payload, max_retry_times", `'a', '{}', 0`},
+			{"topic, payload, max_retry_times", `'a', '{}', 100`},
+			{"topic, payload, status, lease_until, claim_token", `'a', '{}', 'claimed', now(), gen_random_uuid()`},
+		} {
+			_, err := pool.Exec(ctx, `INSERT INTO `+st.Schema()+`.outbox_messages (`+tc.cols+`) VALUES (`+tc.vals+`)`)
+			require.NoError(t, err, tc.vals)
+		}
+		for _, status := range []store.Status{store.StatusPending, store.StatusDispatched, store.StatusSent, store.StatusDead, store.StatusDiscarded} {
+			_, err := pool.Exec(ctx, `INSERT INTO `+st.Schema()+`.outbox_messages (topic, payload, status) VALUES ('a', '{}', $1)`, status)
+			require.NoError(t, err, status)
 		}
 	})
 }
