@@ -167,6 +167,8 @@ var docRules = []docRule{
 
 	// docs/benchmarks.md and docs/chaos.md.
 	{match: `^make bench-enqueue\b`, skip: "runs for about two minutes (each enqueue variant, River's included, for 25 half-second slices); make test runs the benchmark module's test, which checks each variant"},
+	{match: `^benchmarks/enqueue/servertime\.sh postgres://postgres@127\.0\.0\.1:5432/bench message_rows before\.outbox_messages after\.outbox_messages$`,
+		skip: "measures tables of two schemas migrated by hand (before and after a migration) for minutes; TestServerTimeScript in the benchmark module, which make test runs, runs the script on the benchmark's tables"},
 	{match: `^pgbench -n -M prepared -c 8 -T 14 -f tx\.sql postgres://postgres@127\.0\.0\.1:5432/postgres &$`,
 		skip: "the profile of the enqueue transaction in docs/benchmarks.md: pgbench against a copy of outbox_messages made by hand, for 14 seconds"},
 	{match: `^perf (record -a -g -e cpu-clock|report -i perf\.data) `,

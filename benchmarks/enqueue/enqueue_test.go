@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
 	"runtime"
 	"slices"
 	"sync"
@@ -270,6 +273,36 @@ func TestVariants(t *testing.T) {
 		UNION ALL SELECT args FROM `+e.schema+`.river_job) AS rows (p)`).Scan(&same))
 	if !same {
 		t.Error("the variants' rows do not carry the same payload")
+	}
+}
+
+// TestServerTimeScript runs servertime.sh (docs/benchmarks.md) briefly on the variants'
+// schema: it reports the database's CPU time per transaction for each table named, and
+// the transactions it ran are there.
+func TestServerTimeScript(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t)
+	const n = 50
+	tables := []string{e.schema + ".message_rows", e.schema + ".outbox_messages"}
+	cmd := exec.CommandContext(ctx, "./servertime.sh", append([]string{e.pool.Config().ConnString()}, tables...)...)
+	cmd.Env = append(os.Environ(), "SERIES=2", fmt.Sprintf("N=%d", n), "ORDERS="+e.schema+".orders")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("servertime.sh: %v\n%s", err, out)
+	}
+	for s := 1; s <= 2; s++ {
+		line := fmt.Sprintf(`(?m)^series %d: %s=\d+\.\dµs %s=\d+\.\dµs$`, s, regexp.QuoteMeta(tables[0]), regexp.QuoteMeta(tables[1]))
+		if !regexp.MustCompile(line).Match(out) {
+			t.Errorf("servertime.sh printed no line for series %d:\n%s", s, out)
+		}
+	}
+	// Two series of n transactions per table, each with one order.
+	for table, want := range map[string]int{tables[0]: 2 * n, tables[1]: 2 * n, e.schema + ".orders": 4 * n} {
+		var got int
+		must(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&got))
+		if got != want {
+			t.Errorf("%s: %d rows, want %d", table, got, want)
+		}
 	}
 }
 

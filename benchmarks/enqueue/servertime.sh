@@ -9,13 +9,14 @@
 #
 #   benchmarks/enqueue/servertime.sh DATABASE_URL TABLE...
 #
-# Each table must have the columns message_id, topic and payload; the database must have
-# a table orders (sku text, qty int), which the script creates if it is missing. Run it on
-# the machine of the database server (it reads the backend's /proc entry).
+# Each table must have the columns message_id, topic and payload. The order goes into the
+# table ORDERS names (default orders, created if missing: id bigserial, sku text, qty int).
+# Run it on the machine of the database server (it reads the backend's /proc entry).
 set -euo pipefail
 
 series=${SERIES:-8}
 n=${N:-20000}
+orders=${ORDERS:-orders}
 if [ $# -lt 2 ]; then
 	echo "usage: $0 DATABASE_URL TABLE..." >&2
 	exit 64
@@ -23,7 +24,7 @@ fi
 url=$1
 shift
 psql "$url" -Atq -v ON_ERROR_STOP=1 -c 'SET client_min_messages = warning' \
-	-c 'CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, sku text, qty int)'
+	-c "CREATE TABLE IF NOT EXISTS $orders (id bigserial PRIMARY KEY, sku text, qty int)"
 
 # cpu_ticks PID: the process's user + system time in clock ticks.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -39,7 +40,7 @@ for s in $(seq 1 "$series"); do
 		cat >&"${PSQL[1]}" <<-SQL
 			DO \$\$ BEGIN
 			  FOR i IN 1..$n LOOP
-			    INSERT INTO orders (sku, qty) VALUES ('SKU-42', 2);
+			    INSERT INTO $orders (sku, qty) VALUES ('SKU-42', 2);
 			    INSERT INTO $table (message_id, topic, payload)
 			      VALUES (gen_random_uuid(), 'order.created', '{"order_id":1,"sku":"SKU-42","qty":2}');
 			    COMMIT;

@@ -10,11 +10,13 @@
 --   written in forms that are shorter to read back and plan: the statuses as one text[]
 --   constant instead of six, and each length bound as one range test instead of two
 --   comparisons.
--- * Two indexes fewer. outbox_messages_deliver_after_idx goes:
---   outbox_messages_claim_delayed_idx holds the delayed rows a relay can claim in
---   next_retry_at order, and the relay's "earliest message still ahead" reads it instead.
---   Retention's two indexes, of sent rows by sent_at and of discarded rows by updated_at,
---   become one of both by status and the time the row's age counts from.
+-- * One index fewer. Retention's two indexes, of sent rows by sent_at and of discarded
+--   rows by updated_at, become one of both by status and the time the row's age counts
+--   from. (The relay's "earliest message still ahead" now reads
+--   outbox_messages_claim_delayed_idx, which holds the delayed rows a relay can claim in
+--   next_retry_at order. outbox_messages_deliver_after_idx stays for the relays of
+--   earlier releases, which ask every poll interval and find no other index for it while
+--   a rolling upgrade runs; a later migration drops it.)
 --
 -- Checking the rows against the constraints and building the new index each read the
 -- table once while the migration holds its lock, as the index builds of earlier
@@ -34,6 +36,5 @@ CREATE INDEX outbox_messages_finished_idx
     ON {{schema}}.outbox_messages (status, (COALESCE(sent_at, updated_at)))
     WHERE status IN ('sent', 'discarded');
 
-DROP INDEX {{schema}}.outbox_messages_deliver_after_idx;
 DROP INDEX {{schema}}.outbox_messages_sent_at_idx;
 DROP INDEX {{schema}}.outbox_messages_discarded_idx;
