@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # servertime.sh: the database's CPU time per business transaction, with the client out of
 # the picture. For each table named, one backend runs N transactions of the benchmark's
-# shape (an order INSERT, then one row into the table: a client-made UUID, the topic and
-# the payload), committed one by one with synchronous_commit off, and the backend's own
-# CPU time (user + system, from /proc) over those N transactions is divided by N. Every
-# table is measured once per series, in the order given, for SERIES series; compare
-# tables within a series.
+# shape (an order INSERT, then one row into the table: a random UUID, the topic and the
+# payload), committed one by one with synchronous_commit off, and the backend's own CPU
+# time (user + system, from /proc) over those N transactions (20,000 unless set) is
+# divided by N. Every table is measured once per series, in the order given, for SERIES
+# series (12 unless set); compare tables within a series.
 #
 #   benchmarks/enqueue/servertime.sh DATABASE_URL TABLE...
 #
@@ -14,7 +14,7 @@
 # Run it on the machine of the database server (it reads the backend's /proc entry).
 set -euo pipefail
 
-series=${SERIES:-8}
+series=${SERIES:-12}
 n=${N:-20000}
 orders=${ORDERS:-orders}
 if [ $# -lt 2 ]; then
