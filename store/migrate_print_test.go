@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -234,4 +235,57 @@ func TestMigrationSQLRefuses(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, def, `CREATE SCHEMA IF NOT EXISTS "public";`)
 	require.Contains(t, def, `'public.outbox_messages'`, "the NOTIFY channel of the schema")
+}
+
+// TestMigration0015KeepsRows: migration 0015 rewrites constraints and replaces retention's
+// indexes on a table that holds rows in every status; the rows stay as they were, and
+// retention removes the old sent and discarded ones through the new index.
+func TestMigration0015KeepsRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := testdb.Schema(t)
+	schema := freshSchema(t, pool)
+	all, err := store.MigrationSQL(schema, 1)
+	require.NoError(t, err)
+	before, _, ok := strings.Cut(all, "\n-- outbox migration 0015_cheaper_insert.up.sql\n")
+	require.True(t, ok)
+	_, err = pool.Exec(ctx, before)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO `+schema+`.outbox_messages
+		(topic, payload, status, ordering_key, next_retry_at, lease_until, claim_token, sent_at, updated_at, max_retry_times) VALUES
+		('t', '{"n": 1}', 'pending', NULL, NULL, NULL, NULL, NULL, now(), NULL),
+		('t', '{"n": 2}', 'pending', 'order-7', now() + interval '1 hour', NULL, NULL, NULL, now(), 100),
+		('t', '{"n": 3}', 'claimed', NULL, NULL, now() + interval '30 seconds', gen_random_uuid(), NULL, now(), 0),
+		('t', '{"n": 4}', 'dispatched', 'order-8', NULL, NULL, NULL, NULL, now(), NULL),
+		('t', '{"n": 5}', 'sent', NULL, NULL, NULL, NULL, now() - interval '8 days', now() - interval '8 days', NULL),
+		('t', '{"n": 6}', 'sent', NULL, NULL, NULL, NULL, now() - interval '1 day', now() - interval '1 day', NULL),
+		('t', '{"n": 7}', 'dead', NULL, NULL, NULL, NULL, NULL, now() - interval '40 days', NULL),
+		('t', '{"n": 8}', 'discarded', NULL, NULL, NULL, NULL, NULL, now() - interval '31 days', NULL)`)
+	require.NoError(t, err)
+	rowsBefore := func() []string {
+		rows, err := pool.Query(ctx, `SELECT m::text FROM `+schema+`.outbox_messages m ORDER BY id`)
+		require.NoError(t, err)
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return got
+	}
+	want := rowsBefore()
+
+	rest, err := store.MigrationSQL(schema, 15)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, rest)
+	require.NoError(t, err)
+	require.Equal(t, want, rowsBefore(), "the rows are untouched")
+
+	st, err := store.New(pool, store.Config{Schema: schema})
+	require.NoError(t, err)
+	res, err := st.Purge(ctx, store.PurgeOptions{SentAfter: 7 * 24 * time.Hour, DiscardedAfter: 30 * 24 * time.Hour, Limit: 100})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.SentMessages)
+	require.EqualValues(t, 1, res.DiscardedMessages)
+	rows, err := pool.Query(ctx, `SELECT (payload->>'n')::int FROM `+schema+`.outbox_messages ORDER BY id`)
+	require.NoError(t, err)
+	left, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 2, 3, 4, 6, 7}, left)
 }
