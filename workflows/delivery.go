@@ -57,6 +57,12 @@ const (
 	// that failed ambiguously is checked before the message is dead-lettered. Before it,
 	// an unknown topic was dead-lettered at once and the last attempt was not checked.
 	changeUnknownOutcome = "unknown-outcome-checked"
+	// changePausedLastAttempt (version 1, asked of every run, whatever its input's
+	// Version, on the one path it changes): a team's last attempt that failed while its
+	// topic was paused no longer ends the run; the run waits for the resume and makes that
+	// attempt again, as it makes its other attempts only after a resume. Before it, the
+	// message was dead-lettered during the pause.
+	changePausedLastAttempt = "paused-last-attempt-again"
 )
 
 // dbRetryForever bounds the database steps that must succeed in the end (dead-letter, and
@@ -232,6 +238,18 @@ func Delivery(ctx workflow.Context, in DeliveryInput) (DeliveryResult, error) {
 		storeOut = 0
 		last, unknown = f, f.ambiguous
 		paused := d.recordFailure(attempt, f)
+		if paused && !f.permanent && attempt == d.maxAttempts && d.patched(changePausedLastAttempt) {
+			// The team's last attempt failed while its topic was paused: it does not end
+			// the run. Wait for the resume, back off, and make the last attempt again
+			// (after checking first when it failed ambiguously).
+			if err := d.waitWhilePaused(attempt); err != nil {
+				return DeliveryResult{}, err
+			}
+			if err := d.backoff(attempt, f); err != nil {
+				return DeliveryResult{}, err
+			}
+			continue
+		}
 		if f.permanent || attempt == d.maxAttempts {
 			break
 		}
@@ -363,6 +381,20 @@ func (d *delivery) changed(change string) bool {
 	if d.in.Version >= 2 {
 		return true
 	}
+	v, ok := d.versions[change]
+	if !ok {
+		v = workflow.GetVersion(d.ctx, change, workflow.DefaultVersion, 1) >= 1
+		d.versions[change] = v
+	}
+	return v
+}
+
+// patched reports whether this run takes the new path of a change made after the last
+// DeliveryVersion, asking workflow.GetVersion once, the first time the change matters: a
+// run recorded before the change replays its old path, and a new run records the marker.
+// For changes on paths rare enough that the marker (and its search attribute update)
+// costs less than a new DeliveryVersion.
+func (d *delivery) patched(change string) bool {
 	v, ok := d.versions[change]
 	if !ok {
 		v = workflow.GetVersion(d.ctx, change, workflow.DefaultVersion, 1) >= 1

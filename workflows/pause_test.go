@@ -8,7 +8,9 @@ import (
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
 
+	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/workflows"
 )
 
@@ -117,4 +119,61 @@ func (b *bundle) recordUpserts() *[]string {
 		}
 	})
 	return &upserts
+}
+
+// TestPausedTeamTopicMakesItsLastAttemptAgain: a team's last attempt that fails while its
+// topic is paused does not dead-letter the message; the run waits for the resume, backs
+// off and makes the last attempt again, which delivers it.
+func TestPausedTeamTopicMakesItsLastAttemptAgain(t *testing.T) {
+	t.Parallel()
+	b := activitySetup(t, "")
+	b.input.Version, b.input.SearchAttributes = workflows.DeliveryVersion, true
+	var attempts []int
+	failures := []error{retryable("stock service down"), retryable("stock service down"), retryable("stock service in maintenance"), nil}
+	b.env.OnActivity("ReserveStock", mock.Anything, mock.Anything).Return(func(_ context.Context, m delivery.Message) error {
+		attempts = append(attempts, m.Attempt)
+		b.sends = append(b.sends, b.env.Now())
+		return failures[len(attempts)-1]
+	}).Times(len(failures))
+	var pausedAt time.Time
+	b.env.OnActivity(workflows.ActivityRecordFailure, mock.Anything, mock.Anything).Return(func(_ context.Context, in workflows.RecordFailureInput) error {
+		if in.Attempt < 3 {
+			return nil
+		}
+		pausedAt = b.env.Now()
+		return temporal.NewNonRetryableApplicationError(`recorded; topic "order.created" is paused`, workflows.ErrTypeTopicPaused, nil)
+	}).Times(3)
+	b.env.OnActivity(workflows.ActivityLoadMessage, mock.Anything, mock.Anything).Return(func(context.Context, workflows.LoadMessageInput) (workflows.LoadMessageResult, error) {
+		return workflows.LoadMessageResult{Paused: b.env.Now().Sub(pausedAt) < time.Hour}, nil
+	})
+	b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 3, TeamAttempt: true}).Return(nil).Once()
+	upserts := b.recordUpserts()
+	res, err := b.run()
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Attempts)
+	require.Equal(t, []int{1, 2, 3, 3}, attempts, "the last attempt, made during the pause, is made again")
+	require.GreaterOrEqual(t, b.sends[3].Sub(b.sends[2]), time.Hour, "after the resume")
+	require.Equal(t, []string{"retrying", "retrying", "paused", "retrying"}, *upserts)
+}
+
+// TestPausedTeamTopicLastAttemptBeforeTheChange: a run recorded before the last attempt
+// was made again after a pause keeps dead-lettering the message, so its history replays.
+func TestPausedTeamTopicLastAttemptBeforeTheChange(t *testing.T) {
+	t.Parallel()
+	b := activitySetup(t, "")
+	b.input.Version = workflows.DeliveryVersion
+	b.env.OnGetVersion("paused-last-attempt-again", workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	b.onReserve(t, retryable("stock service down"), retryable("stock service down"), retryable("stock service in maintenance"))
+	b.env.OnActivity(workflows.ActivityRecordFailure, mock.Anything, mock.Anything).Return(func(_ context.Context, in workflows.RecordFailureInput) error {
+		if in.Attempt < 3 {
+			return nil
+		}
+		return temporal.NewNonRetryableApplicationError(`recorded; topic "order.created" is paused`, workflows.ErrTypeTopicPaused, nil)
+	}).Times(3)
+	b.env.OnActivity(workflows.ActivityDeadLetter, mock.Anything, mock.MatchedBy(func(in workflows.DeadLetterInput) bool {
+		return in.Attempts == 3
+	})).Return(nil).Once()
+	_, err := b.run()
+	requireDeadLettered(t, err)
+	require.Len(t, b.sends, 3)
 }
