@@ -41,7 +41,7 @@ const recordEnv = "OUTBOX_RECORD_HISTORIES"
 // recordGeneration names the folder of workflows/testdata that TestRecordHistories
 // writes. The replay test replays every generation, so when a change to OutboxDelivery adds
 // a path or changes its input, bump this and record: the older generations stay, guarded.
-const recordGeneration = "v9"
+const recordGeneration = "v10"
 
 // historiesDir is where workflows/replay_test.go reads the recorded histories from.
 var historiesDir = filepath.Join("..", "workflows", "testdata", recordGeneration)
@@ -323,6 +323,40 @@ func TestRecordHistories(t *testing.T) {
 				e.start(t)
 				id := e.enqueueOrderPlain(t, "inventory.reserve", nil)
 				e.waitStatus(t, id, store.StatusSent)
+				return id
+			},
+		},
+		{
+			file: "delivery_team_paused_last_attempt.json",
+			run: func(t *testing.T, e *env) uuid.UUID {
+				// A topic delivered by a team's activity, with one attempt, paused while that
+				// attempt runs: the attempt fails, and the run, finding the topic paused when
+				// it records the failure, waits for the resume (a second later) and makes the
+				// attempt again, which delivers the message.
+				queue := "team-" + e.store.Schema()
+				e.cfg.Topics["inventory.hold"] = config.Topic{Activity: "HoldStock", TaskQueue: queue, MaxAttempts: 1,
+					InitialInterval: config.Duration(50 * time.Millisecond)}
+				var calls atomic.Int32
+				teamWorker(t, e, queue, func(w sdkworker.Worker) {
+					w.RegisterActivityWithOptions(func(ctx context.Context, _ delivery.Message) error {
+						if calls.Add(1) > 1 {
+							return nil
+						}
+						if _, _, err := e.store.PauseTopic(ctx, "inventory.hold", "ops", "stock count"); err != nil {
+							return err
+						}
+						time.AfterFunc(time.Second, func() {
+							if _, _, err := e.store.ResumeTopic(context.Background(), "inventory.hold"); err != nil {
+								t.Errorf("resume inventory.hold: %v", err)
+							}
+						})
+						return errors.New("stock count under way")
+					}, activity.RegisterOptions{Name: "HoldStock"})
+				})
+				e.start(t)
+				id := e.enqueueOrderPlain(t, "inventory.hold", nil)
+				e.waitStatus(t, id, store.StatusSent)
+				require.EqualValues(t, 2, calls.Load(), "the one attempt, made again after the resume")
 				return id
 			},
 		},

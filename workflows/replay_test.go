@@ -46,6 +46,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"delivery_store_outage.json",
 		"delivery_unrecorded.json",
 		"delivery_team_activity_retried.json",
+		"delivery_team_paused_last_attempt.json",
 		"delivery_team_workflow_started.json",
 		"delivery_team_workflow_signalled.json",
 		"delivery_first_task_lost.json",
