@@ -381,12 +381,7 @@ func (d *delivery) changed(change string) bool {
 	if d.in.Version >= 2 {
 		return true
 	}
-	v, ok := d.versions[change]
-	if !ok {
-		v = workflow.GetVersion(d.ctx, change, workflow.DefaultVersion, 1) >= 1
-		d.versions[change] = v
-	}
-	return v
+	return d.patched(change)
 }
 
 // patched reports whether this run takes the new path of a change made after the last
