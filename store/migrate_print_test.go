@@ -29,6 +29,18 @@ func freshSchema(t *testing.T, pool *pgxpool.Pool) string {
 	return schema
 }
 
+// migrateBefore applies to schema, by the printed SQL, the migrations before the one
+// named: the schema as a team left it before that migration.
+func migrateBefore(t *testing.T, pool *pgxpool.Pool, schema, name string) {
+	t.Helper()
+	all, err := store.MigrationSQL(schema, 1)
+	require.NoError(t, err)
+	before, _, ok := strings.Cut(all, "\n-- outbox migration "+name+"\n")
+	require.True(t, ok, "no migration %s", name)
+	_, err = pool.Exec(context.Background(), before)
+	require.NoError(t, err)
+}
+
 // schemaShape describes what the migrations made in schema: tables and their options,
 // columns, constraints, indexes, triggers and their state, functions, and the migrations
 // recorded, with the schema's name replaced by SCHEMA.
@@ -167,13 +179,8 @@ func TestMigrationSQLFrom(t *testing.T) {
 		t.Run(m.Name, func(t *testing.T) {
 			t.Parallel()
 			schema := freshSchema(t, pool)
-			all, err := store.MigrationSQL(schema, 1)
-			require.NoError(t, err)
 			// The schema as a team left it after applying the migrations before m.
-			before, _, ok := strings.Cut(all, "\n-- outbox migration "+m.Name+"\n")
-			require.True(t, ok)
-			_, err = pool.Exec(ctx, before)
-			require.NoError(t, err)
+			migrateBefore(t, pool, schema, m.Name)
 
 			rest, err := store.MigrationSQL(schema, m.Version)
 			require.NoError(t, err)
@@ -193,12 +200,7 @@ func TestMigrationSQLFrom(t *testing.T) {
 
 	// Partly migrated by the printed SQL, the rest by Migrate: it applies exactly the rest.
 	schema := freshSchema(t, pool)
-	all, err := store.MigrationSQL(schema, 1)
-	require.NoError(t, err)
-	before, _, ok := strings.Cut(all, "\n-- outbox migration "+migrations[4].Name+"\n")
-	require.True(t, ok)
-	_, err = pool.Exec(ctx, before)
-	require.NoError(t, err)
+	migrateBefore(t, pool, schema, migrations[4].Name)
 	st, err := store.New(pool, store.Config{Schema: schema})
 	require.NoError(t, err)
 	applied, err := st.Migrate(ctx)
@@ -245,13 +247,8 @@ func TestMigration0015KeepsRows(t *testing.T) {
 	ctx := context.Background()
 	pool, _ := testdb.Schema(t)
 	schema := freshSchema(t, pool)
-	all, err := store.MigrationSQL(schema, 1)
-	require.NoError(t, err)
-	before, _, ok := strings.Cut(all, "\n-- outbox migration 0015_cheaper_insert.up.sql\n")
-	require.True(t, ok)
-	_, err = pool.Exec(ctx, before)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `INSERT INTO `+schema+`.outbox_messages
+	migrateBefore(t, pool, schema, "0015_cheaper_insert.up.sql")
+	_, err := pool.Exec(ctx, `INSERT INTO `+schema+`.outbox_messages
 		(topic, payload, status, ordering_key, next_retry_at, lease_until, claim_token, sent_at, updated_at, max_retry_times) VALUES
 		('t', '{"n": 1}', 'pending', NULL, NULL, NULL, NULL, NULL, now(), NULL),
 		('t', '{"n": 2}', 'pending', 'order-7', now() + interval '1 hour', NULL, NULL, NULL, now(), 100),
@@ -262,24 +259,24 @@ func TestMigration0015KeepsRows(t *testing.T) {
 		('t', '{"n": 7}', 'dead', NULL, NULL, NULL, NULL, NULL, now() - interval '40 days', NULL),
 		('t', '{"n": 8}', 'discarded', NULL, NULL, NULL, NULL, NULL, now() - interval '31 days', NULL)`)
 	require.NoError(t, err)
-	rowsBefore := func() []string {
+	rowsAsText := func() []string {
 		rows, err := pool.Query(ctx, `SELECT m::text FROM `+schema+`.outbox_messages m ORDER BY id`)
 		require.NoError(t, err)
 		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err)
 		return got
 	}
-	want := rowsBefore()
+	want := rowsAsText()
 
 	rest, err := store.MigrationSQL(schema, 15)
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, rest)
 	require.NoError(t, err)
-	require.Equal(t, want, rowsBefore(), "the rows are untouched")
+	require.Equal(t, want, rowsAsText(), "the rows are untouched")
 
 	st, err := store.New(pool, store.Config{Schema: schema})
 	require.NoError(t, err)
-	res, err := st.Purge(ctx, store.PurgeOptions{SentAfter: 7 * 24 * time.Hour, DiscardedAfter: 30 * 24 * time.Hour, Limit: 100})
+	res, err := st.Purge(ctx, purgeOptions(100, false))
 	require.NoError(t, err)
 	require.EqualValues(t, 1, res.SentMessages)
 	require.EqualValues(t, 1, res.DiscardedMessages)

@@ -18,6 +18,12 @@ func topicPaused() error {
 	return temporal.NewApplicationError(`topic "order.created" is paused`, workflows.ErrTypeTopicPaused)
 }
 
+// recordedPaused is record-failure's answer when it recorded the attempt and found the
+// topic paused.
+func recordedPaused() error {
+	return temporal.NewNonRetryableApplicationError(`recorded; topic "order.created" is paused`, workflows.ErrTypeTopicPaused, nil)
+}
+
 // TestPausedTopicUsesNoAttempt: a send that finds its topic paused uses up no attempt,
 // however long the pause (two hours of test time here, under the default policy's three
 // attempts); the run waits with growing timers capped at a minute, marks itself paused
@@ -90,7 +96,7 @@ func TestPausedTeamTopicWaitsBeforeItsNextAttempt(t *testing.T) {
 	var pausedAt time.Time
 	b.env.OnActivity(workflows.ActivityRecordFailure, mock.Anything, mock.Anything).Return(func(context.Context, workflows.RecordFailureInput) error {
 		pausedAt = b.env.Now()
-		return temporal.NewNonRetryableApplicationError(`recorded; topic "order.created" is paused`, workflows.ErrTypeTopicPaused, nil)
+		return recordedPaused()
 	}).Once()
 	reads := 0
 	b.env.OnActivity(workflows.ActivityLoadMessage, mock.Anything, mock.Anything).Return(func(context.Context, workflows.LoadMessageInput) (workflows.LoadMessageResult, error) {
@@ -141,7 +147,7 @@ func TestPausedTeamTopicMakesItsLastAttemptAgain(t *testing.T) {
 			return nil
 		}
 		pausedAt = b.env.Now()
-		return temporal.NewNonRetryableApplicationError(`recorded; topic "order.created" is paused`, workflows.ErrTypeTopicPaused, nil)
+		return recordedPaused()
 	}).Times(3)
 	b.env.OnActivity(workflows.ActivityLoadMessage, mock.Anything, mock.Anything).Return(func(context.Context, workflows.LoadMessageInput) (workflows.LoadMessageResult, error) {
 		return workflows.LoadMessageResult{Paused: b.env.Now().Sub(pausedAt) < time.Hour}, nil
@@ -168,7 +174,7 @@ func TestPausedTeamTopicLastAttemptBeforeTheChange(t *testing.T) {
 		if in.Attempt < 3 {
 			return nil
 		}
-		return temporal.NewNonRetryableApplicationError(`recorded; topic "order.created" is paused`, workflows.ErrTypeTopicPaused, nil)
+		return recordedPaused()
 	}).Times(3)
 	b.env.OnActivity(workflows.ActivityDeadLetter, mock.Anything, mock.MatchedBy(func(in workflows.DeadLetterInput) bool {
 		return in.Attempts == 3
