@@ -162,6 +162,54 @@ func TestPausedTeamTopicMakesItsLastAttemptAgain(t *testing.T) {
 	require.Equal(t, []string{"retrying", "retrying", "paused", "retrying"}, *upserts)
 }
 
+// TestPausedTeamTopicLastAttemptUnderTheDefaultPolicy: the same under the policy a topic
+// gets when its config sets none (12 attempts, waits of 1 s doubling to 5 min, about 18
+// minutes from the first attempt to the twelfth). The team's service is down throughout;
+// an operator pauses the topic while the twelfth attempt runs and resumes it an hour
+// later. The message is not dead-lettered: the twelfth attempt is made again after the
+// resume and delivers it.
+func TestPausedTeamTopicLastAttemptUnderTheDefaultPolicy(t *testing.T) {
+	t.Parallel()
+	b := activitySetup(t, "")
+	b.input.Policy = workflows.Policy{Activity: b.input.Policy.Activity}.WithDefaults()
+	b.input.Version, b.input.SearchAttributes = workflows.DeliveryVersion, true
+	last := workflows.DefaultMaxAttempts
+	var attempts []int
+	b.env.OnActivity("ReserveStock", mock.Anything, mock.Anything).Return(func(_ context.Context, m delivery.Message) error {
+		require.Equal(t, last, m.MaxAttempts)
+		attempts = append(attempts, m.Attempt)
+		b.sends = append(b.sends, b.env.Now())
+		if len(attempts) > last {
+			return nil
+		}
+		return retryable("stock service down")
+	}).Times(last + 1)
+	var pausedAt time.Time
+	b.env.OnActivity(workflows.ActivityRecordFailure, mock.Anything, mock.Anything).Return(func(_ context.Context, in workflows.RecordFailureInput) error {
+		if in.Attempt < last {
+			return nil
+		}
+		pausedAt = b.env.Now()
+		return recordedPaused()
+	}).Times(last)
+	b.env.OnActivity(workflows.ActivityLoadMessage, mock.Anything, mock.Anything).Return(func(context.Context, workflows.LoadMessageInput) (workflows.LoadMessageResult, error) {
+		return workflows.LoadMessageResult{Paused: b.env.Now().Sub(pausedAt) < time.Hour}, nil
+	})
+	b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: last, TeamAttempt: true}).Return(nil).Once()
+	res, err := b.run()
+	require.NoError(t, err, "not dead-lettered")
+	require.Equal(t, last, res.Attempts)
+	want := make([]int, 0, last+1)
+	for a := 1; a <= last; a++ {
+		want = append(want, a)
+	}
+	require.Equal(t, append(want, last), attempts, "the twelfth attempt, made during the pause, is made again")
+	require.InDelta(t, 18*time.Minute, b.sends[last-1].Sub(b.sends[0]), float64(2*time.Minute), "the default backoff before the twelfth attempt")
+	again := b.sends[last].Sub(b.sends[last-1])
+	require.GreaterOrEqual(t, again, time.Hour, "made again after the resume")
+	require.LessOrEqual(t, again, time.Hour+workflows.DefaultMaxInterval+2*time.Minute, "within the backoff of the resume")
+}
+
 // TestPausedTeamTopicLastAttemptBeforeTheChange: a run recorded before the last attempt
 // was made again after a pause keeps dead-lettering the message, so its history replays.
 func TestPausedTeamTopicLastAttemptBeforeTheChange(t *testing.T) {
