@@ -21,14 +21,17 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	failurepb "go.temporal.io/api/failure/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/server/temporaltest"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/outbox-go/outbox/app"
 	"github.com/outbox-go/outbox/codec"
 	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/internal/temporalx"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/worker"
 	"github.com/outbox-go/outbox/workflows"
 )
 
@@ -204,4 +207,43 @@ func TestCodec(t *testing.T) {
 		require.Error(t, err)
 		require.Contains(t, err.Error(), workflows.ErrTypeDeadLettered)
 	})
+
+	// The retention schedule's argument is ciphertext too. A worker reads the schedule in
+	// place through its codec, so one started again with the same settings finds it as it
+	// should be and sends no update; the SDK's default converter could not read it.
+	t.Run("RetentionScheduleIsReadThroughTheCodec", func(t *testing.T) {
+		cfg := e.retentionConfig(ts, config.Retention{Interval: config.Duration(time.Hour)})
+		cfg.Codec = codecCfg.Codec
+		a, err := app.Open(ctx, cfg, app.Options{Logger: logger})
+		require.NoError(t, err)
+		t.Cleanup(a.Close)
+		require.NoError(t, a.DialTemporal(ctx))
+		updates := &countingScheduleClient{ScheduleClient: a.Temporal.ScheduleClient()}
+		a.Temporal = scheduleClientOf{Client: a.Temporal, schedules: updates}
+
+		require.NoError(t, a.EnsureRetentionSchedule(ctx))
+		require.Zero(t, updates.calls.Load(), "created")
+		args := describeRetention(t, ts.GetDefaultClient()).Schedule.Action.(*client.ScheduleWorkflowAction).Args
+		require.Len(t, args, 1)
+		p := args[0].(*commonpb.Payload)
+		require.Equal(t, codec.EncodingEncrypted, string(p.GetMetadata()[codec.MetadataEncoding]))
+
+		require.NoError(t, a.EnsureRetentionSchedule(ctx))
+		require.Equal(t, int32(1), updates.calls.Load(), "the second call looked at the schedule")
+		require.Zero(t, updates.sent.Load(), "and sent no update")
+
+		in := a.Config.Retention.WorkflowInput()
+		require.NoError(t, worker.EnsureRetentionSchedule(ctx, a.Temporal, a.Config.Temporal.TaskQueue, in, time.Hour))
+		require.Equal(t, int32(1), updates.sent.Load(), "read with the default converter, the argument counts as changed")
+		require.NoError(t, worker.EnsureRetentionScheduleConverter(ctx, a.Temporal, codecClientConverter(t, codecCfg), a.Config.Temporal.TaskQueue, in, time.Hour))
+		require.Equal(t, int32(1), updates.sent.Load(), "and read with the codec's, as it is")
+	})
+}
+
+// codecClientConverter returns the data converter of a client with cfg's codec.
+func codecClientConverter(t *testing.T, cfg *config.Config) converter.DataConverter {
+	t.Helper()
+	c, err := cfg.Codec.New()
+	require.NoError(t, err)
+	return codec.DataConverter(c)
 }

@@ -26,8 +26,23 @@ import (
 // or an earlier config did), updates its spec and action to these if they differ. The
 // schedule's state is left as it is, so a schedule paused in the Temporal UI stays paused.
 // Several workers may call it at once.
+//
+// The existing schedule's argument is read with the SDK's default data converter; a client
+// that encodes payloads with a codec uses EnsureRetentionScheduleConverter instead, or
+// every call finds an argument it cannot read and updates the schedule.
 func EnsureRetentionSchedule(ctx context.Context, c client.Client, taskQueue string, in workflows.RetentionInput, every time.Duration) error {
+	return EnsureRetentionScheduleConverter(ctx, c, nil, taskQueue, in, every)
+}
+
+// EnsureRetentionScheduleConverter is EnsureRetentionSchedule for a client whose data
+// converter is dc (client.Options.DataConverter, codec.DataConverter for the outbox's
+// payload codec): it reads the existing schedule's argument with dc, so an unchanged
+// schedule is left alone. A nil dc is the SDK's default data converter.
+func EnsureRetentionScheduleConverter(ctx context.Context, c client.Client, dc converter.DataConverter, taskQueue string, in workflows.RetentionInput, every time.Duration) error {
 	id := workflows.RetentionScheduleID
+	if dc == nil {
+		dc = converter.GetDefaultDataConverter()
+	}
 	if err := in.Validate(); err != nil {
 		return fmt.Errorf("retention schedule %s: %w", id, err)
 	}
@@ -67,7 +82,7 @@ func EnsureRetentionSchedule(ctx context.Context, c client.Client, taskQueue str
 	err = schedules.GetHandle(ctx, id).Update(ctx, client.ScheduleUpdateOptions{
 		DoUpdate: func(cur client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
 			s := cur.Description.Schedule
-			if sameRetentionSchedule(s, spec, action, in) {
+			if sameRetentionSchedule(s, spec, action, in, dc) {
 				return nil, temporal.ErrSkipScheduleUpdate
 			}
 			s.Spec, s.Action = &spec, action
@@ -88,7 +103,7 @@ func EnsureRetentionSchedule(ctx context.Context, c client.Client, taskQueue str
 
 // sameRetentionSchedule reports whether the existing schedule s already has spec, action
 // (with input in) and the skip overlap policy.
-func sameRetentionSchedule(s client.Schedule, spec client.ScheduleSpec, action *client.ScheduleWorkflowAction, in workflows.RetentionInput) bool {
+func sameRetentionSchedule(s client.Schedule, spec client.ScheduleSpec, action *client.ScheduleWorkflowAction, in workflows.RetentionInput, dc converter.DataConverter) bool {
 	if s.Spec == nil || len(s.Spec.Calendars) > 0 || len(s.Spec.CronExpressions) > 0 || !slices.Equal(s.Spec.Intervals, spec.Intervals) {
 		return false
 	}
@@ -99,14 +114,15 @@ func sameRetentionSchedule(s client.Schedule, spec client.ScheduleSpec, action *
 	if !ok || cur.ID != action.ID || cur.TaskQueue != action.TaskQueue || cur.Workflow != action.Workflow || len(cur.Args) != 1 {
 		return false
 	}
-	// Describe returns the arguments as payloads. One this worker cannot decode (another
-	// data converter wrote it) counts as different, so it is rewritten.
+	// Describe returns the arguments as payloads, as the client's data converter wrote them
+	// (through its codec, if it has one). One that dc cannot decode (another data converter
+	// or another codec key wrote it) counts as different, so it is rewritten.
 	p, ok := cur.Args[0].(*commonpb.Payload)
 	if !ok {
 		return false
 	}
 	var got workflows.RetentionInput
-	if err := converter.GetDefaultDataConverter().FromPayload(p, &got); err != nil {
+	if err := dc.FromPayload(p, &got); err != nil {
 		return false
 	}
 	return got == in
