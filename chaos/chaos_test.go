@@ -306,13 +306,14 @@ func runFaultOver(t *testing.T, e *chaosEnv, name string, n int, spread time.Dur
 }
 
 // TestWorkerKilledMidSend SIGKILLs the worker three times while sends are in flight (the
-// receiver takes 50ms per request), starting a new one each time. Duplicates are allowed
-// (a send whose outcome was lost with the worker is ambiguous) and counted.
+// receiver takes 50ms per request), starting a new one each time. A send whose outcome was
+// lost with the worker is ambiguous; the topic has a check_url, so the next attempt asks
+// first and nothing is delivered twice.
 func TestWorkerKilledMidSend(t *testing.T) {
 	e := newEnv(t)
 	n := messagesPerFault(t)
 	e.rcv.setDelay(50 * time.Millisecond)
-	runFault(t, e, "worker-kill", n, false, func(l *loader) {
+	runFault(t, e, "worker-kill", n, true, func(l *loader) {
 		for k := 1; k <= 3; k++ {
 			target := k * n / 4
 			if !waitFor(2*time.Minute, func() bool { return e.rcv.totalRequests() >= target }) {
@@ -420,10 +421,14 @@ func TestPostgresRestart(t *testing.T) {
 	})
 }
 
+// TestTemporalRestart stops the Temporal server halfway through the load and starts it
+// again on the same folder. Starts, sends and completions the server did not take are
+// made again once it is back; a send whose completion was lost is checked (check_url)
+// before it is resent, so nothing is delivered twice.
 func TestTemporalRestart(t *testing.T) {
 	e := newEnv(t)
 	n := messagesPerFault(t)
-	runFault(t, e, "temporal-restart", n, false, func(l *loader) {
+	runFault(t, e, "temporal-restart", n, true, func(l *loader) {
 		target := int64(n / 2)
 		if !waitFor(2*time.Minute, func() bool { return l.done.Load() >= target }) {
 			t.Errorf("the loader never reached %d commits", target)
@@ -438,6 +443,10 @@ func TestTemporalRestart(t *testing.T) {
 	})
 }
 
+// TestDownstreamFlapping makes the receiver fail requests in turn (503s, resets, answers
+// after the send timeout) for a window. Duplicates are counted, not refused: a request
+// answered late is processed only after its delay, so a check made before then finds
+// nothing and the message is sent again.
 func TestDownstreamFlapping(t *testing.T) {
 	e := newEnv(t)
 	n := messagesPerFault(t)
