@@ -5,8 +5,10 @@
 // each activity attempt is one; each timer; each search-attribute upsert after the start;
 // each signal sent to another workflow, and each signal the run receives; each child
 // workflow started; each Nexus operation scheduled, and each cancellation of one asked
-// for; each side effect. The local activities that one workflow task records
-// count together as one action. Search attributes given at the start and version markers
+// for; each side effect, and each value a mutable side effect records (it records one only
+// when the value changes). The local activities that one workflow task records count
+// together as one action. Search attributes given at the start, version markers and the
+// TemporalChangeVersion search attribute update that the SDK sends with a version marker
 // are free. A namespace's actions-per-second limit then caps messages per second at the
 // limit ÷ the actions per message.
 package temporalcost
@@ -32,9 +34,14 @@ func (c Cost) Add(d Cost) Cost {
 
 // The marker names the Go SDK records.
 const (
-	localActivityMarker = "LocalActivity"
-	sideEffectMarker    = "SideEffect"
+	localActivityMarker     = "LocalActivity"
+	sideEffectMarker        = "SideEffect"
+	mutableSideEffectMarker = "MutableSideEffect"
 )
+
+// changeVersionAttribute is the search attribute the SDK updates with each version
+// marker; Temporal Cloud does not count an update of it alone.
+const changeVersionAttribute = "TemporalChangeVersion"
 
 // Count returns the cost of one run's history.
 func Count(events []*historypb.HistoryEvent) Cost {
@@ -47,13 +54,16 @@ func Count(events []*historypb.HistoryEvent) Cost {
 		switch ev.GetEventType() {
 		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED,
 			enumspb.EVENT_TYPE_TIMER_STARTED,
-			enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES,
 			enumspb.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED,
 			enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED,
 			enumspb.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED,
 			enumspb.EVENT_TYPE_NEXUS_OPERATION_SCHEDULED,
 			enumspb.EVENT_TYPE_NEXUS_OPERATION_CANCEL_REQUESTED:
 			c.Actions++
+		case enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
+			if !onlyChangeVersion(ev.GetUpsertWorkflowSearchAttributesEventAttributes().GetSearchAttributes().GetIndexedFields()) {
+				c.Actions++
+			}
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
 			attempts[ev.GetEventId()] = max(attempts[ev.GetEventId()], 1)
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED:
@@ -64,7 +74,7 @@ func Count(events []*historypb.HistoryEvent) Cost {
 			switch m.GetMarkerName() {
 			case localActivityMarker:
 				laTasks[m.GetWorkflowTaskCompletedEventId()] = true
-			case sideEffectMarker:
+			case sideEffectMarker, mutableSideEffectMarker:
 				c.Actions++
 			}
 		}
@@ -74,6 +84,13 @@ func Count(events []*historypb.HistoryEvent) Cost {
 	}
 	c.Actions += len(laTasks)
 	return c
+}
+
+// onlyChangeVersion reports whether a search-attribute update sets TemporalChangeVersion
+// and nothing else.
+func onlyChangeVersion[V any](fields map[string]V) bool {
+	_, ok := fields[changeVersionAttribute]
+	return ok && len(fields) == 1
 }
 
 // OfRun reads a run's history (runID empty: the latest run of workflowID) and counts it.
