@@ -60,8 +60,11 @@ type Sink struct {
 	// permissions, with when it last did: the server says so on the connection, not in
 	// answer to the publish. deniedSignal is closed, and replaced, at each refusal, so a
 	// publish waiting for its acknowledgement learns of it (see untilDenied).
+	// inboxDenied is when the server last refused the connection's subscription to its
+	// reply inbox: no acknowledgement of a publish can then arrive on that connection.
 	deniedMu     sync.Mutex
 	denied       map[string]time.Time
+	inboxDenied  time.Time
 	deniedSignal chan struct{}
 
 	windows    sync.Mutex           // guards what follows
@@ -269,11 +272,12 @@ func roundUp(d time.Duration) string {
 	return text
 }
 
-// asyncError handles an error the server sent on the connection: a refused publish is
-// recorded for its send's classification (see denial), and every error is logged, as the
-// client's default handler prints it.
-func (s *Sink) asyncError(_ *nats.Conn, _ *nats.Subscription, err error) {
-	if subject, ok := deniedSubject(err); ok {
+// asyncError handles an error the server sent on the connection: a refused publish, or a
+// refused subscription to the connection's reply inbox, is recorded for the classification
+// of the sends it concerns (see denial), and every error is logged, as the client's
+// default handler prints it.
+func (s *Sink) asyncError(c *nats.Conn, _ *nats.Subscription, err error) {
+	if subject, ok := deniedSubject(err, "publish"); ok {
 		s.deniedMu.Lock()
 		if len(s.denied) >= maxDenied {
 			// A subject per message (a template over {message_id}): keep the memory
@@ -285,20 +289,43 @@ func (s *Sink) asyncError(_ *nats.Conn, _ *nats.Subscription, err error) {
 		s.deniedSignal = make(chan struct{})
 		s.deniedMu.Unlock()
 	}
+	if subject, ok := deniedSubject(err, "subscription"); ok && strings.HasPrefix(subject, nats.InboxPrefix) {
+		s.deniedMu.Lock()
+		s.inboxDenied = time.Now()
+		close(s.deniedSignal)
+		s.deniedSignal = make(chan struct{})
+		s.deniedMu.Unlock()
+		// The client keeps the refused subscription as if it were in place and never asks
+		// again, so this connection gets no acknowledgement even after the permission is
+		// granted: the next send connects anew, and asks again.
+		s.retire(c)
+	}
 	s.log().Warn("NATS server error on the connection", slog.String("topic", s.topic), slog.String("error", redact.Error(err, s.url)))
+}
+
+// retire closes c and makes the next send connect anew, if c is the sink's connection.
+func (s *Sink) retire(c *nats.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c == nil || s.conn != c {
+		return
+	}
+	s.conn, s.js = nil, nil
+	go c.Close() // outside the client's callback, which runs this
 }
 
 // maxDenied bounds how many refused subjects a sink remembers.
 const maxDenied = 1024
 
-// deniedSubject returns the subject of a publish the server refused for the user's
-// permissions ("Permissions Violation for Publish to \"orders.created\"").
-func deniedSubject(err error) (string, bool) {
+// deniedSubject returns the subject of a publish or a subscription (op) the server
+// refused for the user's permissions ("Permissions Violation for Publish to
+// \"orders.created\"", "... for Subscription to \"_INBOX.x.*\"").
+func deniedSubject(err error, op string) (string, bool) {
 	if !errors.Is(err, nats.ErrPermissionViolation) {
 		return "", false
 	}
 	msg := err.Error()
-	const marker = `publish to "`
+	marker := op + ` to "`
 	i := strings.Index(strings.ToLower(msg), marker)
 	if i < 0 {
 		return "", false
@@ -312,7 +339,9 @@ func deniedSubject(err error) (string, bool) {
 }
 
 // denial returns a permanent failure when the server refused a publish to subject for the
-// user's permissions since began, or nil.
+// user's permissions since began; an ambiguous one, which says so, when it refused the
+// connection's reply inbox since began (the publish went out, and its acknowledgement
+// cannot come back); or nil.
 func (s *Sink) denial(subject string, began time.Time) error {
 	_, err := s.denialOrSignal(subject, began)
 	return err
@@ -322,19 +351,25 @@ func (s *Sink) denial(subject string, began time.Time) error {
 func (s *Sink) denialOrSignal(subject string, began time.Time) (<-chan struct{}, error) {
 	s.deniedMu.Lock()
 	at, ok := s.denied[subject]
+	inbox := s.inboxDenied
 	signal := s.deniedSignal
 	s.deniedMu.Unlock()
-	if !ok || at.Before(began) {
-		return signal, nil
+	switch {
+	case ok && !at.Before(began):
+		return nil, delivery.Permanent(fmt.Errorf("nats: the server refused the publish to %q: the connection's user has no permission to publish to it (the topic's username, or the server's permissions)", subject))
+	case !inbox.IsZero() && !inbox.Before(began):
+		return nil, delivery.Ambiguous(fmt.Errorf("nats publish to %q: the server refused the connection's user a subscription to its reply inbox (%s>), so the stream's acknowledgement cannot arrive and the stream may have the message: allow the user to subscribe to %s> (the topic's username, or the server's permissions)",
+			subject, nats.InboxPrefix, nats.InboxPrefix))
 	}
-	return nil, delivery.Permanent(fmt.Errorf("nats: the server refused the publish to %q: the connection's user has no permission to publish to it (the topic's username, or the server's permissions)", subject))
+	return signal, nil
 }
 
-// errDenied ends the wait of a publish the server refused.
-var errDenied = errors.New("the server refused the publish")
+// errDenied ends the wait of a publish the server refused, or whose acknowledgement it
+// refused to let come back (the reply inbox).
+var errDenied = errors.New("the server refused the publish or its reply inbox")
 
 // untilDenied returns ctx, cancelled with errDenied as soon as the server refuses a
-// publish to subject after began. The refusal comes on the connection, not as the
+// publish to subject, or the connection's reply inbox, after began. The refusal comes on the connection, not as the
 // publish's answer, so without it the publish would wait for an acknowledgement until the
 // attempt ends. stop releases it.
 func (s *Sink) untilDenied(ctx context.Context, subject string, began time.Time) (_ context.Context, stop func()) {
@@ -618,7 +653,9 @@ func (s *Sink) classify(ctx context.Context, js jetstream.JetStream, subject str
 	default:
 		if denied := s.denial(subject, began); denied != nil {
 			// The server refused the publish (and said so on the connection): nothing
-			// was stored, and no retry passes until the permissions change.
+			// was stored, and no retry passes until the permissions change. Or it refused
+			// the reply inbox: the stream may have stored it, and the error says why no
+			// acknowledgement came.
 			return denied
 		}
 		// A timeout, or a connection closed or lost after the publish went out: the

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +24,14 @@ import (
 // a free port, and returns its URL; it is stopped when the test ends.
 func natsServer(t *testing.T, accounts string) string {
 	t.Helper()
+	url, _ := natsServerReloadable(t, accounts)
+	return url
+}
+
+// natsServerReloadable is natsServer, and a function that replaces the server's accounts
+// block and has the server reload its configuration (SIGHUP).
+func natsServerReloadable(t *testing.T, accounts string) (url string, reload func(accounts string)) {
+	t.Helper()
 	bin, err := exec.LookPath("nats-server")
 	if err != nil {
 		bin = "/usr/sbin/nats-server"
@@ -36,8 +45,11 @@ func natsServer(t *testing.T, accounts string) string {
 	require.NoError(t, l.Close())
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "nats.conf")
-	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("listen: 127.0.0.1:%d\njetstream { store_dir: %q }\n%s\n",
-		port, filepath.Join(dir, "js"), accounts)), 0o600))
+	write := func(accounts string) {
+		require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("listen: 127.0.0.1:%d\njetstream { store_dir: %q }\n%s\n",
+			port, filepath.Join(dir, "js"), accounts)), 0o600))
+	}
+	write(accounts)
 	cmd := exec.Command(bin, "-c", conf)
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
@@ -52,7 +64,10 @@ func natsServer(t *testing.T, accounts string) string {
 		}
 		return err == nil
 	}, 10*time.Second, 20*time.Millisecond, "nats-server on %s", addr)
-	return "nats://" + addr
+	return "nats://" + addr, func(accounts string) {
+		write(accounts)
+		require.NoError(t, cmd.Process.Signal(syscall.SIGHUP))
+	}
 }
 
 // A user the server does not let publish to the topic's subject: the server refuses each
@@ -158,4 +173,68 @@ func TestConnectsThatHangEndWithEachSendsDeadline(t *testing.T) {
 		// before it (2 s each, the client's own timeout).
 		require.Less(t, r.took, 3*deadline, "%v", r.err)
 	}
+}
+
+// A user the server does not let subscribe to the reply inbox: the publish goes out and
+// the stream stores it, but no acknowledgement can come back. The send ends at once as
+// ambiguous (the stream may have the message; a resend is absorbed by its duplicate
+// window), with an error that names the permission, not a timeout at the end of every
+// attempt. Once the permission is granted, the next send gets its acknowledgement: the
+// connection whose inbox was refused is replaced.
+func TestReplyInboxPermissionViolationIsNamed(t *testing.T) {
+	t.Parallel()
+	limited := `{ user: limited, password: limited, permissions: { subscribe: { deny: ["_INBOX.>"] } } }`
+	url, reload := natsServerReloadable(t, accountsWith(limited))
+	admin, err := nats.Connect(url, nats.UserInfo("admin", "admin"))
+	require.NoError(t, err)
+	defer admin.Close()
+	js, err := jetstream.New(admin)
+	require.NoError(t, err)
+	ctx := context.Background()
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	require.NoError(t, err)
+
+	s := newSink(t, natssink.Config{URL: url, Subject: "orders.{topic}", Username: "limited", Password: "limited"})
+	require.NoError(t, s.Open(ctx))
+	for range 2 {
+		sendCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		m := message("created", "")
+		err = s.Send(sendCtx, m)
+		require.Error(t, err)
+		require.True(t, delivery.IsAmbiguous(err), "%v", err)
+		require.ErrorContains(t, err, "reply inbox")
+		require.ErrorContains(t, err, "_INBOX.>")
+		require.NoError(t, sendCtx.Err(), "the send waited for its attempt to end")
+		cancel()
+		_, err = stream.GetLastMsgForSubject(ctx, "orders.created")
+		require.NoError(t, err, "the stream has the message")
+	}
+	batchCtx, cancelBatch := context.WithTimeout(ctx, time.Minute)
+	defer cancelBatch()
+	for _, err := range s.SendBatch(batchCtx, []delivery.Message{message("created", ""), message("created", "")}) {
+		require.True(t, delivery.IsAmbiguous(err), "%v", err)
+		require.ErrorContains(t, err, "reply inbox")
+	}
+	require.NoError(t, batchCtx.Err(), "the batch waited for its attempt to end")
+
+	// The permission granted: the next sends are acknowledged.
+	reload(accountsWith(`{ user: limited, password: limited }`))
+	require.Eventually(t, func() bool {
+		sendCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return s.Send(sendCtx, message("created", "")) == nil
+	}, 30*time.Second, 100*time.Millisecond)
+}
+
+// accountsWith is an accounts block with an admin user and the given one.
+func accountsWith(user string) string {
+	return `accounts {
+  APP {
+    jetstream: enabled
+    users: [
+      { user: admin, password: admin }
+      ` + user + `
+    ]
+  }
+}`
 }
