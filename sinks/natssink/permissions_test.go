@@ -75,23 +75,9 @@ func natsServerReloadable(t *testing.T, accounts string) (url string, reload fun
 // read as ambiguous on every attempt.
 func TestPublishPermissionViolationIsPermanent(t *testing.T) {
 	t.Parallel()
-	url := natsServer(t, `accounts {
-  APP {
-    jetstream: enabled
-    users: [
-      { user: admin, password: admin }
-      { user: limited, password: limited, permissions: { publish: { deny: ["orders.>"] } } }
-    ]
-  }
-}`)
-	admin, err := nats.Connect(url, nats.UserInfo("admin", "admin"))
-	require.NoError(t, err)
-	defer admin.Close()
-	js, err := jetstream.New(admin)
-	require.NoError(t, err)
+	url := natsServer(t, accountsWith(`{ user: limited, password: limited, permissions: { publish: { deny: ["orders.>"] } } }`))
+	ordersStream(t, url)
 	ctx := context.Background()
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
-	require.NoError(t, err)
 
 	s := newSink(t, natssink.Config{URL: url, Subject: "orders.{topic}", Username: "limited", Password: "limited"})
 	require.NoError(t, s.Open(ctx))
@@ -99,7 +85,7 @@ func TestPublishPermissionViolationIsPermanent(t *testing.T) {
 	// which does not wait for its attempt's end.
 	sendCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	err = s.Send(sendCtx, message("created", ""))
+	err := s.Send(sendCtx, message("created", ""))
 	require.Error(t, err)
 	require.True(t, delivery.IsPermanent(err), "%v", err)
 	require.ErrorContains(t, err, "permission")
@@ -107,13 +93,20 @@ func TestPublishPermissionViolationIsPermanent(t *testing.T) {
 	require.NoError(t, sendCtx.Err(), "the send waited for its attempt to end")
 
 	// The batch publish's messages alike.
-	batchCtx, cancelBatch := context.WithTimeout(ctx, time.Minute)
-	defer cancelBatch()
-	for _, err := range s.SendBatch(batchCtx, []delivery.Message{message("created", ""), message("created", "")}) {
-		require.True(t, delivery.IsPermanent(err), "%v", err)
-		require.ErrorContains(t, err, "permission")
+	requireBatchFailsAtOnce(t, s, delivery.IsPermanent, "permission")
+}
+
+// requireBatchFailsAtOnce publishes a batch of two messages with s and requires each to
+// fail with an error of the kind is tells, containing text, before the attempt ends.
+func requireBatchFailsAtOnce(t *testing.T, s *natssink.Sink, is func(error) bool, text string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, err := range s.SendBatch(ctx, []delivery.Message{message("created", ""), message("created", "")}) {
+		require.True(t, is(err), "%v", err)
+		require.ErrorContains(t, err, text)
 	}
-	require.NoError(t, batchCtx.Err(), "the batch waited for its attempt to end")
+	require.NoError(t, ctx.Err(), "the batch waited for its attempt to end")
 }
 
 // A server whose connects hang (it accepts and never says hello): concurrent sends each
@@ -185,37 +178,26 @@ func TestReplyInboxPermissionViolationIsNamed(t *testing.T) {
 	t.Parallel()
 	limited := `{ user: limited, password: limited, permissions: { subscribe: { deny: ["_INBOX.>"] } } }`
 	url, reload := natsServerReloadable(t, accountsWith(limited))
-	admin, err := nats.Connect(url, nats.UserInfo("admin", "admin"))
-	require.NoError(t, err)
-	defer admin.Close()
-	js, err := jetstream.New(admin)
-	require.NoError(t, err)
+	stream := ordersStream(t, url)
 	ctx := context.Background()
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
-	require.NoError(t, err)
 
 	s := newSink(t, natssink.Config{URL: url, Subject: "orders.{topic}", Username: "limited", Password: "limited"})
 	require.NoError(t, s.Open(ctx))
 	for range 2 {
 		sendCtx, cancel := context.WithTimeout(ctx, time.Minute)
 		m := message("created", "")
-		err = s.Send(sendCtx, m)
+		err := s.Send(sendCtx, m)
 		require.Error(t, err)
 		require.True(t, delivery.IsAmbiguous(err), "%v", err)
 		require.ErrorContains(t, err, "reply inbox")
 		require.ErrorContains(t, err, "_INBOX.>")
 		require.NoError(t, sendCtx.Err(), "the send waited for its attempt to end")
 		cancel()
-		_, err = stream.GetLastMsgForSubject(ctx, "orders.created")
-		require.NoError(t, err, "the stream has the message")
+		stored, err := stream.GetLastMsgForSubject(ctx, "orders.created")
+		require.NoError(t, err)
+		require.Equal(t, m.MessageID, stored.Header.Get(jetstream.MsgIDHeader), "the stream has the message")
 	}
-	batchCtx, cancelBatch := context.WithTimeout(ctx, time.Minute)
-	defer cancelBatch()
-	for _, err := range s.SendBatch(batchCtx, []delivery.Message{message("created", ""), message("created", "")}) {
-		require.True(t, delivery.IsAmbiguous(err), "%v", err)
-		require.ErrorContains(t, err, "reply inbox")
-	}
-	require.NoError(t, batchCtx.Err(), "the batch waited for its attempt to end")
+	requireBatchFailsAtOnce(t, s, delivery.IsAmbiguous, "reply inbox")
 
 	// The permission granted: the next sends are acknowledged.
 	reload(accountsWith(`{ user: limited, password: limited }`))
@@ -224,6 +206,19 @@ func TestReplyInboxPermissionViolationIsNamed(t *testing.T) {
 		defer cancel()
 		return s.Send(sendCtx, message("created", "")) == nil
 	}, 30*time.Second, 100*time.Millisecond)
+}
+
+// ordersStream creates, as the admin user, the stream ORDERS of the subjects orders.>.
+func ordersStream(t *testing.T, url string) jetstream.Stream {
+	t.Helper()
+	admin, err := nats.Connect(url, nats.UserInfo("admin", "admin"))
+	require.NoError(t, err)
+	t.Cleanup(admin.Close)
+	js, err := jetstream.New(admin)
+	require.NoError(t, err)
+	stream, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	require.NoError(t, err)
+	return stream
 }
 
 // accountsWith is an accounts block with an admin user and the given one.
