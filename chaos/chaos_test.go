@@ -313,20 +313,32 @@ func TestWorkerKilledMidSend(t *testing.T) {
 	e := newEnv(t)
 	n := messagesPerFault(t)
 	e.rcv.setDelay(50 * time.Millisecond)
-	runFault(t, e, "worker-kill", n, true, func(l *loader) {
-		for k := 1; k <= 3; k++ {
-			target := k * n / 4
-			if !waitFor(2*time.Minute, func() bool { return e.rcv.totalRequests() >= target }) {
-				t.Errorf("the receiver never reached %d requests before kill %d", target, k)
-				return
-			}
-			if err := e.killOutbox("worker", 200*time.Millisecond); err != nil {
-				t.Errorf("restart the worker: %v", err)
-				return
-			}
-			t.Logf("worker killed (%d) at %d receiver requests", k, e.rcv.totalRequests())
+	runFault(t, e, "worker-kill", n, true, func(*loader) { killDuringSends(t, e, "worker", n) })
+}
+
+// killDuringSends SIGKILLs the outbox process which three times, at a quarter, half and
+// three quarters of n receiver requests, starting a new one each time, and requires that
+// the kills hit sends in flight: requests the receiver was still working on (its delay)
+// when the process died.
+func killDuringSends(t *testing.T, e *chaosEnv, which string, n int) {
+	hit := 0
+	for k := 1; k <= 3; k++ {
+		target := k * n / 4
+		if !waitFor(2*time.Minute, func() bool { return e.rcv.totalRequests() >= target }) {
+			t.Errorf("the receiver never reached %d requests before kill %d", target, k)
+			return
 		}
-	})
+		inFlight := e.rcv.sendsInFlight()
+		if err := e.killOutbox(which, 200*time.Millisecond); err != nil {
+			t.Errorf("restart %s: %v", which, err)
+			return
+		}
+		hit += inFlight
+		t.Logf("%s killed (%d) at %d receiver requests, with %d sends in flight", which, k, e.rcv.totalRequests(), inFlight)
+	}
+	if hit == 0 {
+		t.Errorf("no kill of %s hit a send in flight", which)
+	}
 }
 
 // TestRunKilledDuringDrain SIGKILLs `outbox run` (worker and relay in one process, eager
@@ -339,20 +351,7 @@ func TestRunKilledDuringDrain(t *testing.T) {
 	e := newEnvSink(t, httpSink, "", "", oneProcess)
 	n := messagesPerFault(t)
 	e.rcv.setDelay(50 * time.Millisecond)
-	runFaultOver(t, e, "run-kill-drain", n, time.Second, true, func(l *loader) {
-		for k := 1; k <= 3; k++ {
-			target := k * n / 4
-			if !waitFor(2*time.Minute, func() bool { return e.rcv.totalRequests() >= target }) {
-				t.Errorf("the receiver never reached %d requests before kill %d", target, k)
-				return
-			}
-			if err := e.killOutbox("run", 200*time.Millisecond); err != nil {
-				t.Errorf("restart outbox run: %v", err)
-				return
-			}
-			t.Logf("outbox run killed (%d) at %d receiver requests", k, e.rcv.totalRequests())
-		}
-	})
+	runFaultOver(t, e, "run-kill-drain", n, time.Second, true, func(*loader) { killDuringSends(t, e, "run", n) })
 }
 
 // TestTwoRunProcesses runs two `outbox run` processes against one database, namespace and

@@ -22,9 +22,10 @@ type receiver struct {
 	url     string
 	closing chan struct{}
 
-	delay atomic.Int64 // nanoseconds each POST takes before it is processed
-	flap  atomic.Bool  // while set, POSTs fail in turn: 503, a reset, a reply too late
-	flaps atomic.Int64
+	delay    atomic.Int64 // nanoseconds each POST takes before it is processed
+	inFlight atomic.Int64 // POSTs in their delay
+	flap     atomic.Bool  // while set, POSTs fail in turn: 503, a reset, a reply too late
+	flaps    atomic.Int64
 
 	mu     sync.Mutex
 	binary map[string]int // POSTs to the binary-body downstreams, by path
@@ -108,9 +109,14 @@ func (r *receiver) misbehave(w http.ResponseWriter, _ *http.Request) (answered b
 	}
 	// The downstream does its work whether or not the caller is still there.
 	if d := time.Duration(r.delay.Load()); d > 0 {
+		r.inFlight.Add(1)
 		time.Sleep(d)
+		r.inFlight.Add(-1)
 	}
 	return false
 }
+
+// sendsInFlight returns the number of POSTs the receiver is working on (in their delay).
+func (r *receiver) sendsInFlight() int { return int(r.inFlight.Load()) }
 
 func (r *receiver) totalRequests() int { return r.Snapshot().Total }
