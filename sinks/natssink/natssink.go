@@ -58,10 +58,10 @@ type Sink struct {
 
 	// denied are the subjects whose publishes the server refused for the user's
 	// permissions, with when it last did: the server says so on the connection, not in
-	// answer to the publish. deniedSignal is closed, and replaced, at each refusal, so a
-	// publish waiting for its acknowledgement learns of it (see untilDenied).
-	// inboxDenied is when the server last refused the connection's subscription to its
-	// reply inbox: no acknowledgement of a publish can then arrive on that connection.
+	// answer to the publish. inboxDenied is when it last refused a connection's
+	// subscription to its reply inbox, through which no acknowledgement can then arrive.
+	// deniedSignal is closed, and replaced, at each refusal, so a publish waiting for its
+	// acknowledgement learns of it (see untilDenied).
 	deniedMu     sync.Mutex
 	denied       map[string]time.Time
 	inboxDenied  time.Time
@@ -369,9 +369,9 @@ func (s *Sink) denialOrSignal(subject string, began time.Time) (<-chan struct{},
 var errDenied = errors.New("the server refused the publish or its reply inbox")
 
 // untilDenied returns ctx, cancelled with errDenied as soon as the server refuses a
-// publish to subject, or the connection's reply inbox, after began. The refusal comes on the connection, not as the
-// publish's answer, so without it the publish would wait for an acknowledgement until the
-// attempt ends. stop releases it.
+// publish to subject, or the connection's reply inbox, after began. The refusal comes on
+// the connection, not as the publish's answer, so without it the publish would wait for an
+// acknowledgement until the attempt ends. stop releases it.
 func (s *Sink) untilDenied(ctx context.Context, subject string, began time.Time) (_ context.Context, stop func()) {
 	pubCtx, cancel := context.WithCancelCause(ctx)
 	go func() {
