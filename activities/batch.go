@@ -27,11 +27,12 @@ import (
 // (ErrTypeStoreUnavailable) or the batch is another outbox's (ErrTypeWrongDeployment).
 //
 // A row is the batch's to send once it names this batch: the activity records the batch on
-// the claimed rows that name none before it sends (the relay does too, once the run has
-// started; store.TakeForBatch). A row sent already is reported so, and one that another
-// batch holds, that was dispatched to a run of its own (a relay that met this batch's ID
-// started before gave its rows runs of their own), or that is dead, discarded, pending
-// again or gone, is skipped.
+// the claimed rows that name none and that the claim which handed them to the batch still
+// holds, before it sends (the relay does too, once the run has started;
+// store.TakeForBatch). A row sent already is reported so, and one that another batch
+// holds, that was dispatched to a run of its own (a relay that met this batch's ID started
+// before gave its rows runs of their own), that was claimed again since (the new claim
+// hands it over), or that is dead, discarded, pending again or gone, is skipped.
 func (a *Activities) SendBatch(ctx context.Context, in workflows.SendBatchInput) (workflows.SendBatchResult, error) {
 	out := workflows.SendBatchResult{Outcomes: make([]workflows.BatchOutcome, len(in.Messages))}
 	if len(in.Messages) == 0 {
@@ -41,6 +42,7 @@ func (a *Activities) SendBatch(ctx context.Context, in workflows.SendBatchInput)
 		return out, err
 	}
 	ids := make([]uuid.UUID, 0, len(in.Messages))
+	takes := make([]store.BatchTake, 0, len(in.Messages))
 	for i, m := range in.Messages {
 		out.Outcomes[i].MessageID = m.MessageID
 		id, err := uuid.Parse(m.MessageID)
@@ -49,14 +51,17 @@ func (a *Activities) SendBatch(ctx context.Context, in workflows.SendBatchInput)
 				fmt.Sprintf("message_id must be a UUID, got %q", m.MessageID), workflows.ErrTypePermanent, nil))
 			continue
 		}
-		ids = append(ids, id)
+		// A token that does not parse (none, from a relay of an earlier release) is
+		// unknown: the row is taken from whichever claim holds it, as before.
+		token, _ := uuid.Parse(m.ClaimToken)
+		ids, takes = append(ids, id), append(takes, store.BatchTake{MessageID: id, ClaimToken: token})
 	}
 	// The batch takes its rows first (batch_id): a row that another batch holds is that
 	// batch's to send, so a row claimed again after its lease is never sent by two batches.
 	// Both within storeContext's bound (two statements: twice its wait, well within the
 	// heartbeat timeout), so a database that hangs leaves the batch with no attempt used.
 	loadCtx, cancel := storeContext(ctx, 2*storeWait)
-	_, err := a.Store.TakeForBatch(loadCtx, in.Batch, ids)
+	_, err := a.Store.TakeForBatch(loadCtx, in.Batch, takes)
 	var rows map[uuid.UUID]store.Row
 	if err == nil {
 		rows, err = a.Store.GetAll(loadCtx, ids)

@@ -300,7 +300,7 @@ func (r *Relay) startBatch(ctx context.Context, topic string, policy workflows.P
 		Deployment:       r.deploymentID(),
 	}
 	for i, row := range rows {
-		in.Messages[i] = workflows.BatchMessage{MessageID: row.MessageID.String(), MaxRetryTimes: row.MaxRetryTimes}
+		in.Messages[i] = workflows.BatchMessage{MessageID: row.MessageID.String(), MaxRetryTimes: row.MaxRetryTimes, ClaimToken: row.ClaimToken.String()}
 	}
 	id := workflows.BatchWorkflowID(rows[0].MessageID.String())
 	opts := client.StartWorkflowOptions{

@@ -31,6 +31,7 @@ type (
 type (
 	Row              = storedriver.Row
 	Claimed          = storedriver.Claimed
+	BatchTake        = storedriver.BatchTake
 	ClaimResult      = storedriver.ClaimResult
 	OrderingRules    = storedriver.OrderingRules
 	Sent             = storedriver.Sent

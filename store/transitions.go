@@ -433,26 +433,35 @@ WHERE m.id = d.id AND m.status = 'claimed' AND m.claim_token = d.token
 	return int(tag.RowsAffected()), nil
 }
 
-// TakeForBatch records batch as the batch run of the rows of messageIDs that are claimed
-// and name no batch or this one, or dispatched to this batch, and returns the message IDs
-// of the rows that name it now: the ones that batch run may send. A row another batch
-// holds, a row dispatched to a run of its own (no batch: a relay that met this batch's ID
-// started before gave it one), or a row that has moved on (sent, dead, pending again) is
-// left alone. It changes no status.
-func (s *Store) TakeForBatch(ctx context.Context, batch string, messageIDs []uuid.UUID) ([]uuid.UUID, error) {
-	if len(messageIDs) == 0 {
+// TakeForBatch records batch as the batch run of the rows of messages that are claimed and
+// name this batch, or name no batch and are still held by the claim that handed them to
+// it (BatchTake.ClaimToken; any claim when the token is unknown), or that are dispatched
+// to this batch, and returns the message IDs of the rows that name it now: the ones that
+// batch run may send. A row another batch holds, a row dispatched to a run of its own (no
+// batch: a relay that met this batch's ID started before gave it one), a row claimed again
+// since (the new claim hands it over, to a run that sends it), or a row that has moved on
+// (sent, dead, pending again) is left alone. It changes no status.
+func (s *Store) TakeForBatch(ctx context.Context, batch string, messages []BatchTake) ([]uuid.UUID, error) {
+	if len(messages) == 0 {
 		return nil, nil
 	}
-	rows, err := s.db.Query(ctx, `UPDATE `+s.messages+` SET batch_id = $1
-WHERE message_id = ANY($2)
-  AND (status = 'claimed' AND (batch_id IS NULL OR batch_id = $1) OR status = 'dispatched' AND batch_id = $1)
-RETURNING message_id`, batch, messageIDs)
+	ids := make([]uuid.UUID, len(messages))
+	tokens := make([]uuid.NullUUID, len(messages))
+	for i, m := range messages {
+		ids[i], tokens[i] = m.MessageID, uuid.NullUUID{UUID: m.ClaimToken, Valid: m.ClaimToken != uuid.Nil}
+	}
+	rows, err := s.db.Query(ctx, `UPDATE `+s.messages+` AS m SET batch_id = $1
+FROM unnest($2::uuid[], $3::uuid[]) AS t(message_id, token)
+WHERE m.message_id = t.message_id
+  AND (m.status = 'claimed' AND (m.batch_id = $1 OR m.batch_id IS NULL AND (t.token IS NULL OR m.claim_token = t.token))
+       OR m.status = 'dispatched' AND m.batch_id = $1)
+RETURNING m.message_id`, batch, ids, tokens)
 	if err != nil {
-		return nil, fmt.Errorf("take %d messages for batch %s: %w", len(messageIDs), batch, err)
+		return nil, fmt.Errorf("take %d messages for batch %s: %w", len(messages), batch, err)
 	}
 	taken, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	if err != nil {
-		return nil, fmt.Errorf("take %d messages for batch %s: %w", len(messageIDs), batch, err)
+		return nil, fmt.Errorf("take %d messages for batch %s: %w", len(messages), batch, err)
 	}
 	return taken, nil
 }

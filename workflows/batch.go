@@ -103,6 +103,11 @@ type BatchMessage struct {
 	MessageID string `json:"message_id"`
 	// MaxRetryTimes is the row's max_retry_times, for the policy of the message's own run.
 	MaxRetryTimes *int `json:"max_retry_times,omitempty"`
+	// ClaimToken is the token of the claim that handed the message to the batch: the batch
+	// takes the row only while that claim holds it, so a row claimed again meanwhile is
+	// left to the new claim's hand-over. Empty in a batch started by a relay of an earlier
+	// release.
+	ClaimToken string `json:"claim_token,omitempty"`
 }
 
 // SendBatchInput is the input of the send-batch activity.

@@ -740,18 +740,45 @@ WHERE id IN (`+idList(ids)+`) AND status = 'claimed' AND (id, claim_token) IN (`
 	return int(n), nil
 }
 
-// TakeForBatch records batch as the batch run of the rows of messageIDs that are claimed
-// and name no batch or this one, or dispatched to this batch, and returns the message IDs
-// of the rows that name it now: the ones that batch run may send. A row another batch
-// holds, a row dispatched to a run of its own, or a row that has moved on is left alone.
-// It changes no status.
-func (s *Store) TakeForBatch(ctx context.Context, batch string, messageIDs []uuid.UUID) ([]uuid.UUID, error) {
-	if len(messageIDs) == 0 {
+// TakeForBatch records batch as the batch run of the rows of messages that are claimed and
+// name this batch, or name no batch and are still held by the claim that handed them to
+// it (BatchTake.ClaimToken; any claim when the token is unknown), or that are dispatched
+// to this batch, and returns the message IDs of the rows that name it now: the ones that
+// batch run may send. A row another batch holds, a row dispatched to a run of its own, a
+// row claimed again since (the new claim hands it over), or a row that has moved on is
+// left alone. It changes no status.
+func (s *Store) TakeForBatch(ctx context.Context, batch string, messages []storedriver.BatchTake) ([]uuid.UUID, error) {
+	if len(messages) == 0 {
 		return nil, nil
+	}
+	messageIDs := make([]uuid.UUID, len(messages))
+	var held, anyClaim strings.Builder // (message_id, claim_token) pairs; message IDs of unknown tokens
+	for i, m := range messages {
+		messageIDs[i] = m.MessageID
+		b := &held
+		if m.ClaimToken == uuid.Nil {
+			b = &anyClaim
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		if m.ClaimToken == uuid.Nil {
+			fmt.Fprintf(b, "'%s'", m.MessageID)
+		} else {
+			fmt.Fprintf(b, "('%s', '%s')", m.MessageID, m.ClaimToken)
+		}
+	}
+	var claimedBy []string
+	if held.Len() > 0 {
+		claimedBy = append(claimedBy, "(message_id, claim_token) IN ("+held.String()+")")
+	}
+	if anyClaim.Len() > 0 {
+		claimedBy = append(claimedBy, "message_id IN ("+anyClaim.String()+")")
 	}
 	if _, err := s.db.ExecContext(ctx, `UPDATE `+s.messages+` SET batch_id = ?
 WHERE message_id IN (`+uuidList(messageIDs)+`)
-  AND (status = 'claimed' AND (batch_id IS NULL OR batch_id = ?) OR status = 'dispatched' AND batch_id = ?)`,
+  AND (status = 'claimed' AND (batch_id = ? OR batch_id IS NULL AND (`+strings.Join(claimedBy, " OR ")+`))
+       OR status = 'dispatched' AND batch_id = ?)`,
 		batch, batch, batch); err != nil {
 		return nil, fmt.Errorf("take %d messages for batch %s: %w", len(messageIDs), batch, err)
 	}

@@ -67,11 +67,13 @@ type Delivery interface {
 	// RecordSent records a message sent and returns its row's timestamps, or nil when
 	// it was sent already or is dead.
 	RecordSent(ctx context.Context, messageID uuid.UUID) (*Sent, error)
-	// TakeForBatch records batch as the batch of the rows of messageIDs that are claimed
-	// and name no batch or this one, or dispatched to this batch, and returns the IDs of the
-	// rows that name it now: those the batch run may send. A row dispatched without a batch
-	// has a run of its own, which sends it.
-	TakeForBatch(ctx context.Context, batch string, messageIDs []uuid.UUID) ([]uuid.UUID, error)
+	// TakeForBatch records batch as the batch of the rows of messages that are claimed and
+	// name this batch, or name none and are still held by the claim that handed them to it
+	// (BatchTake.ClaimToken), or that are dispatched to this batch; it returns the IDs of
+	// the rows that name it now: those the batch run may send. A row dispatched without a
+	// batch has a run of its own, which sends it; a row claimed again since has its next
+	// claim's hand-over, which sends it.
+	TakeForBatch(ctx context.Context, batch string, messages []BatchTake) ([]uuid.UUID, error)
 	// RecordSentAll records many messages sent in one statement (a batch run's delivered
 	// messages) and returns the rows it moved; rows sent already, dead or missing are left
 	// out.

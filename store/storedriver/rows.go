@@ -68,6 +68,16 @@ type Claimed struct {
 	BatchAtClaim string
 }
 
+// BatchTake is a message a batch run takes (Delivery.TakeForBatch), with the token of the
+// claim that handed it to the batch.
+type BatchTake struct {
+	MessageID uuid.UUID
+	// ClaimToken is the claim's token; uuid.Nil when unknown (a batch started by a relay
+	// of an earlier release), and then a claimed row that names no batch is taken whoever
+	// holds it.
+	ClaimToken uuid.UUID
+}
+
 // MayHaveBeenSent reports whether an earlier delivery of the message may have reached the
 // downstream: it was handed over to a workflow or a batch before, failed an attempt
 // before, or was redriven. Its next run then asks check-processed before it sends.

@@ -161,17 +161,19 @@ func testTransitions(t *testing.T, h Harness) {
 
 		// A batch takes the rows it may send: claimed ones that name it or no batch, and
 		// those dispatched to it; another batch's row and a row that moved on are left alone.
+		// (Without claim tokens, as a batch started by a relay of an earlier release takes
+		// them; with tokens below.)
 		claimedAgain := e.claimed("clicks")
-		taken, err := e.d().TakeForBatch(e.ctx, "outbox-batch-other", []uuid.UUID{ids[0].MessageID, claimedAgain.MessageID, uuid.New()})
+		taken, err := e.d().TakeForBatch(e.ctx, "outbox-batch-other", anyClaim(ids[0].MessageID, claimedAgain.MessageID, uuid.New()))
 		require.NoError(t, err)
 		require.Equal(t, []uuid.UUID{claimedAgain.MessageID}, taken)
 		require.Equal(t, "outbox-batch-other", *e.get(claimedAgain.MessageID).BatchID)
 		require.Equal(t, storedriver.StatusClaimed, e.status(claimedAgain.MessageID), "no status changes")
-		taken, err = e.d().TakeForBatch(e.ctx, batch, []uuid.UUID{ids[0].MessageID, ids[1].MessageID, claimedAgain.MessageID})
+		taken, err = e.d().TakeForBatch(e.ctx, batch, anyClaim(ids[0].MessageID, ids[1].MessageID, claimedAgain.MessageID))
 		require.NoError(t, err)
 		require.ElementsMatch(t, []uuid.UUID{ids[0].MessageID, ids[1].MessageID}, taken, "its own rows, again")
 		// A row dispatched to a run of its own is that run's to send: no batch takes it.
-		ownRun, err := e.d().TakeForBatch(e.ctx, batch, []uuid.UUID{ids[4].MessageID})
+		ownRun, err := e.d().TakeForBatch(e.ctx, batch, anyClaim(ids[4].MessageID))
 		require.NoError(t, err)
 		require.Empty(t, ownRun)
 		require.Nil(t, e.get(ids[4].MessageID).BatchID)
@@ -192,7 +194,7 @@ func testTransitions(t *testing.T, h Harness) {
 		late := e.claimed("clicks")
 		e.shift("lease_until", late.ID)
 		late = e.claimOnly(late.MessageID)
-		taken, err = e.d().TakeForBatch(e.ctx, "outbox-batch-late", []uuid.UUID{late.MessageID})
+		taken, err = e.d().TakeForBatch(e.ctx, "outbox-batch-late", anyClaim(late.MessageID))
 		require.NoError(t, err)
 		require.Equal(t, []uuid.UUID{late.MessageID}, taken)
 		for _, to := range []string{"outbox-batch-new", ""} {
@@ -202,7 +204,7 @@ func testTransitions(t *testing.T, h Harness) {
 			require.NoError(t, err)
 			require.Zero(t, marked, "handed to %q while a batch holds it", to)
 		}
-		newer, err := e.d().TakeForBatch(e.ctx, "outbox-batch-new", []uuid.UUID{late.MessageID})
+		newer, err := e.d().TakeForBatch(e.ctx, "outbox-batch-new", anyClaim(late.MessageID))
 		require.NoError(t, err)
 		require.Empty(t, newer)
 		require.Equal(t, "outbox-batch-late", *e.get(late.MessageID).BatchID)
@@ -217,8 +219,9 @@ func testTransitions(t *testing.T, h Harness) {
 		// of its own: both are recorded.
 		fresh := e.claimed("clicks")
 		fresh.Batch = "outbox-batch-fresh"
-		_, err = e.d().TakeForBatch(e.ctx, fresh.Batch, []uuid.UUID{fresh.MessageID})
+		taken, err = e.d().TakeForBatch(e.ctx, fresh.Batch, []storedriver.BatchTake{{MessageID: fresh.MessageID, ClaimToken: fresh.ClaimToken}})
 		require.NoError(t, err)
+		require.Equal(t, []uuid.UUID{fresh.MessageID}, taken, "under the claim that handed it over")
 		marked, err = e.d().MarkDispatchedAll(e.ctx, []storedriver.Claimed{fresh})
 		require.NoError(t, err)
 		require.Equal(t, 1, marked)
@@ -227,6 +230,38 @@ func testTransitions(t *testing.T, h Harness) {
 		require.NoError(t, err)
 		require.Equal(t, 1, marked)
 		require.Nil(t, e.get(reclaim.MessageID).BatchID, "a run of its own clears the batch the claim read")
+
+		// A batch that knows the claim that handed a row to it takes the row only while
+		// that claim holds it: a row claimed again since (the earlier claim's lease ran
+		// out before its batch sent) is the new claim's to hand over, here to a run of its
+		// own, which sends it; the earlier claim's batch never does.
+		lapsed := e.claimed("clicks")
+		e.shift("lease_until", lapsed.ID)
+		current := e.claimOnly(lapsed.MessageID)
+		require.NotEqual(t, lapsed.ClaimToken, current.ClaimToken)
+		staleTake := []storedriver.BatchTake{{MessageID: lapsed.MessageID, ClaimToken: lapsed.ClaimToken}}
+		taken, err = e.d().TakeForBatch(e.ctx, "outbox-batch-stale", staleTake)
+		require.NoError(t, err)
+		require.Empty(t, taken, "claimed again since")
+		require.Nil(t, e.get(lapsed.MessageID).BatchID)
+		marked, err = e.d().MarkDispatchedAll(e.ctx, []storedriver.Claimed{current})
+		require.NoError(t, err)
+		require.Equal(t, 1, marked, "the new claim's hand-over to a run of its own")
+		taken, err = e.d().TakeForBatch(e.ctx, "outbox-batch-stale", staleTake)
+		require.NoError(t, err)
+		require.Empty(t, taken, "a run of its own has it")
+		// A row the batch took under its claim stays the batch's when claimed again: the
+		// batch's retried take still finds it, whatever claim holds it now.
+		kept := e.claimed("clicks")
+		keptTake := []storedriver.BatchTake{{MessageID: kept.MessageID, ClaimToken: kept.ClaimToken}}
+		taken, err = e.d().TakeForBatch(e.ctx, "outbox-batch-kept", keptTake)
+		require.NoError(t, err)
+		require.Equal(t, []uuid.UUID{kept.MessageID}, taken)
+		e.shift("lease_until", kept.ID)
+		require.Equal(t, "outbox-batch-kept", e.claimOnly(kept.MessageID).Batch)
+		taken, err = e.d().TakeForBatch(e.ctx, "outbox-batch-kept", keptTake)
+		require.NoError(t, err)
+		require.Equal(t, []uuid.UUID{kept.MessageID}, taken)
 
 		// One of them was sent by its own run before the batch records the others.
 		ok, err := e.d().MarkSent(e.ctx, ids[1].MessageID)
@@ -572,4 +607,14 @@ func testTransitions(t *testing.T, h Harness) {
 		require.NoError(t, err)
 		require.EqualValues(t, 2, st.RepairedLastDay)
 	})
+}
+
+// anyClaim is messageIDs to take for a batch whatever claim holds them (no claim token),
+// as a batch started by a relay of an earlier release takes them.
+func anyClaim(messageIDs ...uuid.UUID) []storedriver.BatchTake {
+	takes := make([]storedriver.BatchTake, len(messageIDs))
+	for i, id := range messageIDs {
+		takes[i] = storedriver.BatchTake{MessageID: id}
+	}
+	return takes
 }
