@@ -752,28 +752,24 @@ func (s *Store) TakeForBatch(ctx context.Context, batch string, messages []store
 		return nil, nil
 	}
 	messageIDs := make([]uuid.UUID, len(messages))
-	var held, anyClaim strings.Builder // (message_id, claim_token) pairs; message IDs of unknown tokens
+	var (
+		held     []string    // ('message_id', 'claim_token') of the messages whose claim is known
+		anyClaim []uuid.UUID // the others'
+	)
 	for i, m := range messages {
 		messageIDs[i] = m.MessageID
-		b := &held
 		if m.ClaimToken == uuid.Nil {
-			b = &anyClaim
-		}
-		if b.Len() > 0 {
-			b.WriteString(", ")
-		}
-		if m.ClaimToken == uuid.Nil {
-			fmt.Fprintf(b, "'%s'", m.MessageID)
+			anyClaim = append(anyClaim, m.MessageID)
 		} else {
-			fmt.Fprintf(b, "('%s', '%s')", m.MessageID, m.ClaimToken)
+			held = append(held, fmt.Sprintf("('%s', '%s')", m.MessageID, m.ClaimToken))
 		}
 	}
 	var claimedBy []string
-	if held.Len() > 0 {
-		claimedBy = append(claimedBy, "(message_id, claim_token) IN ("+held.String()+")")
+	if len(held) > 0 {
+		claimedBy = append(claimedBy, "(message_id, claim_token) IN ("+strings.Join(held, ", ")+")")
 	}
-	if anyClaim.Len() > 0 {
-		claimedBy = append(claimedBy, "message_id IN ("+anyClaim.String()+")")
+	if len(anyClaim) > 0 {
+		claimedBy = append(claimedBy, "message_id IN ("+uuidList(anyClaim)+")")
 	}
 	if _, err := s.db.ExecContext(ctx, `UPDATE `+s.messages+` SET batch_id = ?
 WHERE message_id IN (`+uuidList(messageIDs)+`)
