@@ -188,9 +188,11 @@ func testTransitions(t *testing.T, h Harness) {
 		require.True(t, reclaim.MayHaveBeenSent(), "a row a batch had may have been sent")
 
 		// A batch that takes a row after another claim read it (the batch of an earlier
-		// claim, whose send came late) holds it: the later claim's hand-over to another
-		// batch, or to a run of its own, leaves it to that batch, and the other batch does
-		// not take it. The claim's own batch, and the one it read, may be recorded.
+		// claim, whose send came late, started by a relay of an earlier release: without
+		// the claim's token, which would keep it from taking the row, as below) holds it:
+		// the later claim's hand-over to another batch, or to a run of its own, leaves it
+		// to that batch, and the other batch does not take it. The claim's own batch, and
+		// the one it read, may be recorded.
 		late := e.claimed("clicks")
 		e.shift("lease_until", late.ID)
 		late = e.claimOnly(late.MessageID)
