@@ -387,8 +387,9 @@ func (d *delivery) changed(change string) bool {
 // patched reports whether this run takes the new path of a change made after the last
 // DeliveryVersion, asking workflow.GetVersion once, the first time the change matters: a
 // run recorded before the change replays its old path, and a new run records the marker.
-// For changes on paths rare enough that the marker (and its search attribute update)
-// costs less than a new DeliveryVersion.
+// For changes on paths rare enough that the marker in the runs that take them (two
+// history events, and no action by Temporal Cloud's rules: the TemporalChangeVersion
+// update that comes with it is free) is preferable to a new DeliveryVersion.
 func (d *delivery) patched(change string) bool {
 	v, ok := d.versions[change]
 	if !ok {
