@@ -29,11 +29,12 @@ func (a *Activities) loadWithinLimits(ctx context.Context, messageID string) (st
 }
 
 // checkPayloadSize returns a non-retryable ErrTypePermanent error when the row's payload
-// is larger than limit bytes.
+// is larger than limit bytes. It is measured without the whitespace the database prints
+// between tokens (store.PayloadSize), so every payload Enqueue accepted is within it.
 func checkPayloadSize(row store.Row, limit int) error {
-	if n := len(row.Payload); n > limit {
+	if n := store.PayloadSize(row.Payload); n > limit {
 		return temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("payload of message %s is %d bytes, over the payload size limit of %d bytes (max_payload_bytes); it was inserted without Enqueue's check",
+			fmt.Sprintf("payload of message %s is %d bytes without whitespace, over the payload size limit of %d bytes (max_payload_bytes); it was inserted without Enqueue's check",
 				row.MessageID, n, limit),
 			workflows.ErrTypePermanent, nil)
 	}

@@ -2,9 +2,11 @@ package activities_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -21,7 +23,8 @@ import (
 
 // TestSendPayloadLimit covers rows that plain SQL inserted past Enqueue's size check: the
 // send refuses them as a permanent failure naming the size and the limit, without
-// contacting the downstream; a payload at the limit is sent.
+// contacting the downstream; a payload at the limit is sent, and so is every payload
+// Enqueue accepted, however jsonb prints it back.
 func TestSendPayloadLimit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -40,14 +43,16 @@ func TestSendPayloadLimit(t *testing.T) {
 	require.NoError(t, err)
 	a := &activities.Activities{Store: st, Handlers: reg}
 
-	// insert writes a payload of exactly n bytes (as jsonb prints it) with plain SQL.
+	// insert writes a payload of exactly n bytes without whitespace with plain SQL (jsonb
+	// prints it with one space more: {"s": "xx…"}).
 	insert := func(t *testing.T, n int) uuid.UUID {
 		var id uuid.UUID
 		require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+st.Schema()+`.outbox_messages (topic, payload)
-			VALUES ('order.created', jsonb_build_object('s', repeat('x', $1 - 9))) RETURNING message_id`, n).Scan(&id))
+			VALUES ('order.created', jsonb_build_object('s', repeat('x', $1 - 8))) RETURNING message_id`, n).Scan(&id))
 		row, err := st.Get(ctx, id)
 		require.NoError(t, err)
-		require.Len(t, row.Payload, n)
+		require.Len(t, row.Payload, n+1)
+		require.Equal(t, n, store.PayloadSize(row.Payload))
 		return id
 	}
 	send := func(id uuid.UUID) error {
@@ -62,7 +67,7 @@ func TestSendPayloadLimit(t *testing.T) {
 		require.ErrorAs(t, err, &appErr)
 		require.Equal(t, workflows.ErrTypePermanent, appErr.Type())
 		require.True(t, appErr.NonRetryable())
-		require.Contains(t, appErr.Message(), fmt.Sprintf("is %d bytes, over the payload size limit of %d bytes", limit+1, limit))
+		require.Contains(t, appErr.Message(), fmt.Sprintf("is %d bytes without whitespace, over the payload size limit of %d bytes", limit+1, limit))
 		require.Equal(t, before, requests.Load(), "the downstream is not contacted")
 		row, err := st.Get(ctx, id)
 		require.NoError(t, err)
@@ -74,6 +79,36 @@ func TestSendPayloadLimit(t *testing.T) {
 		before := requests.Load()
 		require.NoError(t, send(id))
 		require.Equal(t, before+1, requests.Load())
+	})
+
+	t.Run("EnqueuedIsSentHoweverJSONBPrintsIt", func(t *testing.T) {
+		for name, payload := range map[string]string{
+			// 1,023 bytes; jsonb puts a space after each comma: 1,534 bytes read back.
+			"CompactArray": "[" + strings.Repeat("1,", limit/2-2) + "1]",
+			// jsonb writes the number out in full: 1,024 bytes read back.
+			"NumberWrittenOut": "[1e1021]",
+		} {
+			t.Run(name, func(t *testing.T) {
+				require.LessOrEqual(t, len(payload), limit)
+				id, err := st.Enqueue(ctx, pool, store.Message{Topic: "order.created", Payload: json.RawMessage(payload)})
+				require.NoError(t, err)
+				row, err := st.Get(ctx, id)
+				require.NoError(t, err)
+				require.Greater(t, len(row.Payload), len(payload), "jsonb prints it longer")
+				before := requests.Load()
+				require.NoError(t, send(id))
+				require.Equal(t, before+1, requests.Load())
+			})
+		}
+	})
+
+	t.Run("EnqueueCountsNumbersAsJSONBWritesThem", func(t *testing.T) {
+		_, err := st.Enqueue(ctx, pool, store.Message{Topic: "order.created", Payload: json.RawMessage(`[1e1022]`)})
+		var verr *store.ValidationError
+		require.ErrorAs(t, err, &verr)
+		require.Equal(t, "payload", verr.Field)
+		require.Equal(t, `must be at most 1024 bytes, got 1025 bytes as PostgreSQL's jsonb stores it, `+
+			`which writes numbers out in full ("1e1022" takes 1023 bytes)`, verr.Reason)
 	})
 
 	t.Run("AlreadySentIsNotRefused", func(t *testing.T) {

@@ -899,7 +899,7 @@ func (r *Relay) teamMessages(ctx context.Context, rows []store.Claimed) map[uuid
 		return nil
 	}
 	for id, m := range all {
-		if len(m.Payload) > r.store.MaxPayloadBytes() {
+		if store.PayloadSize(m.Payload) > r.store.MaxPayloadBytes() {
 			delete(all, id)
 		}
 	}

@@ -99,6 +99,9 @@ var (
 // ValidatePayload is storedriver.ValidatePayload.
 func ValidatePayload(p []byte, maxBytes int) error { return storedriver.ValidatePayload(p, maxBytes) }
 
+// PayloadSize is storedriver.PayloadSize.
+func PayloadSize(p []byte) int { return storedriver.PayloadSize(p) }
+
 // ParseHeaders is storedriver.ParseHeaders.
 func ParseHeaders(data []byte) map[string]string { return storedriver.ParseHeaders(data) }
 

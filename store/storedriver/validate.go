@@ -59,7 +59,11 @@ func ValidateWith(msg Message, maxPayload int, numbers *NumberRule) error {
 
 // ValidatePayload checks that p is one JSON value of at most maxBytes bytes that
 // PostgreSQL's jsonb can store: UTF-8, no \u0000 and no lone UTF-16 surrogate escape in
-// any string, and numbers within the range of numeric.
+// any string, and numbers within the range of numeric. jsonb writes its numbers out in
+// full (1e3 is stored as 1000), so p must also be at most maxBytes bytes with its numbers
+// written that way: a payload read back is then within the limit as [PayloadSize]
+// measures it. Every store counts alike, so a message is accepted or refused the same
+// whichever store it goes to.
 func ValidatePayload(p []byte, maxBytes int) error { return validatePayload(p, maxBytes, nil) }
 
 func validatePayload(p []byte, maxBytes int, numbers *NumberRule) error {
@@ -75,14 +79,63 @@ func validatePayload(p []byte, maxBytes int, numbers *NumberRule) error {
 	if !json.Valid(p) {
 		return &ValidationError{"payload", fmt.Sprintf("must be valid JSON, got %s", quoteShort(string(p)))}
 	}
-	return checkJSON(p, numbers)
+	growth, err := checkJSON(p, numbers)
+	if err != nil {
+		return err
+	}
+	if stored := len(p) + growth.bytes; stored > maxBytes {
+		return &ValidationError{"payload", fmt.Sprintf("must be at most %d bytes, got %d bytes as PostgreSQL's jsonb stores it, "+
+			"which writes numbers out in full (%s takes %d bytes)", maxBytes, stored, quoteShort(string(growth.largest)), growth.largestWidth)}
+	}
+	return nil
+}
+
+// PayloadSize is the size of the JSON text p as a send measures a stored payload against
+// the limit: its bytes outside the whitespace between tokens (the length of its compact
+// form). A database prints the JSON it stores in a form of its own (PostgreSQL's jsonb
+// and MySQL's JSON type put a space after each colon and comma), which the limit does not
+// count. Whatever ValidatePayload accepts measures at most the limit read back from
+// PostgreSQL or from MariaDB (which keeps the text as written).
+func PayloadSize(p []byte) int {
+	n, inString := 0, false
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		switch {
+		case inString:
+			n++
+			switch c {
+			case '\\':
+				if i+1 < len(p) { // the escaped byte, which cannot end the string
+					i++
+					n++
+				}
+			case '"':
+				inString = false
+			}
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+		default:
+			n++
+			inString = c == '"'
+		}
+	}
+	return n
+}
+
+// numberGrowth is how much longer a payload's numbers are as jsonb stores them than as
+// written: in all (bytes), and the number that grows most.
+type numberGrowth struct {
+	bytes        int
+	largest      []byte
+	largestWidth int
 }
 
 // checkJSON walks valid JSON text once for what jsonb refuses although JSON allows it, and
-// for the numbers that numbers, when not nil, refuses.
-func checkJSON(p []byte, numbers *NumberRule) error {
-	bad := func(format string, args ...any) error {
-		return &ValidationError{"payload", fmt.Sprintf(format, args...)}
+// for the numbers that numbers, when not nil, refuses. It returns how much longer jsonb
+// writes the numbers.
+func checkJSON(p []byte, numbers *NumberRule) (numberGrowth, error) {
+	var growth numberGrowth
+	bad := func(format string, args ...any) (numberGrowth, error) {
+		return growth, &ValidationError{"payload", fmt.Sprintf(format, args...)}
 	}
 	inString := false
 	for i := 0; i < len(p); i++ {
@@ -129,10 +182,16 @@ func checkJSON(p []byte, numbers *NumberRule) error {
 			if numbers != nil && !numbers.Fits(p[i:j]) {
 				return bad("number %s is outside the range %s", quoteShort(string(p[i:j])), numbers.Range)
 			}
+			if w := numericWidth(p[i:j]); w > j-i {
+				growth.bytes += w - (j - i)
+				if w-(j-i) > growth.largestWidth-len(growth.largest) {
+					growth.largest, growth.largestWidth = p[i:j], w
+				}
+			}
 			i = j - 1
 		}
 	}
-	return nil
+	return growth, nil
 }
 
 func hex4(b []byte) rune {
@@ -179,6 +238,33 @@ func numericFits(num []byte) bool {
 		before = e - (len(frac) - len(strings.TrimLeft(frac, "0")))
 	}
 	return before <= 131072
+}
+
+// numericWidth is the length of num, a JSON number that numericFits, as jsonb stores and
+// prints it (PostgreSQL's numeric_out): without an exponent or leading zeros, with the
+// digits after the point that the text implies (1e3 is 1000, 1.50e1 is 15.0, 1e-3 is
+// 0.001, 100e-2 is 1.00, -0.0 is 0.0).
+func numericWidth(num []byte) int {
+	s := string(num)
+	neg := strings.HasPrefix(s, "-")
+	mant, exp, _ := strings.Cut(strings.ToLower(strings.TrimPrefix(s, "-")), "e")
+	intPart, frac, _ := strings.Cut(mant, ".")
+	e, _ := strconv.Atoi(exp) // numericFits has read it
+	digits := strings.TrimLeft(intPart+frac, "0")
+	width := 1 // a lone 0 before the point
+	if digits != "" {
+		// The significant digits that stand before the point, the zeros the exponent
+		// adds included.
+		before := len(intPart) + e - (len(intPart) + len(frac) - len(digits))
+		width = max(before, 1)
+		if neg {
+			width++ // numeric has no negative zero, so only a nonzero number keeps its sign
+		}
+	}
+	if scale := len(frac) - e; scale > 0 {
+		width += 1 + scale
+	}
+	return width
 }
 
 // maxNumericExponent is the exponent numeric_in refuses whatever the digits (INT_MAX/2).
