@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -1142,7 +1143,9 @@ func (t Topic) validate(field string, sinks []string) error {
 	if t.MaxAttempts < 0 || t.MaxAttempts > workflows.MaxAttemptsLimit {
 		bad("max_attempts", "must be between 1 and %d (unset: %d), got %d", workflows.MaxAttemptsLimit, workflows.DefaultMaxAttempts, t.MaxAttempts)
 	}
-	if t.Backoff != 0 && t.Backoff < 1 {
+	if math.IsNaN(t.Backoff) || math.IsInf(t.Backoff, 0) {
+		bad("backoff", "must be a finite number of at least 1, got %g", t.Backoff)
+	} else if t.Backoff != 0 && t.Backoff < 1 {
 		bad("backoff", "must be at least 1, got %g", t.Backoff)
 	}
 	for _, d := range []struct {

@@ -146,6 +146,8 @@ func TestParse(t *testing.T) {
 			{"topics: {a: {sink: nats, url: 'nats://h:4222', headers: {'a b': c}}}\n", `topics["a"].headers: "a b" is not a header name NATS carries`},
 			{"topics: {a: {url: 'http://x', max_attempts: 500}}\n", `topics["a"].max_attempts: must be between 1 and 101 (unset: 12), got 500`},
 			{"topics: {a: {url: 'http://x', backoff: 0.5}}\n", `topics["a"].backoff: must be at least 1, got 0.5`},
+			{"topics: {a: {url: 'http://x', backoff: .inf}}\n", `topics["a"].backoff: must be a finite number of at least 1, got +Inf`},
+			{"topics: {a: {url: 'http://x', backoff: .nan}}\n", `topics["a"].backoff: must be a finite number of at least 1, got NaN`},
 			{"topics: {a: {url: 'http://x', first_attempt: eager}}\n", `topics["a"].first_attempt must be local or activity, got "eager"`},
 			{"topics: {a: {activity: A, task_queue: q, first_attempt: local}}\n", `topics["a"].first_attempt: must be empty for a topic delivered by activity A, got "local"`},
 			{"topics: {a: {url: 'http://x', initial_interval: 1m, max_interval: 1s}}\n", `topics["a"].max_interval must be at least initial_interval (1m0s), got 1s`},

@@ -3,6 +3,8 @@ package workflows_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -280,6 +282,26 @@ func TestPolicyBackoff(t *testing.T) {
 	p := workflows.Policy{InitialInterval: time.Second, BackoffCoefficient: 2, MaxInterval: 5 * time.Second}
 	require.Equal(t, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second},
 		[]time.Duration{p.Backoff(1), p.Backoff(2), p.Backoff(3), p.Backoff(4), p.Backoff(50)})
+
+	// A coefficient whose product no Duration holds waits the cap, never a negative time
+	// (which workflow.Sleep refuses, failing the run).
+	for _, tc := range []struct {
+		p    workflows.Policy
+		want []time.Duration
+	}{
+		{workflows.Policy{InitialInterval: time.Second, BackoffCoefficient: 1e10, MaxInterval: time.Hour},
+			[]time.Duration{time.Second, time.Hour, time.Hour, time.Hour}},
+		{workflows.Policy{InitialInterval: time.Second, BackoffCoefficient: 400, MaxInterval: 8760 * time.Hour},
+			[]time.Duration{time.Second, 400 * time.Second, 160_000 * time.Second, 8760 * time.Hour}},
+	} {
+		require.NoError(t, tc.p.WithDefaults().Validate())
+		require.Equal(t, tc.want, []time.Duration{tc.p.Backoff(1), tc.p.Backoff(2), tc.p.Backoff(3), tc.p.Backoff(4)},
+			"coefficient %g", tc.p.BackoffCoefficient)
+	}
+	for _, c := range []float64{math.Inf(1), math.NaN()} {
+		err := workflows.Policy{BackoffCoefficient: c}.WithDefaults().Validate()
+		require.EqualError(t, err, fmt.Sprintf("backoff must be a finite number, got %g", c))
+	}
 }
 
 func storeUnavailable() error {

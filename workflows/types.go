@@ -14,6 +14,7 @@ package workflows
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"time"
 
 	dmsg "github.com/outbox-go/outbox/delivery"
@@ -277,6 +278,8 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("max_attempts must be between 1 and %d, got %d", MaxAttemptsLimit, p.MaxAttempts)
 	case p.InitialInterval <= 0:
 		return fmt.Errorf("initial_interval must be positive, got %s", p.InitialInterval)
+	case math.IsNaN(p.BackoffCoefficient) || math.IsInf(p.BackoffCoefficient, 0):
+		return fmt.Errorf("backoff must be a finite number, got %g", p.BackoffCoefficient)
 	case p.BackoffCoefficient < 1:
 		return fmt.Errorf("backoff must be at least 1, got %g", p.BackoffCoefficient)
 	case p.MaxInterval < p.InitialInterval:
@@ -336,13 +339,17 @@ func (p Policy) DeliveredByTeam() bool {
 }
 
 // Backoff returns the wait after failed attempt n (1-based): InitialInterval ×
-// BackoffCoefficient^(n-1), capped by MaxInterval.
+// BackoffCoefficient^(n-1), capped by MaxInterval. The cap applies before the product
+// becomes a Duration, which could not hold it.
 func (p Policy) Backoff(n int) time.Duration {
 	d := float64(p.InitialInterval)
 	for i := 1; i < n && d < float64(p.MaxInterval); i++ {
 		d *= p.BackoffCoefficient
 	}
-	return min(time.Duration(d), p.MaxInterval)
+	if d >= float64(p.MaxInterval) {
+		return p.MaxInterval
+	}
+	return time.Duration(d)
 }
 
 // RetrySpan returns the longest time from the start of a message's first attempt to the
