@@ -40,3 +40,19 @@ func checkPayloadSize(row store.Row, limit int) error {
 	}
 	return nil
 }
+
+// checkEncodedSize returns a non-retryable ErrTypePermanent error when the row's payload,
+// as Temporal's JSON encoding carries it to a team's activity, workflow or Nexus
+// operation, is larger than store.HardMaxPayloadBytes. Each <, > and & takes six bytes
+// there, so a payload within the limit can still be one that Temporal refuses: the run
+// would then fail at every try without delivering or dead-lettering the message.
+func checkEncodedSize(row store.Row) error {
+	if n := store.EncodedPayloadSize(row.Payload); n > store.HardMaxPayloadBytes {
+		return temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("payload of message %s is %d bytes as Temporal's JSON encoding carries it to a team's handler (each <, > and & escaped to 6 bytes), "+
+				"over the %d bytes a payload may take there; a topic with an HTTP or broker sink can deliver it",
+				row.MessageID, n, store.HardMaxPayloadBytes),
+			workflows.ErrTypePermanent, nil)
+	}
+	return nil
+}

@@ -118,3 +118,51 @@ func TestSendPayloadLimit(t *testing.T) {
 		require.NoError(t, send(id), "a sent row stays a no-op")
 	})
 }
+
+// TestLoadMessageEncodedSize covers a payload within the store's limit that Temporal
+// would refuse to carry to a team's handler: its JSON encoding escapes each <, > and & to
+// six bytes. The load refuses it as a permanent failure naming both sizes, so the run
+// dead-letters it instead of failing at every try; a payload whose encoding fits loads.
+func TestLoadMessageEncodedSize(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, def := testdb.Schema(t)
+	st, err := store.New(pool, store.Config{Schema: def.Schema(), MaxPayloadBytes: store.HardMaxPayloadBytes})
+	require.NoError(t, err)
+	a := &activities.Activities{Store: st}
+
+	// html is a payload of n markup characters: n+2 bytes as written, 6n+2 encoded.
+	html := func(n int) json.RawMessage { return json.RawMessage(`"` + strings.Repeat("<", n) + `"`) }
+	for _, p := range []json.RawMessage{html(3), json.RawMessage("{\"a\": \"x\u2028y & z\", \"b\": [1, 2]}")} {
+		encoded, err := json.Marshal(p) // as the SDK's JSON converter writes it
+		require.NoError(t, err)
+		require.Equal(t, len(encoded), store.EncodedPayloadSize(p), "%s", encoded)
+	}
+
+	fits := (store.HardMaxPayloadBytes - 2) / 6
+	for _, tc := range []struct {
+		name    string
+		payload json.RawMessage
+		refused bool
+	}{
+		{"EncodedWithinTemporalsLimit", html(fits), false},
+		{"EncodedOverTemporalsLimit", html(fits + 1), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id, err := st.Enqueue(ctx, pool, store.Message{Topic: "order.created", Payload: tc.payload})
+			require.NoError(t, err, "within the store's limit")
+			loaded, err := a.LoadMessage(ctx, workflows.LoadMessageInput{MessageID: id.String()})
+			if !tc.refused {
+				require.NoError(t, err)
+				require.Equal(t, string(tc.payload), string(loaded.Message.Payload))
+				return
+			}
+			var appErr *temporal.ApplicationError
+			require.ErrorAs(t, err, &appErr)
+			require.Equal(t, workflows.ErrTypePermanent, appErr.Type())
+			require.True(t, appErr.NonRetryable())
+			require.Contains(t, appErr.Message(), fmt.Sprintf("is %d bytes as Temporal's JSON encoding carries it to a team's handler", 6*(fits+1)+2))
+			require.Contains(t, appErr.Message(), fmt.Sprintf("over the %d bytes", store.HardMaxPayloadBytes))
+		})
+	}
+}

@@ -12,9 +12,10 @@ import (
 
 // LoadMessage reads a message for a topic delivered by a team's activity or workflow (see
 // workflows.ActivityHandler and WorkflowHandler): the delivery.Message they get. A message that is
-// not in the table, is dead or discarded, or has a payload over the store's limit (a row
-// inserted without Enqueue's check) is a permanent failure; an unavailable database is
-// retried by the workflow until it answers.
+// not in the table, is dead or discarded, has a payload over the store's limit (a row
+// inserted without Enqueue's check), or one that Temporal would refuse to carry to the
+// team (see checkEncodedSize) is a permanent failure; an unavailable database is retried
+// by the workflow until it answers.
 func (a *Activities) LoadMessage(ctx context.Context, in workflows.LoadMessageInput) (workflows.LoadMessageResult, error) {
 	row, err := a.loadRow(ctx, in.MessageID)
 	if err != nil {
@@ -28,6 +29,9 @@ func (a *Activities) LoadMessage(ctx context.Context, in workflows.LoadMessageIn
 			fmt.Sprintf("message %s is %s", row.MessageID, row.Status), workflows.ErrTypePermanent, nil)
 	}
 	if err := checkPayloadSize(row, a.Store.MaxPayloadBytes()); err != nil {
+		return workflows.LoadMessageResult{}, err
+	}
+	if err := checkEncodedSize(row); err != nil {
 		return workflows.LoadMessageResult{}, err
 	}
 	m := message(row, 0, 0)

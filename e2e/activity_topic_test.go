@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/delivery"
+	"github.com/outbox-go/outbox/starter"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/worker"
 	"github.com/outbox-go/outbox/workflows"
@@ -220,4 +222,54 @@ func TestHangingTeamActivityLeavesOtherTopicsAlone(t *testing.T) {
 	for _, id := range reports {
 		require.Equal(t, store.StatusDispatched, e.status(t, id), "still in flight")
 	}
+}
+
+// TestActivityTopicPayloadTemporalCannotCarry runs a team topic with the store's limit at
+// its largest: a payload within that limit whose JSON encoding Temporal refuses (each <,
+// > and & takes six bytes in it) is dead-lettered with the reason, not started or loaded
+// again and again, and one whose encoding fits reaches the team's activity whole.
+func TestActivityTopicPayloadTemporalCannotCarry(t *testing.T) {
+	t.Parallel()
+	ts := newServer(t)
+	e := newEnv(t, ts)
+	ctx := context.Background()
+	st, err := store.New(e.pool, store.Config{Schema: e.store.Schema(), MaxPayloadBytes: store.HardMaxPayloadBytes})
+	require.NoError(t, err)
+	teamQueue := "inventory-" + e.store.Schema()
+	e.cfg.Topics["inventory.reserve"] = config.Topic{Activity: "ReserveStock", TaskQueue: teamQueue,
+		StartToClose: config.Duration(30 * time.Second), ScheduleToStart: config.Duration(time.Minute)}
+	team := &inventoryTeam{attempts: map[string][]int{}, reserved: map[string]json.RawMessage{}, answers: map[string][]error{}}
+	teamWorker(t, e, teamQueue, func(w sdkworker.Worker) {
+		w.RegisterActivityWithOptions(team.ReserveStock, activity.RegisterOptions{Name: "ReserveStock"})
+	})
+	e.startWorkerWith(t, st)
+	e.startRelayWith(t, st, starter.Config{})
+
+	// Markup characters whose encoding fits, and a payload of a fifth as many again: well
+	// within the store's limit, its encoding is past Temporal's 2 MiB, so that without the
+	// check its run would never start (or its load never return), and nothing would
+	// dead-letter it.
+	fits := (store.HardMaxPayloadBytes - 2) / 6
+	enqueue := func(n int) uuid.UUID {
+		id, err := st.Enqueue(ctx, e.pool, store.Message{Topic: "inventory.reserve", Payload: json.RawMessage(`"` + strings.Repeat("<", n) + `"`)})
+		require.NoError(t, err, "within the store's limit")
+		return id
+	}
+	carried, refused := enqueue(fits), enqueue(fits*6/5)
+
+	e.waitStatus(t, refused, store.StatusDead)
+	dls, err := st.DeadLetters(ctx, refused)
+	require.NoError(t, err)
+	require.Len(t, dls, 1)
+	require.Contains(t, dls[0].LastError, "as Temporal's JSON encoding carries it to a team's handler")
+	require.Equal(t, 1, dls[0].Attempts, "a permanent failure: no retries")
+
+	e.waitStatus(t, carried, store.StatusSent)
+	team.mu.Lock()
+	defer team.mu.Unlock()
+	require.NotContains(t, team.attempts, refused.String(), "the team never got it")
+	require.Equal(t, []int{1}, team.attempts[carried.String()])
+	var got string // the team's RawMessage holds it as Temporal carried it, escaped
+	require.NoError(t, json.Unmarshal(team.reserved[carried.String()], &got))
+	require.True(t, got == strings.Repeat("<", fits), "the team got the payload whole (%d characters of %d)", len(got), fits)
 }

@@ -879,8 +879,9 @@ func (r *Relay) deploymentID() string {
 // activity, workflow or Nexus operation, whose run gives the message to it: the input
 // then carries it (DeliveryInput.Message) and the run needs no load step. Rows
 // handed over before are left out (their run reads the row, to learn whether an earlier
-// run delivered it), and so are payloads over the store's limit (their run's load
-// dead-letters them with the reason). When the read fails, every run loads its message.
+// run delivered it), and so are payloads over the store's limit or too large for
+// Temporal once encoded (their run's load dead-letters them with the reason). When the
+// read fails, every run loads its message.
 func (r *Relay) teamMessages(ctx context.Context, rows []store.Claimed) map[uuid.UUID]store.Row {
 	var ids []uuid.UUID
 	for _, row := range rows {
@@ -899,7 +900,7 @@ func (r *Relay) teamMessages(ctx context.Context, rows []store.Claimed) map[uuid
 		return nil
 	}
 	for id, m := range all {
-		if store.PayloadSize(m.Payload) > r.store.MaxPayloadBytes() {
+		if store.PayloadSize(m.Payload) > r.store.MaxPayloadBytes() || store.EncodedPayloadSize(m.Payload) > store.HardMaxPayloadBytes {
 			delete(all, id)
 		}
 	}

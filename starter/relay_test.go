@@ -539,6 +539,43 @@ func TestTeamTopicInputCarriesTheOrderingKey(t *testing.T) {
 	require.Equal(t, "order-42", in.OrderingKey)
 }
 
+// A team topic's run gets in its input every payload Enqueue accepted and Temporal can
+// carry, however long jsonb prints it; one whose JSON encoding Temporal would refuse is
+// left out, so that its run's load dead-letters it with the reason.
+func TestTeamTopicInputPayloadSizes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rec := newRecorder()
+	team := workflows.Policy{Activity: &workflows.ActivityHandler{Activity: "ReserveStock", TaskQueue: "inventory"}}
+	pool, def := testdb.Schema(t)
+	st, err := store.New(pool, store.Config{Schema: def.Schema(), MaxPayloadBytes: store.HardMaxPayloadBytes})
+	require.NoError(t, err)
+	r, err := starter.New(st, pool, rec, starter.Config{TaskQueue: "q", Policy: func(string) workflows.Policy { return team }})
+	require.NoError(t, err)
+
+	fits := (store.HardMaxPayloadBytes - 2) / 6 // markup characters whose encoding fits
+	payloads := map[string]string{
+		// jsonb prints it half as long again as written, past the store's limit.
+		"compact":       "[" + strings.Repeat("1,", store.HardMaxPayloadBytes/2-2) + "1]",
+		"markup":        `"` + strings.Repeat("<", fits) + `"`,
+		"tooMuchMarkup": `"` + strings.Repeat("<", fits+1) + `"`,
+	}
+	ids := map[string]string{}
+	for name, p := range payloads {
+		id, err := st.Enqueue(ctx, pool, store.Message{Topic: "order.created", Payload: json.RawMessage(p)})
+		require.NoError(t, err, name)
+		ids[id.String()] = name
+	}
+	_, err = r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Len(t, rec.inputs, 3)
+	carried := map[string]bool{}
+	for _, in := range rec.inputs {
+		carried[ids[in.MessageID]] = in.Message != nil
+	}
+	require.Equal(t, map[string]bool{"compact": true, "markup": true, "tooMuchMarkup": false}, carried)
+}
+
 // hanging is a Temporal whose starts hang until their context ends.
 type hanging struct {
 	*recorder

@@ -102,6 +102,9 @@ func ValidatePayload(p []byte, maxBytes int) error { return storedriver.Validate
 // PayloadSize is storedriver.PayloadSize.
 func PayloadSize(p []byte) int { return storedriver.PayloadSize(p) }
 
+// EncodedPayloadSize is storedriver.EncodedPayloadSize.
+func EncodedPayloadSize(p []byte) int { return storedriver.EncodedPayloadSize(p) }
+
 // ParseHeaders is storedriver.ParseHeaders.
 func ParseHeaders(data []byte) map[string]string { return storedriver.ParseHeaders(data) }
 

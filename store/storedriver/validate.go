@@ -121,6 +121,26 @@ func PayloadSize(p []byte) int {
 	return n
 }
 
+// EncodedPayloadSize is the size of the JSON text p as the Temporal SDK's default JSON
+// converter writes it into a workflow's or an activity's input or result, which is how a
+// payload reaches a team's activity, workflow or Nexus operation: compact, with each <, >
+// and & escaped to six bytes (\u003c), and U+2028 and U+2029 likewise. Temporal refuses
+// an input past its blob size limit, so a payload whose encoded size is over
+// HardMaxPayloadBytes cannot reach a team's handler, however small its text.
+func EncodedPayloadSize(p []byte) int {
+	n := PayloadSize(p)
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; {
+		case c == '<' || c == '>' || c == '&':
+			n += 5
+		case c == 0xE2 && i+2 < len(p) && p[i+1] == 0x80 && (p[i+2] == 0xA8 || p[i+2] == 0xA9):
+			n += 3
+			i += 2
+		}
+	}
+	return n
+}
+
 // numberGrowth is how much longer a payload's numbers are as jsonb stores them than as
 // written: in all (bytes), and the number that grows most.
 type numberGrowth struct {
