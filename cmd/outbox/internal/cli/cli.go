@@ -70,17 +70,9 @@ OUTBOX_TASK_QUEUE override the config file.`,
 		Version:       ReadBuildInfo().String(),
 		// Any arguments reach RunE, which names an unknown command as a usage error (cobra
 		// would return it before any command runs, without a way to tell it from others).
+		// markUsageErrors gives the commands that group others (dlq, topic, ...) the same.
 		Args: cobra.ArbitraryArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return cmd.Help()
-			}
-			msg := fmt.Sprintf("unknown command %q; run outbox --help for the commands", args[0])
-			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-				msg = fmt.Sprintf("unknown command %q; did you mean %s?", args[0], strings.Join(s, " or "))
-			}
-			return usageErrorf("%s", msg)
-		},
+		RunE: runGroup,
 	}
 	root.SuggestionsMinimumDistance = 2
 	root.SetVersionTemplate("{{.Version}}\n")
@@ -114,9 +106,33 @@ OUTBOX_TASK_QUEUE override the config file.`,
 	return root
 }
 
+// runGroup runs a command that groups others (outbox itself, outbox dlq, ...): its help
+// without arguments, else a usage error naming the unknown command. Cobra would print the
+// help of a group that cannot run and succeed, so a mistyped `outbox dlq redirve` in a
+// script would look done.
+func runGroup(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return cmd.Help()
+	}
+	of := ""
+	if cmd.HasParent() {
+		of = fmt.Sprintf(" for %q", cmd.CommandPath())
+	}
+	msg := fmt.Sprintf("unknown command %q%s; run %s --help for the commands", args[0], of, cmd.CommandPath())
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg = fmt.Sprintf("unknown command %q%s; did you mean %s?", args[0], of, strings.Join(s, " or "))
+	}
+	return usageErrorf("%s", msg)
+}
+
 // markUsageErrors makes the argument checks of cmd and its subcommands return usage errors,
-// so the command exits with ExitUsage when the arguments are wrong.
+// so the command exits with ExitUsage when the arguments are wrong, and makes each command
+// that only groups others run runGroup.
 func markUsageErrors(cmd *cobra.Command) {
+	if !cmd.Runnable() && cmd.HasSubCommands() {
+		cmd.Args, cmd.RunE = cobra.ArbitraryArgs, runGroup
+		cmd.SuggestionsMinimumDistance = 2
+	}
 	if check := cmd.Args; check != nil && cmd.HasParent() {
 		cmd.Args = func(c *cobra.Command, args []string) error {
 			if err := check(c, args); err != nil {

@@ -41,6 +41,10 @@ func TestExitCodes(t *testing.T) {
 		msg  string
 	}{
 		{"UnknownCommand", nil, []string{"mirgate"}, cli.ExitUsage, `unknown command "mirgate"; did you mean migrate?`},
+		{"UnknownSubcommand", nil, []string{"dlq", "redirve", "0191d6a2-0000-7000-8000-000000000000"}, cli.ExitUsage, `unknown command "redirve" for "outbox dlq"; did you mean redrive?`},
+		{"UnknownTopicSubcommand", nil, []string{"topic", "puase", "order.created"}, cli.ExitUsage, `unknown command "puase" for "outbox topic"; did you mean pause?`},
+		{"UnknownConfigSubcommand", nil, []string{"config", "chek"}, cli.ExitUsage, `unknown command "chek" for "outbox config"; did you mean check?`},
+		{"UnknownSubcommandUnlikeAny", nil, []string{"retention", "purge"}, cli.ExitUsage, `unknown command "purge" for "outbox retention"; run outbox retention --help for the commands`},
 		{"UnknownFlag", nil, []string{"migrate", "--forse"}, cli.ExitUsage, "unknown flag: --forse"},
 		{"MissingArgument", nil, []string{"enqueue"}, cli.ExitUsage, "accepts 1 arg(s), received 0"},
 		{"ExtraArgument", nil, []string{"migrate", "now"}, cli.ExitUsage, `unknown command "now" for "outbox migrate"`},
