@@ -14,11 +14,14 @@ import (
 
 // MySQL error numbers the store acts on.
 const (
-	errBadField        = 1054 // ER_BAD_FIELD_ERROR
-	errDuplicateColumn = 1060 // ER_DUP_FIELDNAME
-	errDuplicateKey    = 1062 // ER_DUP_ENTRY
-	errNoSuchTable     = 1146 // ER_NO_SUCH_TABLE
-	errDeadlock        = 1213 // ER_LOCK_DEADLOCK
+	errDatabaseAccessDenied = 1044 // ER_DBACCESS_DENIED_ERROR
+	errAccessDenied         = 1045 // ER_ACCESS_DENIED_ERROR
+	errUnknownDatabase      = 1049 // ER_BAD_DB_ERROR
+	errBadField             = 1054 // ER_BAD_FIELD_ERROR
+	errDuplicateColumn      = 1060 // ER_DUP_FIELDNAME
+	errDuplicateKey         = 1062 // ER_DUP_ENTRY
+	errNoSuchTable          = 1146 // ER_NO_SUCH_TABLE
+	errDeadlock             = 1213 // ER_LOCK_DEADLOCK
 )
 
 // idList writes ids as a list of SQL integer literals. The ids come from the database or

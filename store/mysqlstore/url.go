@@ -151,13 +151,17 @@ func Open(ctx context.Context, url string) (*sql.DB, error) {
 //		config.DatabaseMySQL: mysqlstore.OpenDatabase,
 //	}})
 //
-// An invalid url or payload limit is a *storedriver.ConfigError; a server that does not
-// answer, any other error.
+// An invalid url or payload limit, and a server that refuses the url's user or does not
+// know its database, are a *storedriver.ConfigError (waiting does not mend them); a
+// server that does not answer, any other error.
 func OpenDatabase(ctx context.Context, url string, maxPayloadBytes int) (storedriver.Database, error) {
 	if _, err := ParseURL(url); err != nil {
 		return storedriver.Database{}, &storedriver.ConfigError{Err: fmt.Errorf("database_url: %w", err)}
 	}
 	db, err := Open(ctx, url)
+	if isErrNumber(err, errAccessDenied) || isErrNumber(err, errDatabaseAccessDenied) || isErrNumber(err, errUnknownDatabase) {
+		return storedriver.Database{}, &storedriver.ConfigError{Err: fmt.Errorf("database_url: %w", err)}
+	}
 	if err != nil {
 		return storedriver.Database{}, err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/outbox-go/outbox/app"
 	"github.com/outbox-go/outbox/codec"
 )
 
@@ -43,10 +44,10 @@ reach it can decrypt, so put it behind authentication before exposing it.`,
 			}
 			c, err := cfg.Codec.New()
 			if err != nil {
-				return fmt.Errorf("invalid config:\n%w", err)
+				return &app.ConfigError{Err: fmt.Errorf("invalid config:\n%w", err)}
 			}
 			if c == nil {
-				return errors.New("no codec configured: set codec.keys in the config, or OUTBOX_CODEC_KEY (base64 of 32 bytes)")
+				return &app.ConfigError{Err: errors.New("no codec configured: set codec.keys in the config, or OUTBOX_CODEC_KEY (base64 of 32 bytes)")}
 			}
 			ln, err := net.Listen("tcp", addr)
 			if err != nil {

@@ -32,6 +32,19 @@ func TestExitCodes(t *testing.T) {
 	require.NoError(t, err)
 	u.Path = "/outbox_no_such_database"
 	noDatabase := map[string]string{"DATABASE_URL": u.String()}
+	// The same mistakes on MySQL (its test server, or one that is not there: the
+	// subtests skip then).
+	mysqlURL, _ := url.Parse(os.Getenv("TEST_MYSQL_URL"))
+	mysqlWith := func(edit func(u *url.URL)) map[string]string {
+		if mysqlURL == nil || mysqlURL.Host == "" {
+			return nil
+		}
+		u := *mysqlURL
+		edit(&u)
+		return map[string]string{"DATABASE_URL": u.String()}
+	}
+	mysqlNoDatabase := mysqlWith(func(u *url.URL) { u.Path = "/outbox_no_such_database" })
+	mysqlWrongPassword := mysqlWith(func(u *url.URL) { u.User = url.UserPassword(u.User.Username(), "wr0ng-pw") })
 
 	for _, tc := range []struct {
 		name string
@@ -56,11 +69,18 @@ func TestExitCodes(t *testing.T) {
 		{"UnknownConfigField", nil, []string{"migrate", "--config", unknownField}, cli.ExitConfig, "field poll_intervall not found"},
 		{"InvalidConfigValue", map[string]string{"DATABASE_URL": "mysql://x"}, []string{"migrate"}, cli.ExitConfig, "database_url"},
 		{"NoSuchDatabase", noDatabase, []string{"stats"}, cli.ExitConfig, "outbox_no_such_database"},
+		{"CodecKeyNotBase64", map[string]string{"OUTBOX_CODEC_KEY": "notbase64"}, []string{"codec-server", "--addr", "127.0.0.1:0"}, cli.ExitConfig, "OUTBOX_CODEC_KEY: key \"env\": not valid base64"},
+		{"NoCodecConfigured", nil, []string{"codec-server", "--addr", "127.0.0.1:0"}, cli.ExitConfig, "no codec configured"},
 		{"DatabaseDown", refused, []string{"stats"}, cli.ExitUnavailable, "connect to PostgreSQL at 127.0.0.1:1"},
+		{"NoSuchMySQLDatabase", mysqlNoDatabase, []string{"stats"}, cli.ExitConfig, "Unknown database 'outbox_no_such_database'"},
+		{"WrongMySQLPassword", mysqlWrongPassword, []string{"stats"}, cli.ExitConfig, "Access denied"},
 		{"Failure", good, []string{"dlq", "show", "0191d6a2-0000-7000-8000-000000000000"}, cli.ExitFailure, "0191d6a2-0000-7000-8000-000000000000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			if strings.Contains(tc.name, "MySQL") && tc.env == nil {
+				t.Skip("no MySQL server: TEST_MYSQL_URL is not set")
+			}
 			r := run(t, tc.env, "", tc.args...)
 			require.Error(t, r.err, "outbox %s", strings.Join(tc.args, " "))
 			require.ErrorContains(t, r.err, tc.msg)
