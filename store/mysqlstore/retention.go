@@ -80,15 +80,15 @@ func (s *Store) PurgeBatch(ctx context.Context, opts storedriver.PurgeOptions) (
 }
 
 // purgeMessages removes up to limit messages in status last changed longer than age ago
-// (updated_at; a sent message's sent_at too), with their dead letters, and returns how
-// many messages and dead letters it removed. It reads outbox_messages_updated_idx: a sent
-// row's updated_at is its sent_at, set by the same statement and not changed after, so
-// sent rows need no index of their own, which every insert would pay for (InnoDB has no
-// partial indexes).
+// (updated_at; a sent message's sent_at too, when it has one: a row marked sent by hand
+// may not), with their dead letters, and returns how many messages and dead letters it
+// removed. It reads outbox_messages_updated_idx: a sent row's updated_at is its sent_at,
+// set by the same statement and not changed after, so sent rows need no index of their
+// own, which every insert would pay for (InnoDB has no partial indexes).
 func (s *Store) purgeMessages(ctx context.Context, tx *sql.Tx, status storedriver.Status, age time.Duration, limit int64, archive bool) (msgs, dead int64, err error) {
 	rows, err := tx.QueryContext(ctx, `SELECT id, message_id FROM `+s.messages+`
 WHERE status = ? AND updated_at < NOW(6) - INTERVAL ? MICROSECOND
-  AND (status <> 'sent' OR sent_at < NOW(6) - INTERVAL ? MICROSECOND)
+  AND (status <> 'sent' OR COALESCE(sent_at, updated_at) < NOW(6) - INTERVAL ? MICROSECOND)
 ORDER BY updated_at
 LIMIT ?
 FOR UPDATE SKIP LOCKED`, string(status), micros(age), micros(age), limit)

@@ -77,6 +77,21 @@ func testRetention(t *testing.T, h Harness) {
 		require.Equal(t, storedriver.PurgeResult{Batches: 1}, again, "nothing left to remove")
 	})
 
+	t.Run("SentWithoutSentAt", func(t *testing.T) {
+		// A row marked sent by hand, without a sent_at, ages from its last change.
+		e := newEnv(t, h)
+		byHand := e.pending("order.created")
+		require.NoError(t, e.Exec(e.ctx, sentByHandSQL[e.Dialect], e.get(byHand).ID))
+		young, err := e.d().PurgeBatch(e.ctx, opts(0, false))
+		require.NoError(t, err)
+		require.Equal(t, storedriver.PurgeResult{Batches: 1}, young, "changed just now")
+		e.shift("updated_at", e.get(byHand).ID)
+		res, err := e.d().PurgeBatch(e.ctx, opts(0, false))
+		require.NoError(t, err)
+		require.Equal(t, storedriver.PurgeResult{SentMessages: 1, Batches: 1}, res)
+		e.requireNotFound(byHand)
+	})
+
 	t.Run("ArchiveInBatches", func(t *testing.T) {
 		e := newEnv(t, h)
 		discarded := e.discarded("order.created")

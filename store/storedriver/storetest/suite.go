@@ -59,6 +59,13 @@ var ShiftSQL = map[string]string{
 	"mysql":    `UPDATE outbox_messages SET %[1]s = %[1]s - INTERVAL 2 DAY WHERE id = ?`,
 }
 
+// sentByHandSQL, per dialect, marks one message (by id) sent as an operator might by
+// hand: without a sent_at.
+var sentByHandSQL = map[string]string{
+	"postgres": `UPDATE outbox_messages SET status = 'sent', sent_at = NULL WHERE id = $1`,
+	"mysql":    `UPDATE outbox_messages SET status = 'sent', sent_at = NULL WHERE id = ?`,
+}
+
 // RestoreSQL, per dialect, copies one archived message (by id) back into
 // outbox_messages, so that the suite reads what the archive holds through Get.
 var RestoreSQL = map[string]string{
