@@ -14,8 +14,9 @@ import (
 	"github.com/outbox-go/outbox/workflows"
 )
 
-// EnsureRetentionSchedule creates or updates the Temporal Schedule outbox-retention from
-// the config's retention settings. It reads the schedule in place through the config's
+// EnsureRetentionSchedule creates or updates the Temporal Schedule of the config's task
+// queue (workflows.RetentionScheduleFor: outbox-retention for the default task queue)
+// from the config's retention settings. It reads the schedule in place through the config's
 // payload codec, as DialTemporal's client writes it.
 func (a *App) EnsureRetentionSchedule(ctx context.Context) error {
 	r := a.Config.Retention
@@ -32,7 +33,7 @@ func (a *App) EnsureRetentionSchedule(ctx context.Context) error {
 	if err := worker.EnsureRetentionScheduleConverter(ctx, a.Temporal, dc, a.Config.Temporal.TaskQueue, r.WorkflowInput(), time.Duration(r.Interval)); err != nil {
 		return fmt.Errorf("retention.enabled: %w", err)
 	}
-	cmp.Or(a.Logger, slog.Default()).InfoContext(ctx, "Retention schedule in place", slog.String("schedule_id", workflows.RetentionScheduleID),
+	cmp.Or(a.Logger, slog.Default()).InfoContext(ctx, "Retention schedule in place", slog.String("schedule_id", workflows.RetentionScheduleFor(a.Config.Temporal.TaskQueue)),
 		slog.Duration("interval", time.Duration(r.Interval)), slog.Duration("sent_after", time.Duration(r.SentAfter)),
 		slog.Duration("discarded_after", time.Duration(r.DiscardedAfter)), slog.Bool("archive", r.Archive))
 	return nil

@@ -208,8 +208,9 @@ type Worker struct {
 }
 
 // Retention removes old rows in bounded batches. It runs as the Temporal Schedule
-// outbox-retention, which the worker creates when Enabled, and on demand with
-// `outbox retention run`.
+// outbox-retention (outbox-retention-<task queue> for a task queue other than outbox,
+// workflows.RetentionScheduleFor), which the worker creates when Enabled, and on demand
+// with `outbox retention run`.
 type Retention struct {
 	// Enabled makes the worker create (or update) the schedule. Defaults to false.
 	Enabled bool `yaml:"enabled"`
@@ -240,7 +241,7 @@ func (r Retention) PurgeOptions() store.PurgeOptions {
 }
 
 // WorkflowInput maps the retention settings (after defaults) onto the input of the
-// OutboxRetention workflow that the outbox-retention schedule starts.
+// OutboxRetention workflow that the retention schedule starts.
 func (r Retention) WorkflowInput() workflows.RetentionInput {
 	p := r.PurgeOptions()
 	return workflows.RetentionInput{SentAfter: p.SentAfter, DiscardedAfter: p.DiscardedAfter, Archive: p.Archive, BatchSize: p.Limit}

@@ -223,7 +223,7 @@ func TestCodec(t *testing.T) {
 
 		require.NoError(t, a.EnsureRetentionSchedule(ctx))
 		require.Zero(t, updates.calls.Load(), "created")
-		args := describeRetention(t, ts.GetDefaultClient()).Schedule.Action.(*client.ScheduleWorkflowAction).Args
+		args := describeRetention(t, ts.GetDefaultClient(), e.taskQueue).Schedule.Action.(*client.ScheduleWorkflowAction).Args
 		require.Len(t, args, 1)
 		p := args[0].(*commonpb.Payload)
 		require.Equal(t, codec.EncodingEncrypted, string(p.GetMetadata()[codec.MetadataEncoding]))

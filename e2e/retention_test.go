@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/server/temporaltest"
@@ -49,14 +50,16 @@ func (e *env) startAppWorker(t *testing.T, cfg *config.Config, gate <-chan struc
 	})
 }
 
-func describeRetention(t *testing.T, c client.Client) *client.ScheduleDescription {
+// describeRetention waits for the retention schedule of taskQueue's outbox and describes it.
+func describeRetention(t *testing.T, c client.Client, taskQueue string) *client.ScheduleDescription {
 	t.Helper()
+	id := workflows.RetentionScheduleFor(taskQueue)
 	var desc *client.ScheduleDescription
 	require.Eventually(t, func() bool {
 		var err error
-		desc, err = c.ScheduleClient().GetHandle(context.Background(), workflows.RetentionScheduleID).Describe(context.Background())
+		desc, err = c.ScheduleClient().GetHandle(context.Background(), id).Describe(context.Background())
 		return err == nil
-	}, 30*time.Second, 50*time.Millisecond, "schedule %s never appeared", workflows.RetentionScheduleID)
+	}, 30*time.Second, 50*time.Millisecond, "schedule %s never appeared", id)
 	return desc
 }
 
@@ -85,10 +88,10 @@ func TestRetention(t *testing.T) {
 	e.startAppWorker(t, cfg, gate)
 	close(gate)
 
-	desc := describeRetention(t, e.client)
+	desc := describeRetention(t, e.client, e.taskQueue)
 	action := desc.Schedule.Action.(*client.ScheduleWorkflowAction)
 	require.Equal(t, workflows.RetentionWorkflowType, action.Workflow)
-	require.Equal(t, workflows.RetentionWorkflowID, action.ID)
+	require.Equal(t, "outbox-retention-"+e.taskQueue, action.ID, "the task queue's own")
 	require.Equal(t, e.taskQueue, action.TaskQueue)
 	require.Equal(t, []client.ScheduleIntervalSpec{{Every: time.Hour}}, desc.Schedule.Spec.Intervals)
 	require.Equal(t, enumspb.SCHEDULE_OVERLAP_POLICY_SKIP, desc.Schedule.Policy.Overlap)
@@ -112,7 +115,7 @@ func TestRetention(t *testing.T) {
 	require.NoError(t, err)
 
 	// Triggering the schedule runs a retention workflow that removes them in batches.
-	handle := e.client.ScheduleClient().GetHandle(ctx, workflows.RetentionScheduleID)
+	handle := e.client.ScheduleClient().GetHandle(ctx, workflows.RetentionScheduleFor(e.taskQueue))
 	require.NoError(t, handle.Trigger(ctx, client.ScheduleTriggerOptions{}))
 	var started *client.ScheduleWorkflowExecution
 	require.Eventually(t, func() bool {
@@ -204,4 +207,51 @@ func (h countingScheduleHandle) Update(ctx context.Context, options client.Sched
 		return u, err
 	}
 	return h.ScheduleHandle.Update(ctx, options)
+}
+
+// TestRetentionSchedulesOfTwoOutboxes runs two outbox databases on one namespace, each on
+// its own task queue: each has a retention schedule of its own, which the other's worker
+// leaves alone. The schedule outbox-retention that an earlier release made for one of
+// them (paused by an operator) gives way to that outbox's own, which keeps the pause.
+func TestRetentionSchedulesOfTwoOutboxes(t *testing.T) {
+	t.Parallel()
+	ts := newServer(t)
+	orders, billing := newEnv(t, ts), newEnv(t, ts)
+	ctx := context.Background()
+	schedules := orders.client.ScheduleClient()
+	in := workflows.RetentionInput{SentAfter: config.DefaultSentRetention, DiscardedAfter: config.DefaultDiscardRetention, BatchSize: 100}
+
+	_, err := schedules.Create(ctx, client.ScheduleOptions{
+		ID:   workflows.RetentionScheduleID,
+		Spec: client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: time.Hour}}},
+		Action: &client.ScheduleWorkflowAction{ID: workflows.RetentionWorkflowID, Workflow: workflows.RetentionWorkflowType,
+			Args: []any{in}, TaskQueue: orders.taskQueue},
+		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
+		Paused:  true,
+		Note:    "paused by an operator",
+	})
+	require.NoError(t, err)
+
+	require.NoError(t, worker.EnsureRetentionSchedule(ctx, orders.client, orders.taskQueue, in, time.Hour))
+	require.NoError(t, worker.EnsureRetentionSchedule(ctx, billing.client, billing.taskQueue, in, 2*time.Hour))
+	require.NoError(t, worker.EnsureRetentionSchedule(ctx, orders.client, orders.taskQueue, in, time.Hour), "a restart")
+
+	for _, tc := range []struct {
+		e      *env
+		every  time.Duration
+		paused bool
+	}{{orders, time.Hour, true}, {billing, 2 * time.Hour, false}} {
+		desc := describeRetention(t, tc.e.client, tc.e.taskQueue)
+		action := desc.Schedule.Action.(*client.ScheduleWorkflowAction)
+		require.Equal(t, tc.e.taskQueue, action.TaskQueue)
+		require.Equal(t, workflows.RetentionScheduleFor(tc.e.taskQueue), action.ID)
+		require.Equal(t, []client.ScheduleIntervalSpec{{Every: tc.every}}, desc.Schedule.Spec.Intervals)
+		require.Equal(t, tc.paused, desc.Schedule.State.Paused, tc.e.taskQueue)
+		if tc.paused {
+			require.Equal(t, "paused by an operator", desc.Schedule.State.Note)
+		}
+	}
+	_, err = schedules.GetHandle(ctx, workflows.RetentionScheduleID).Describe(ctx)
+	var notFound *serviceerror.NotFound
+	require.ErrorAs(t, err, &notFound, "the earlier release's schedule is gone")
 }

@@ -19,13 +19,19 @@ import (
 	"github.com/outbox-go/outbox/workflows"
 )
 
-// EnsureRetentionSchedule makes sure the Temporal Schedule outbox-retention
-// ([workflows.RetentionScheduleID]) exists and starts OutboxRetention with in on taskQueue
-// (default "outbox") every interval, skipping a start while the previous run is still
+// EnsureRetentionSchedule makes sure the Temporal Schedule of taskQueue's outbox
+// ([workflows.RetentionScheduleFor]: outbox-retention for the default task queue
+// "outbox", outbox-retention-<task queue> for another) exists and starts OutboxRetention
+// with in on taskQueue every interval, skipping a start while the previous run is still
 // going. It creates the schedule, or, when it exists already (another worker created it,
 // or an earlier config did), updates its spec and action to these if they differ. The
 // schedule's state is left as it is, so a schedule paused in the Temporal UI stays paused.
 // Several workers may call it at once.
+//
+// Earlier releases named every task queue's schedule outbox-retention, so the outboxes
+// of one namespace took it from each other. For another task queue than the default, a
+// schedule outbox-retention that starts on taskQueue is this outbox's: the new schedule
+// is created paused when it was paused, and it is deleted.
 //
 // The existing schedule's argument is read with the SDK's default data converter; a client
 // that encodes payloads with a codec uses EnsureRetentionScheduleConverter instead, or
@@ -39,7 +45,8 @@ func EnsureRetentionSchedule(ctx context.Context, c client.Client, taskQueue str
 // payload codec): it reads the existing schedule's argument with dc, so an unchanged
 // schedule is left alone. A nil dc is the SDK's default data converter.
 func EnsureRetentionScheduleConverter(ctx context.Context, c client.Client, dc converter.DataConverter, taskQueue string, in workflows.RetentionInput, every time.Duration) error {
-	id := workflows.RetentionScheduleID
+	taskQueue = cmp.Or(taskQueue, workflows.DefaultTaskQueue)
+	id := workflows.RetentionScheduleFor(taskQueue)
 	if dc == nil {
 		dc = converter.GetDefaultDataConverter()
 	}
@@ -60,24 +67,35 @@ func EnsureRetentionScheduleConverter(ctx context.Context, c client.Client, dc c
 	}
 	spec := client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: every}}}
 	action := &client.ScheduleWorkflowAction{
-		ID:        workflows.RetentionWorkflowID,
+		ID:        id,
 		Workflow:  workflows.RetentionWorkflowType,
 		Args:      []any{in},
-		TaskQueue: cmp.Or(taskQueue, workflows.DefaultTaskQueue),
+		TaskQueue: taskQueue,
 	}
 	schedules := c.ScheduleClient()
+	legacy, legacyState := earlierSchedule(ctx, schedules, id, taskQueue)
 	_, err := schedules.Create(ctx, client.ScheduleOptions{
 		ID:      id,
 		Spec:    spec,
 		Action:  action,
 		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
+		Paused:  legacyState.Paused,
+		Note:    legacyState.Note,
 	})
 	var exists *serviceerror.AlreadyExists
 	switch {
 	case err == nil:
+		if legacy != nil {
+			// Ours now runs retention for this database; a failed delete leaves a second
+			// schedule of the same purge, which the next start deletes.
+			_ = legacy.Delete(ctx)
+		}
 		return nil
 	case !errors.Is(err, temporal.ErrScheduleAlreadyRunning) && !errors.As(err, &exists):
 		return fmt.Errorf("create retention schedule %s: %w", id, err)
+	}
+	if legacy != nil {
+		_ = legacy.Delete(ctx)
 	}
 	err = schedules.GetHandle(ctx, id).Update(ctx, client.ScheduleUpdateOptions{
 		DoUpdate: func(cur client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
@@ -99,6 +117,28 @@ func EnsureRetentionScheduleConverter(ctx context.Context, c client.Client, dc c
 		return fmt.Errorf("update retention schedule %s: %w", id, err)
 	}
 	return nil
+}
+
+// earlierSchedule returns the schedule outbox-retention when an earlier release made it
+// for taskQueue's outbox (whose schedule is now id), with its state; nil when there is
+// none, or it is another outbox's, or it cannot be read (the next start looks again).
+func earlierSchedule(ctx context.Context, schedules client.ScheduleClient, id, taskQueue string) (client.ScheduleHandle, client.ScheduleState) {
+	if id == workflows.RetentionScheduleID {
+		return nil, client.ScheduleState{}
+	}
+	h := schedules.GetHandle(ctx, workflows.RetentionScheduleID)
+	desc, err := h.Describe(ctx)
+	if err != nil {
+		return nil, client.ScheduleState{}
+	}
+	if a, ok := desc.Schedule.Action.(*client.ScheduleWorkflowAction); !ok || a.TaskQueue != taskQueue || a.Workflow != workflows.RetentionWorkflowType {
+		return nil, client.ScheduleState{}
+	}
+	var state client.ScheduleState
+	if desc.Schedule.State != nil {
+		state = *desc.Schedule.State
+	}
+	return h, state
 }
 
 // sameRetentionSchedule reports whether the existing schedule s already has spec, action

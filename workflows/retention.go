@@ -13,10 +13,12 @@ import (
 const (
 	// RetentionWorkflowType is the registered name of the retention workflow.
 	RetentionWorkflowType = "OutboxRetention"
-	// RetentionScheduleID is the ID of the Temporal Schedule that runs retention.
+	// RetentionScheduleID is the ID of the Temporal Schedule that runs retention for the
+	// outbox on the default task queue; RetentionScheduleFor names the schedule of any.
 	RetentionScheduleID = "outbox-retention"
-	// RetentionWorkflowID is the ID the schedule gives the workflows it starts (the
-	// server appends the scheduled time).
+	// RetentionWorkflowID is the ID the default task queue's schedule gives the workflows
+	// it starts (the server appends the scheduled time); RetentionScheduleFor names it
+	// for any task queue.
 	RetentionWorkflowID = "outbox-retention"
 	// ActivityPurgeBatch is the activity that removes one batch of old rows.
 	ActivityPurgeBatch = "OutboxPurgeBatch"
@@ -27,6 +29,18 @@ const (
 	// input is out of range.
 	ErrTypeInvalidRetention = "OutboxInvalidRetention"
 )
+
+// RetentionScheduleFor returns the ID of the Temporal Schedule that runs retention for the
+// outbox whose task queue is taskQueue, which is also the ID the schedule gives the
+// workflows it starts: RetentionScheduleID for the default task queue, and
+// outbox-retention-<task queue> for another. A task queue belongs to one outbox database,
+// and several of them may share a namespace, each with its own schedule.
+func RetentionScheduleFor(taskQueue string) string {
+	if taskQueue == "" || taskQueue == DefaultTaskQueue {
+		return RetentionScheduleID
+	}
+	return RetentionScheduleID + "-" + taskQueue
+}
 
 // RetentionInput is the input of OutboxRetention, and of each OutboxPurgeBatch activity
 // it runs.

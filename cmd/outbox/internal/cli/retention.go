@@ -19,8 +19,9 @@ retention.batch_size rows, each its own short transaction. With retention.archiv
 the rows move to outbox_messages_archive and outbox_dead_letters_archive instead.
 
 With retention.enabled: true the worker runs it as the Temporal Schedule outbox-retention
-every retention.interval; pause it in the Temporal UI. "retention run" runs it now,
-without Temporal.`,
+(outbox-retention-<task queue> for a task queue other than outbox) every
+retention.interval; pause it in the Temporal UI. "retention run" runs it now, without
+Temporal.`,
 		Args: cobra.NoArgs,
 	}
 	cmd.AddCommand(newRetentionRunCmd(g))
