@@ -40,9 +40,11 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	sdkworker "go.temporal.io/sdk/worker"
 	"gopkg.in/yaml.v3"
 
@@ -965,6 +967,32 @@ func (c *Config) SearchAttributesEnabled() bool {
 	return c.SearchAttributes == nil || *c.SearchAttributes
 }
 
+// validPort reports whether port is a TCP port a listener takes: a number from 0 to
+// 65535, or a service name the system knows.
+func validPort(port string) bool {
+	if n, err := strconv.Atoi(port); err == nil {
+		return n >= 0 && n <= 65535
+	}
+	_, err := net.LookupPort("tcp", port)
+	return err == nil
+}
+
+// checkTemporalAddress checks Temporal's frontend address: host:port, or a gRPC target
+// with a resolver scheme (dns:///host:port). An http:// or https:// URL, as the Web UI's
+// address is written, is what gRPC cannot dial.
+func checkTemporalAddress(addr string) error {
+	if scheme, _, ok := strings.Cut(addr, "://"); ok {
+		if s := strings.ToLower(scheme); s == "http" || s == "https" {
+			return fmt.Errorf("must be the frontend's gRPC host:port, without %s://, got %q (TLS is temporal.tls)", s, addr)
+		}
+		return nil
+	}
+	if _, port, err := net.SplitHostPort(addr); err != nil || !validPort(port) || port == "0" {
+		return fmt.Errorf("must be host:port with a port from 1 to 65535, got %q", addr)
+	}
+	return nil
+}
+
 // Validate checks c (after WithDefaults) and returns an error naming the first field that
 // is wrong and its value. sinks lists the sink names besides "http" that are known.
 func (c *Config) Validate(sinks ...string) error {
@@ -977,6 +1005,11 @@ func (c *Config) Validate(sinks ...string) error {
 	}
 	if kind, err := DatabaseKind(c.DatabaseURL); err != nil {
 		bad("database_url", "%v", err)
+	} else if kind == DatabasePostgres {
+		// As the processes read it when they connect (pgx hides the password in its error).
+		if _, err := pgxpool.ParseConfig(c.DatabaseURL); err != nil {
+			bad("database_url", "%v", err)
+		}
 	} else if kind == DatabaseMySQL {
 		if c.Schema != "public" {
 			bad("schema", "%q applies to PostgreSQL only: on MySQL the outbox tables live in the database that database_url names; leave schema unset", c.Schema)
@@ -1038,9 +1071,12 @@ func (c *Config) Validate(sinks ...string) error {
 		bad("retention.interval", "must be at least 1m, got %s", time.Duration(c.Retention.Interval))
 	}
 	if c.Metrics.Address != "" {
-		if _, _, err := net.SplitHostPort(c.Metrics.Address); err != nil {
-			bad("metrics.address", "must be host:port, got %q", c.Metrics.Address)
+		if _, port, err := net.SplitHostPort(c.Metrics.Address); err != nil || !validPort(port) {
+			bad("metrics.address", "must be host:port with a port from 0 to 65535, got %q", c.Metrics.Address)
 		}
+	}
+	if err := checkTemporalAddress(c.Temporal.Address); err != nil {
+		bad("temporal.address", "%v", err)
 	}
 	if c.Alerts.WebhookURL != "" {
 		if err := checkURL(c.Alerts.WebhookURL); err != nil {

@@ -102,6 +102,15 @@ func TestParse(t *testing.T) {
 			{"topics: {a: {url: 'http://x', max_in_flight: -2}}\n", `topics["a"].max_in_flight: must be at least 1, or -1 for no limit (unset: relay.max_in_flight_per_topic), got -2`},
 			{"relay: {max_in_flight_per_topic: -7}\n", `relay.max_in_flight_per_topic: must be at least 1, or -1 for no limit, got -7`},
 			{"schema: Bad-Schema\n", `got "Bad-Schema"`},
+			// What a process would refuse when it connects or listens, refused here too, so
+			// that outbox config check finds it.
+			{"database_url: 'postgres://u:s3cr%zzet@127.0.0.1/db'\n", `database_url: cannot parse`},
+			{"database_url: 'host=127.0.0.1 port=abc dbname=app'\n", `database_url: cannot parse`},
+			{"temporal: {address: 'http://127.0.0.1:7233'}\n", `temporal.address: must be the frontend's gRPC host:port, without http://, got "http://127.0.0.1:7233"`},
+			{"temporal: {address: 'temporal'}\n", `temporal.address: must be host:port with a port from 1 to 65535, got "temporal"`},
+			{"temporal: {address: 'dns:///temporal-frontend:7233'}\n", ""},
+			{"metrics: {address: '127.0.0.1:99999'}\n", `metrics.address: must be host:port with a port from 0 to 65535, got "127.0.0.1:99999"`},
+			{"metrics: {address: ':9090'}\n", ""},
 			{"topics: {a: {url: 'not a url'}}\n", `topics["a"].url: must be an absolute http or https URL, got "(unparsable URL)"`},
 			{"topics: {a: {url: 'http://x', check_url: 'http://x/check'}}\n", `topics["a"].check_url: must contain {message_id}, got "http://x/check"`},
 			{"topics: {a: {sink: sqs}}\n", `topics["a"].sink: must be one of http, nats, rabbitmq, kafka, got "sqs"`},
