@@ -69,6 +69,60 @@ func TestDeadLetterAlert(t *testing.T) {
 	require.Equal(t, paid, alerts[1].MessageID)
 
 	require.Nil(t, (&config.Config{}).AlertWebhooks(), "no webhook configured")
+	require.Nil(t, (&config.Config{Topics: map[string]config.Topic{"a": {URL: "http://x"}}}).AlertWebhooks(), "nor with topics")
+}
+
+// TestAlertWebhookOfEachTopic pins which webhook a topic's dead letters go to: its own,
+// else alerts.webhook_url for a listed topic; the default entry's, else
+// alerts.webhook_url, for one not listed.
+func TestAlertWebhookOfEachTopic(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	got := map[string]string{} // topic → the webhook its alert reached
+	webhook := func(name string) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var a activities.DeadLetterAlert
+			require.NoError(t, json.NewDecoder(r.Body).Decode(&a))
+			mu.Lock()
+			got[a.Topic] = name
+			mu.Unlock()
+		}))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	own, global, unlisted := webhook("own"), webhook("alerts.webhook_url"), webhook("default.alert_webhook")
+	for _, tc := range []struct {
+		name                    string
+		global, defaultsWebhook string
+		want                    map[string]string // topic → webhook, "" for none
+	}{
+		{"GlobalOnly", global, "", map[string]string{"own": "own", "listed": "alerts.webhook_url", "other": "alerts.webhook_url"}},
+		{"DefaultOnly", "", unlisted, map[string]string{"own": "own", "listed": "", "other": "default.alert_webhook"}},
+		{"Both", global, unlisted, map[string]string{"own": "own", "listed": "alerts.webhook_url", "other": "default.alert_webhook"}},
+		{"Neither", "", "", map[string]string{"own": "own", "listed": "", "other": ""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			webhooks := (&config.Config{
+				Alerts:  config.Alerts{WebhookURL: tc.global},
+				Default: &config.Topic{URL: "http://fallback", AlertWebhook: tc.defaultsWebhook},
+				Topics: map[string]config.Topic{
+					"own":    {URL: "http://x", AlertWebhook: own},
+					"listed": {URL: "http://x"},
+				},
+			}).AlertWebhooks()
+			mu.Lock()
+			clear(got)
+			mu.Unlock()
+			for topic := range tc.want {
+				require.NoError(t, webhooks.Send(context.Background(), activities.DeadLetterAlert{Topic: topic}))
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for topic, want := range tc.want {
+				require.Equal(t, want, got[topic], "topic %s", topic)
+			}
+		})
+	}
 }
 
 func TestAlertErrorLeavesURLOut(t *testing.T) {

@@ -595,19 +595,24 @@ func readSecret(ref string, lookup func(string) (string, bool)) ([]byte, error) 
 	}
 }
 
-// AlertWebhooks returns the dead-letter alert webhooks of c (alerts.webhook_url and the
-// topics' alert_webhook), or nil when none is configured.
+// AlertWebhooks returns the dead-letter alert webhooks of c, or nil when none is
+// configured. A listed topic's dead letters go to its alert_webhook, else to
+// alerts.webhook_url; those of a topic not listed, to default.alert_webhook (default:
+// is the entry of such topics, so its webhook wins as a topic's does), else to
+// alerts.webhook_url.
 func (c *Config) AlertWebhooks() *activities.AlertWebhooks {
 	w := &activities.AlertWebhooks{Global: c.Alerts.WebhookURL, Topics: map[string]string{}, Client: &http.Client{Timeout: 10 * time.Second}}
-	for topic, t := range c.Topics {
-		if t.AlertWebhook != "" {
-			w.Topics[topic] = t.AlertWebhook
-		}
-	}
-	if c.Default != nil && c.Default.AlertWebhook != "" && w.Global == "" {
+	if c.Default != nil && c.Default.AlertWebhook != "" {
 		w.Global = c.Default.AlertWebhook
 	}
-	if w.Global == "" && len(w.Topics) == 0 {
+	any := w.Global != ""
+	for topic, t := range c.Topics {
+		// Every listed topic has its entry, empty for none, so that it never falls to
+		// Global when that is the default entry's.
+		w.Topics[topic] = cmp.Or(t.AlertWebhook, c.Alerts.WebhookURL)
+		any = any || w.Topics[topic] != ""
+	}
+	if !any {
 		return nil
 	}
 	return w
