@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"regexp"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -155,8 +156,10 @@ func setFromEnv(dst reflect.Value, v string) error {
 			if kind == "object" {
 				want = "a YAML or JSON object, merged over the file's per entry"
 			}
-			// The value is not repeated: it may hold header values or other secrets.
-			return fmt.Errorf("must be %s (e.g. %s): %v", want, envExample(dst.Type()), strings.TrimPrefix(err.Error(), "yaml: "))
+			// The value is not repeated: it may hold header values or other secrets, and the
+			// YAML decoder's errors quote the start of what they could not read.
+			detail := yamlQuoted.ReplaceAllString(strings.TrimPrefix(err.Error(), "yaml: "), "a value")
+			return fmt.Errorf("must be %s (e.g. %s): %v", want, envExample(dst.Type()), detail)
 		}
 		if kind == "list" {
 			dst.Set(parsed.Elem())
@@ -179,6 +182,10 @@ func setFromEnv(dst reflect.Value, v string) error {
 	dst.Set(tmp.Elem())
 	return nil
 }
+
+// yamlQuoted matches what the YAML decoder's errors quote of the text they could not read
+// (cannot unmarshal !!str `hunter2...` into ...).
+var yamlQuoted = regexp.MustCompile("`[^`]*`")
 
 // envExample is an example value of a map or list variable of type t.
 func envExample(t reflect.Type) string {

@@ -248,8 +248,13 @@ default:
 			err := c.ApplyEnv(mapEnv(map[string]string{name: tc.value}))
 			require.ErrorContains(t, err, tc.want, name)
 		}
+		// A map or list variable's value is not repeated, not even the start the YAML
+		// decoder quotes: it may be a header's secret.
+		err := parse(t, "").ApplyEnv(mapEnv(map[string]string{"OUTBOX_TEMPORAL_GRPC_META": "hunter2s3cret"}))
+		require.ErrorContains(t, err, "OUTBOX_TEMPORAL_GRPC_META (temporal.grpc_meta): must be a YAML or JSON object")
+		require.NotContains(t, err.Error(), "hunter")
 		// An unknown key in a topic is an error, as in the file.
-		err := parse(t, "").ApplyEnv(mapEnv(map[string]string{"OUTBOX_TOPICS": `{"order.created": {"urll": "http://a"}}`}))
+		err = parse(t, "").ApplyEnv(mapEnv(map[string]string{"OUTBOX_TOPICS": `{"order.created": {"urll": "http://a"}}`}))
 		require.ErrorContains(t, err, "field urll not found")
 
 		// LoadEnv reports them, every one.
