@@ -161,9 +161,12 @@ func (s *Store) EnqueueMessage(ctx context.Context, db DB, msg Message) (Enqueue
 	if err != nil {
 		return Enqueued{}, err
 	}
-	if r.plain() {
+	switch {
+	case r.plain():
 		_, err = db.ExecContext(ctx, `INSERT INTO `+s.messages+` (message_id, topic, payload) VALUES (?, ?, ?)`, r.id.String(), r.topic, r.payload)
-	} else {
+	case r.orderingKey != nil:
+		_, err = db.ExecContext(ctx, s.keyedPrefix+`INSERT INTO `+s.messages+` `+insertColumns+` VALUES `+insertValues, r.args()...)
+	default:
 		_, err = db.ExecContext(ctx, `INSERT INTO `+s.messages+` `+insertColumns+` VALUES `+insertValues, r.args()...)
 	}
 	if r.idempotencyKey != nil && isDuplicate(err, "outbox_messages", "outbox_messages_idempotency_key_idx") {
@@ -274,7 +277,7 @@ func (s *Store) EnqueueBatch(ctx context.Context, db DB, msgs []Message) ([]Enqu
 			b.WriteString("(?, 0)")
 			args[i] = k
 		}
-		if _, err := db.ExecContext(ctx, `INSERT INTO `+s.orderingKeys+` (ordering_key, last_seq) VALUES `+b.String()+`
+		if _, err := db.ExecContext(ctx, s.keyedPrefix+`INSERT INTO `+s.orderingKeys+` (ordering_key, last_seq) VALUES `+b.String()+`
 ON DUPLICATE KEY UPDATE last_seq = last_seq`, args...); err != nil {
 			return fail(err)
 		}
@@ -296,7 +299,11 @@ ON DUPLICATE KEY UPDATE last_seq = last_seq`, args...); err != nil {
 		values.WriteString(insertValues)
 		args = append(args, rows[i].args()...)
 	}
-	_, err := db.ExecContext(ctx, `INSERT INTO `+s.messages+` `+insertColumns+` VALUES `+values.String(), args...)
+	prefix := ""
+	if len(keys) > 0 {
+		prefix = s.keyedPrefix
+	}
+	_, err := db.ExecContext(ctx, prefix+`INSERT INTO `+s.messages+` `+insertColumns+` VALUES `+values.String(), args...)
 	switch {
 	case err == nil:
 		for i := range rows {
@@ -309,7 +316,7 @@ ON DUPLICATE KEY UPDATE last_seq = last_seq`, args...); err != nil {
 			if dupOf[i] >= 0 {
 				continue
 			}
-			_, err := db.ExecContext(ctx, `INSERT INTO `+s.messages+` `+insertColumns+` VALUES `+insertValues, rows[i].args()...)
+			_, err := db.ExecContext(ctx, prefix+`INSERT INTO `+s.messages+` `+insertColumns+` VALUES `+insertValues, rows[i].args()...)
 			if err != nil && !isDuplicate(err, "outbox_messages", "outbox_messages_idempotency_key_idx") {
 				return fail(err)
 			}

@@ -128,7 +128,21 @@ type Store struct {
 	messagesArchive, deadArchive                                               string
 
 	deploymentID atomic.Pointer[uuid.UUID] // read once by DeploymentID
+
+	// keyedPrefix starts each statement of Enqueue and EnqueueBatch that numbers the
+	// messages of an ordering key (see snapshotIsolationOff).
+	keyedPrefix string
 }
+
+// snapshotIsolationOff is the prefix that runs a statement with MariaDB's
+// innodb_snapshot_isolation off (ON by default from MariaDB 11.6.2). With it on, a
+// REPEATABLE READ transaction that has read anything fails with error 1020 ("Record has
+// changed since last read") when it locks a row another transaction changed since: an
+// ordered enqueue in a business transaction takes its key's counter row, which every
+// writer of the key changes, and would fail whenever another one committed meanwhile. The
+// counter is a lock and a number, read as it stands, as PostgreSQL's advisory lock and
+// sequence are. MySQL has neither the setting nor the syntax, and needs no prefix.
+const snapshotIsolationOff = "SET STATEMENT innodb_snapshot_isolation = OFF FOR "
 
 var _ storedriver.Driver = (*Store)(nil)
 
@@ -151,7 +165,12 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	q := func(table string) string { return quoteIdent(schema) + "." + quoteIdent(table) }
+	keyedPrefix, err := keyedStatementPrefix(ctx, db)
+	if err != nil {
+		return nil, err
+	}
 	return &Store{
+		keyedPrefix:     keyedPrefix,
 		cfg:             cfg,
 		db:              db,
 		schema:          schema,
@@ -166,6 +185,23 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		messagesArchive: q("outbox_messages_archive"),
 		deadArchive:     q("outbox_dead_letters_archive"),
 	}, nil
+}
+
+// keyedStatementPrefix returns snapshotIsolationOff when the server has the setting
+// (MariaDB from 10.6.18 and 10.11.8, where it is off by default until 11.6.2), else "".
+func keyedStatementPrefix(ctx context.Context, db *sql.DB) (string, error) {
+	rows, err := db.QueryContext(ctx, `SHOW VARIABLES LIKE 'innodb_snapshot_isolation'`)
+	if err != nil {
+		return "", fmt.Errorf("mysqlstore: read the server's settings: %w", err)
+	}
+	prefix := ""
+	if rows.Next() {
+		prefix = snapshotIsolationOff
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return "", fmt.Errorf("mysqlstore: read the server's settings: %w", err)
+	}
+	return prefix, nil
 }
 
 // checkConnection reads the connection's database and checks that times travel as UTC:
