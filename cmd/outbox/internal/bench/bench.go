@@ -197,13 +197,13 @@ func (b *bench) cost(ctx context.Context, shape string) (actions, events float64
 // Run runs the benchmark and prints its table to out.
 func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) error {
 	if o.Messages < 1 || o.LatencyMessages < 1 || o.Rate <= 0 || o.Runs < 1 {
-		return fmt.Errorf("--messages, --latency-messages and --runs must be at least 1 and --rate positive, got %d, %d, %d and %g", o.Messages, o.LatencyMessages, o.Runs, o.Rate)
+		return cli.UsageErrorf("--messages, --latency-messages and --runs must be at least 1 and --rate positive, got %d, %d, %d and %g", o.Messages, o.LatencyMessages, o.Runs, o.Rate)
 	}
 	if o.Isolation && (o.Lane != "" || o.Bulk < 1) {
-		return fmt.Errorf("--isolation takes no --lane, and --bulk must be at least 1, got %d", o.Bulk)
+		return cli.UsageErrorf("--isolation takes no --lane, and --bulk must be at least 1, got %d", o.Bulk)
 	}
 	if o.Lane != "" && o.Lane != "message" && o.Lane != laneBatch {
-		return fmt.Errorf("--lane must be message or batch, got %q", o.Lane)
+		return cli.UsageErrorf("--lane must be message or batch, got %q", o.Lane)
 	}
 	b := &bench{o: o, out: out}
 	var err error

@@ -50,6 +50,10 @@ type usageError struct{ err error }
 func (e *usageError) Error() string { return e.err.Error() }
 func (e *usageError) Unwrap() error { return e.err }
 
+// UsageErrorf is usageErrorf for the commands defined outside this package (outbox dev,
+// outbox bench): the command exits with ExitUsage.
+func UsageErrorf(format string, args ...any) error { return usageErrorf(format, args...) }
+
 // usageErrorf returns a usage error: the command line asks for something the command does
 // not allow.
 func usageErrorf(format string, args ...any) error {

@@ -152,16 +152,16 @@ Drop the two databases to start over.`,
 // Run runs the dev system until ctx is cancelled.
 func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) (err error) {
 	if o.Only != "" && o.Only != "temporal" {
-		return fmt.Errorf(`--only must be "temporal", got %q`, o.Only)
+		return cli.UsageErrorf(`--only must be "temporal", got %q`, o.Only)
 	}
 	if o.Database != "" && o.Database != config.DatabasePostgres && o.Database != config.DatabaseMySQL {
-		return fmt.Errorf(`--database must be "postgres" or "mysql", got %q`, o.Database)
+		return cli.UsageErrorf(`--database must be "postgres" or "mysql", got %q`, o.Database)
 	}
 	if o.Broker != "" && o.Broker != "nats" {
-		return fmt.Errorf(`--broker must be "nats", got %q`, o.Broker)
+		return cli.UsageErrorf(`--broker must be "nats", got %q`, o.Broker)
 	}
 	if o.Broker != "" && (o.NoDemo || env.ConfigPath() != "") {
-		return errors.New("--broker adds the demo's broker topic; with --no-demo or --config, route topics to a broker in the config (sink: nats)")
+		return cli.UsageErrorf("--broker adds the demo's broker topic; with --no-demo or --config, route topics to a broker in the config (sink: nats)")
 	}
 	o.NATSURL = cmp.Or(o.NATSURL, "nats://127.0.0.1:4222")
 	if o.Temporal.PostgresURL != "" && o.Ephemeral {

@@ -22,6 +22,7 @@ import (
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 
+	"github.com/outbox-go/outbox/cmd/outbox/internal/cli"
 	"github.com/outbox-go/outbox/workflows"
 )
 
@@ -95,7 +96,7 @@ func ResolveServer(mode string, o TemporalOptions, lookPath func(string) (string
 	case ServerBuiltin:
 		return ServerBuiltin, nil
 	default:
-		return "", fmt.Errorf("--temporal-server must be auto, cli or builtin, got %q", mode)
+		return "", cli.UsageErrorf("--temporal-server must be auto, cli or builtin, got %q", mode)
 	}
 }
 

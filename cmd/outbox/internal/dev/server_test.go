@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/outbox-go/outbox/cmd/outbox/internal/cli"
 )
 
 func TestResolveServer(t *testing.T) {
@@ -34,6 +36,9 @@ func TestResolveServer(t *testing.T) {
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("ResolveServer(%q) = %q, %v; want an error containing %q", tc.mode, got, err, tc.err)
+				}
+				if tc.name == "Unknown" && cli.ExitCode(err) != cli.ExitUsage {
+					t.Fatalf("a --temporal-server value outside those allowed exits %d, want %d (usage)", cli.ExitCode(err), cli.ExitUsage)
 				}
 				return
 			}
