@@ -165,6 +165,28 @@ mysql_can_connect() {
 		--connect-timeout=5 -e 'SELECT 1' "$3" >/dev/null 2>&1
 }
 
+# mysql_zone is the time zone with daylight saving time that the MySQL store's tests run
+# business sessions in; mysql_time_zone loads it into the server's time zone tables when
+# they lack it (Debian's package leaves them empty).
+mysql_zone=America/New_York
+mysql_time_zone() {
+	local client tzsql
+	client=$(mysql_client)
+	tzsql=$(command -v mariadb-tzinfo-to-sql || command -v mysql_tzinfo_to_sql || true)
+	if [ -z "$client" ] || [ -z "$tzsql" ] || [ ! -f "/usr/share/zoneinfo/$mysql_zone" ]; then
+		return 0
+	fi
+	if mysql_can_connect root "" mysql; then
+		mysql_run() { "$client" --protocol=TCP -h 127.0.0.1 -P 3306 -u root "$@"; }
+	else
+		mysql_run() { as_root "$client" "$@"; }
+	fi
+	if [ "$(mysql_run -N -e "SELECT COUNT(*) FROM mysql.time_zone_name WHERE Name = '$mysql_zone'" 2>/dev/null)" = 0 ]; then
+		log "loading the time zone $mysql_zone into MariaDB's time zone tables"
+		"$tzsql" "/usr/share/zoneinfo/$mysql_zone" "$mysql_zone" 2>/dev/null | mysql_run mysql >&2 || true
+	fi
+}
+
 # ensure_mysql starts (or installs) MariaDB on 127.0.0.1:3306 unless TEST_MYSQL_URL names
 # another server.
 ensure_mysql() {
@@ -190,6 +212,7 @@ ensure_mysql() {
 		as_root start-stop-daemon --start --oknodo --background --exec "$bin" -- --user=mysql >&2
 		wait_port MariaDB 3306
 	fi
+	mysql_time_zone
 	# The test database and the root login over TCP; a server that refuses them gets a
 	# user of its own, made through the socket as the system's root.
 	if mysql_can_connect root "" test; then

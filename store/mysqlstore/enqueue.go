@@ -44,8 +44,10 @@ func enqueueError(topic, orderingKey string, err error) error {
 // insertColumns are the columns Enqueue writes for a message that sets any optional one
 // (a plain message names three: see insertRow.plain); next_retry_at is given as Unix
 // seconds and microseconds, which FROM_UNIXTIME turns into the session's time zone and the
-// TIMESTAMP column back into UTC, so the caller's session time zone and its driver's loc
-// do not matter.
+// TIMESTAMP column back into UTC, so the caller's driver's loc does not matter. The
+// caller's session time zone does not either, except in the hour a daylight saving time
+// zone repeats: on MariaDB the statement runs in UTC (Store.enqueueSettings); on MySQL a
+// time in that hour's second pass is stored an hour early.
 const (
 	insertColumns = `(message_id, topic, payload, headers, max_retry_times, next_retry_at, ordering_key, idempotency_key)`
 	insertValues  = `(?, ?, ?, ?, ?, FROM_UNIXTIME(?) + INTERVAL ? MICROSECOND, ?, ?)`
@@ -164,10 +166,9 @@ func (s *Store) EnqueueMessage(ctx context.Context, db DB, msg Message) (Enqueue
 	switch {
 	case r.plain():
 		_, err = db.ExecContext(ctx, `INSERT INTO `+s.messages+` (message_id, topic, payload) VALUES (?, ?, ?)`, r.id.String(), r.topic, r.payload)
-	case r.orderingKey != nil:
-		_, err = db.ExecContext(ctx, s.keyedPrefix+`INSERT INTO `+s.messages+` `+insertColumns+` VALUES `+insertValues, r.args()...)
 	default:
-		_, err = db.ExecContext(ctx, `INSERT INTO `+s.messages+` `+insertColumns+` VALUES `+insertValues, r.args()...)
+		_, err = db.ExecContext(ctx, s.enqueueSettings(r.orderingKey != nil, r.afterSecs != nil)+
+			`INSERT INTO `+s.messages+` `+insertColumns+` VALUES `+insertValues, r.args()...)
 	}
 	if r.idempotencyKey != nil && isDuplicate(err, "outbox_messages", "outbox_messages_idempotency_key_idx") {
 		held, err := s.idempotencyHolders(ctx, db, []string{*r.idempotencyKey})
@@ -277,7 +278,7 @@ func (s *Store) EnqueueBatch(ctx context.Context, db DB, msgs []Message) ([]Enqu
 			b.WriteString("(?, 0)")
 			args[i] = k
 		}
-		if _, err := db.ExecContext(ctx, s.keyedPrefix+`INSERT INTO `+s.orderingKeys+` (ordering_key, last_seq) VALUES `+b.String()+`
+		if _, err := db.ExecContext(ctx, s.enqueueSettings(true, false)+`INSERT INTO `+s.orderingKeys+` (ordering_key, last_seq) VALUES `+b.String()+`
 ON DUPLICATE KEY UPDATE last_seq = last_seq`, args...); err != nil {
 			return fail(err)
 		}
@@ -299,10 +300,8 @@ ON DUPLICATE KEY UPDATE last_seq = last_seq`, args...); err != nil {
 		values.WriteString(insertValues)
 		args = append(args, rows[i].args()...)
 	}
-	prefix := ""
-	if len(keys) > 0 {
-		prefix = s.keyedPrefix
-	}
+	delayed := slices.ContainsFunc(rows, func(r insertRow) bool { return r.afterSecs != nil })
+	prefix := s.enqueueSettings(len(keys) > 0, delayed)
 	_, err := db.ExecContext(ctx, prefix+`INSERT INTO `+s.messages+` `+insertColumns+` VALUES `+values.String(), args...)
 	switch {
 	case err == nil:

@@ -129,20 +129,39 @@ type Store struct {
 
 	deploymentID atomic.Pointer[uuid.UUID] // read once by DeploymentID
 
-	// keyedPrefix starts each statement of Enqueue and EnqueueBatch that numbers the
-	// messages of an ordering key (see snapshotIsolationOff).
-	keyedPrefix string
+	// The MariaDB settings Enqueue's statements run with (see enqueueSettings).
+	mariaDB, snapshotIsolation bool
 }
 
-// snapshotIsolationOff is the prefix that runs a statement with MariaDB's
-// innodb_snapshot_isolation off (ON by default from MariaDB 11.6.2). With it on, a
-// REPEATABLE READ transaction that has read anything fails with error 1020 ("Record has
-// changed since last read") when it locks a row another transaction changed since: an
-// ordered enqueue in a business transaction takes its key's counter row, which every
-// writer of the key changes, and would fail whenever another one committed meanwhile. The
-// counter is a lock and a number, read as it stands, as PostgreSQL's advisory lock and
-// sequence are. MySQL has neither the setting nor the syntax, and needs no prefix.
-const snapshotIsolationOff = "SET STATEMENT innodb_snapshot_isolation = OFF FOR "
+// enqueueSettings returns the prefix of an enqueuing statement (the caller's session,
+// whatever its settings) that runs it with the settings it needs, for a statement that
+// numbers the messages of an ordering key (keyed) or sets a delivery time (delayed).
+// Only MariaDB can set them for one statement (SET STATEMENT); elsewhere it is "".
+//
+//   - keyed: innodb_snapshot_isolation off (it is on by default from MariaDB 11.6.2).
+//     With it on, a REPEATABLE READ transaction that has read anything fails with error
+//     1020 ("Record has changed since last read") when it locks a row another
+//     transaction changed since: an ordered enqueue takes its key's counter row, which
+//     every writer of the key changes, and would fail whenever another one committed
+//     meanwhile. The counter is a lock and a number, read as it stands, as PostgreSQL's
+//     advisory lock and sequence are.
+//   - delayed: time_zone UTC. FROM_UNIXTIME gives the session's local time, which the
+//     TIMESTAMP column turns back into UTC: in a time zone with daylight saving time, the
+//     hour the clocks go back happens twice, and a time in its second pass was stored an
+//     hour early. In UTC every time is one instant.
+func (s *Store) enqueueSettings(keyed, delayed bool) string {
+	var set []string
+	if keyed && s.snapshotIsolation {
+		set = append(set, "innodb_snapshot_isolation = OFF")
+	}
+	if delayed && s.mariaDB {
+		set = append(set, "time_zone = '+00:00'")
+	}
+	if len(set) == 0 {
+		return ""
+	}
+	return "SET STATEMENT " + strings.Join(set, ", ") + " FOR "
+}
 
 var _ storedriver.Driver = (*Store)(nil)
 
@@ -165,43 +184,45 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	q := func(table string) string { return quoteIdent(schema) + "." + quoteIdent(table) }
-	keyedPrefix, err := keyedStatementPrefix(ctx, db)
+	mariaDB, snapshotIsolation, err := serverKind(ctx, db)
 	if err != nil {
 		return nil, err
 	}
 	return &Store{
-		keyedPrefix:     keyedPrefix,
-		cfg:             cfg,
-		db:              db,
-		schema:          schema,
-		messages:        q("outbox_messages"),
-		dead:            q("outbox_dead_letters"),
-		audit:           q("outbox_audit"),
-		orderingKeys:    q("outbox_ordering_keys"),
-		parks:           q("outbox_ordering_parks"),
-		pauses:          q("outbox_topic_pauses"),
-		deployment:      q("outbox_deployment"),
-		migrations:      q("outbox_schema_migrations"),
-		messagesArchive: q("outbox_messages_archive"),
-		deadArchive:     q("outbox_dead_letters_archive"),
+		mariaDB:           mariaDB,
+		snapshotIsolation: snapshotIsolation,
+		cfg:               cfg,
+		db:                db,
+		schema:            schema,
+		messages:          q("outbox_messages"),
+		dead:              q("outbox_dead_letters"),
+		audit:             q("outbox_audit"),
+		orderingKeys:      q("outbox_ordering_keys"),
+		parks:             q("outbox_ordering_parks"),
+		pauses:            q("outbox_topic_pauses"),
+		deployment:        q("outbox_deployment"),
+		migrations:        q("outbox_schema_migrations"),
+		messagesArchive:   q("outbox_messages_archive"),
+		deadArchive:       q("outbox_dead_letters_archive"),
 	}, nil
 }
 
-// keyedStatementPrefix returns snapshotIsolationOff when the server has the setting
-// (MariaDB from 10.6.18 and 10.11.8, where it is off by default until 11.6.2), else "".
-func keyedStatementPrefix(ctx context.Context, db *sql.DB) (string, error) {
+// serverKind reports whether db's server is MariaDB, and whether it has the setting
+// innodb_snapshot_isolation (MariaDB from 10.6.18 and 10.11.8).
+func serverKind(ctx context.Context, db *sql.DB) (mariaDB, snapshotIsolation bool, err error) {
+	var version string
+	if err := db.QueryRowContext(ctx, `SELECT VERSION()`).Scan(&version); err != nil {
+		return false, false, fmt.Errorf("mysqlstore: read the server's version: %w", err)
+	}
 	rows, err := db.QueryContext(ctx, `SHOW VARIABLES LIKE 'innodb_snapshot_isolation'`)
 	if err != nil {
-		return "", fmt.Errorf("mysqlstore: read the server's settings: %w", err)
+		return false, false, fmt.Errorf("mysqlstore: read the server's settings: %w", err)
 	}
-	prefix := ""
-	if rows.Next() {
-		prefix = snapshotIsolationOff
-	}
+	snapshotIsolation = rows.Next()
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return "", fmt.Errorf("mysqlstore: read the server's settings: %w", err)
+		return false, false, fmt.Errorf("mysqlstore: read the server's settings: %w", err)
 	}
-	return prefix, nil
+	return strings.Contains(strings.ToLower(version), "mariadb"), snapshotIsolation, nil
 }
 
 // checkConnection reads the connection's database and checks that times travel as UTC:
