@@ -612,6 +612,7 @@ func (s *Sink) answer(ctx context.Context, js jetstream.JetStream, f jetstream.P
 const (
 	errCodeDuplicateInProcess = 10158 // the same Nats-Msg-Id is being stored right now
 	errCodeMessageTooLarge    = 10054 // jetstream.JSErrCodeStreamMessageExceedsMaximum
+	errCodeHeadersTooLarge    = 10097 // the headers exceed the 64 KiB JetStream allows
 	errCodeStreamSealed       = 10109 // the stream takes no more messages
 )
 
@@ -643,7 +644,7 @@ func (s *Sink) classify(ctx context.Context, js jetstream.JetStream, subject str
 		switch apiErr.ErrorCode {
 		case errCodeDuplicateInProcess:
 			return delivery.Ambiguous(failure)
-		case errCodeMessageTooLarge, errCodeStreamSealed:
+		case errCodeMessageTooLarge, errCodeHeadersTooLarge, errCodeStreamSealed:
 			return delivery.Permanent(failure)
 		default:
 			// Limits, rate limits, storage full, a stream between leaders: retried until

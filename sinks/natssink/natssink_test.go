@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -253,4 +254,20 @@ func TestSendBatchPublishesTogether(t *testing.T) {
 	for _, err := range s.SendBatch(ctx, batch[:3]) {
 		require.True(t, err == nil || delivery.IsAmbiguous(err), "%v", err)
 	}
+}
+
+// TestHeadersOverJetStreamsLimit sends a message whose headers exceed the 64 KiB a
+// JetStream stream takes (error code 10097): no retry can store it, so the send fails
+// permanently, and the message is dead-lettered at once instead of after its attempts.
+func TestHeadersOverJetStreamsLimit(t *testing.T) {
+	t.Parallel()
+	_, _, prefix := stream(t)
+	s := newSink(t, natssink.Config{Subject: prefix + ".{topic}"})
+	m := message("orders", "")
+	m.Headers = map[string]string{"baggage": strings.Repeat("x", 70<<10)}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := s.Send(ctx, m)
+	require.True(t, delivery.IsPermanent(err), "%v (%v)", err, delivery.KindOf(err))
+	require.ErrorContains(t, err, "err_code=10097")
 }

@@ -321,6 +321,29 @@ func (s *Sink) Send(ctx context.Context, d delivery.Message) error {
 	return s.publish(ctx, c, key, msg)
 }
 
+// frameOverhead is what an AMQP frame adds to its payload: its type, channel and size, and
+// its end octet.
+const frameOverhead = 8
+
+// headerFrameSize is the size of the payload of msg's content header frame, which the
+// client writes whole, however large (it splits only the body): the class, weight, body
+// size and property flags, and the properties the sink sets (a table of string headers).
+// It errs long by a few bytes rather than short.
+func headerFrameSize(msg amqp.Publishing) int {
+	n := 2 + 2 + 8 + 2                                             // class, weight, body size, property flags
+	n += 1 + len(msg.ContentType) + 1 + 8 + 1 + len(msg.MessageId) // content type, delivery mode, timestamp, message ID
+	n += 4                                                         // the table's size
+	for k, v := range msg.Headers {
+		n += 1 + len(k) + 1 + 4 // the name, the value's type and length
+		if s, ok := v.(string); ok {
+			n += len(s)
+		} else {
+			n += 64 // no header the sink sets is other than a string; a bound for one that is
+		}
+	}
+	return n
+}
+
 // publish publishes msg on c and waits for its confirm, then gives c back with release
 // (itself, or once the write ends when ctx ended during it).
 func (s *Sink) publish(ctx context.Context, c *pubChannel, key string, msg amqp.Publishing) (err error) {
@@ -334,6 +357,13 @@ func (s *Sink) publish(ctx context.Context, c *pubChannel, key string, msg amqp.
 		// The broker would not read the message until its alarm clears.
 		keep = true
 		return delivery.Retryable(fmt.Errorf("rabbitmq: %s blocks publishers (%s)", s.shown, *reason), 0)
+	}
+	if frame, limit := headerFrameSize(msg), c.conn.amqp.Config.FrameSize; limit > 0 && frame > limit-frameOverhead {
+		// The client would write it all the same, and the broker would close the
+		// connection (501 frame_too_large), failing every publish in flight on it.
+		keep = true
+		return delivery.Permanent(fmt.Errorf("rabbitmq: the properties and headers of message %s take %d bytes, more than the %d bytes of a frame the broker takes (frame_max %d): send fewer or shorter headers",
+			msg.MessageId, frame, limit-frameOverhead, limit))
 	}
 	drain(c.returns)
 	if err := ctx.Err(); err != nil {
