@@ -247,12 +247,19 @@ const maxRequestBytes = 16 << 20
 // NewHTTPHandler serves c as a remote codec at /encode and /decode (POST, JSON payloads,
 // as the Temporal Web UI and CLI call it), allowing cross-origin requests from the
 // origins given (the UI's, e.g. http://127.0.0.1:8233). The UI sends its namespace in
-// X-Namespace and may send credentials; requests from other origins get no CORS headers,
-// so browsers refuse them.
+// X-Namespace and may send credentials. A request from another origin is refused (403)
+// before anything is decoded: withholding the CORS headers alone would not stop a page
+// that a DNS rebinding makes look same-origin to the browser, which still names its own
+// origin. Requests without an Origin (the Temporal CLI's, curl's) are served.
 func NewHTTPHandler(c converter.PayloadCodec, origins ...string) http.Handler {
 	inner := converter.NewPayloadCodecHTTPHandler(c)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if origin := r.Header.Get("Origin"); origin != "" && slices.Contains(origins, origin) {
+		origin := r.Header.Get("Origin")
+		if origin != "" && !slices.Contains(origins, origin) {
+			http.Error(w, fmt.Sprintf("origin %q is not allowed (outbox codec-server --origin)", origin), http.StatusForbidden)
+			return
+		}
+		if origin != "" {
 			h := w.Header()
 			h.Set("Access-Control-Allow-Origin", origin)
 			h.Set("Access-Control-Allow-Credentials", "true")

@@ -261,14 +261,26 @@ func TestHTTPHandler(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, resp.Header.Get("Access-Control-Allow-Headers"), "X-Namespace")
 
-	// Another origin gets no CORS headers.
-	req, err = http.NewRequest(http.MethodPost, srv.URL+"/decode", bytes.NewReader(body))
-	require.NoError(t, err)
-	req.Header.Set("Origin", "http://evil.example")
-	resp, err = http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Empty(t, resp.Header.Get("Access-Control-Allow-Origin"))
+	// Another origin is refused before anything is decoded, whatever its content type
+	// (a text/plain POST needs no preflight) and its preflight too: a page a DNS
+	// rebinding makes same-origin to the browser still names its own origin.
+	for _, method := range []string{http.MethodPost, http.MethodOptions} {
+		for _, contentType := range []string{"application/json", "text/plain"} {
+			req, err = http.NewRequest(method, srv.URL+"/decode", bytes.NewReader(body))
+			require.NoError(t, err)
+			req.Header.Set("Origin", "http://evil.example:8081")
+			req.Header.Set("Content-Type", contentType)
+			resp, err = http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			out, err = io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, http.StatusForbidden, resp.StatusCode, "%s %s", method, contentType)
+			require.Empty(t, resp.Header.Get("Access-Control-Allow-Origin"))
+			require.NotContains(t, string(out), "payloads")
+			require.Contains(t, string(out), `origin "http://evil.example:8081" is not allowed`)
+		}
+	}
 
 	// A payload under an unknown key is refused with the key named.
 	other, err := codec.New("k9", newKey(t, "k9"))
