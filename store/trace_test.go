@@ -57,6 +57,22 @@ func TestEnqueueTraceContext(t *testing.T) {
 		require.Equal(t, mine, h["traceparent"])
 	})
 
+	t.Run("CallerTraceparentKeepsTheSpansTraceOut", func(t *testing.T) {
+		// The caller's trace context, under any case of its names, wins whole: the span's
+		// tracestate, of another trace, is not paired with it.
+		t.Parallel()
+		state, err := trace.ParseTraceState("vendor=ctx-span-state")
+		require.NoError(t, err)
+		parent := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2},
+			TraceFlags: trace.FlagsSampled, TraceState: state, Remote: true})
+		ctx, span := tp.Tracer("test").Start(trace.ContextWithRemoteSpanContext(context.Background(), parent), "place order")
+		defer span.End()
+		require.Equal(t, "vendor=ctx-span-state", span.SpanContext().TraceState().String())
+		const mine = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+		require.Equal(t, map[string]string{"Traceparent": mine}, enqueue(t, st, ctx, map[string]string{"Traceparent": mine}))
+		require.Equal(t, map[string]string{"traceparent": mine}, enqueue(t, st, ctx, map[string]string{"traceparent": mine}))
+	})
+
 	t.Run("ConfiguredPropagatorIsUsed", func(t *testing.T) {
 		t.Parallel()
 		custom, err := store.New(pool, store.Config{Schema: st.Schema(), Propagator: propagation.Baggage{}})

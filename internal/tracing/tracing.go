@@ -6,6 +6,7 @@ package tracing
 import (
 	"context"
 	"slices"
+	"strings"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
@@ -56,8 +57,9 @@ func (fallback) Fields() []string {
 }
 
 // Headers returns h with the trace context of ctx's span added, as p (see [Propagator])
-// writes it; keys h already has are kept as they are. It returns h itself when ctx has no
-// valid span context.
+// writes it; keys h already has, in any case, are kept as they are, and a traceparent of
+// h's keeps out the span's tracestate too, which belongs to another trace. It returns h
+// itself when ctx has no valid span context.
 func Headers(ctx context.Context, p propagation.TextMapPropagator, h map[string]string) map[string]string {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return h
@@ -67,9 +69,14 @@ func Headers(ctx context.Context, p propagation.TextMapPropagator, h map[string]
 	if len(carrier) == 0 {
 		return h
 	}
+	own := make(map[string]bool, len(h))
+	for k := range h {
+		own[strings.ToLower(k)] = true
+	}
 	out := make(map[string]string, len(h)+len(carrier))
 	for k, v := range carrier {
-		if v != "" {
+		k := strings.ToLower(k)
+		if v != "" && !own[k] && !(k == "tracestate" && own["traceparent"]) {
 			out[k] = v
 		}
 	}
