@@ -5,14 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/outbox-go/outbox/delivery"
+	"github.com/outbox-go/outbox/internal/tracing"
 	"github.com/outbox-go/outbox/metrics"
 	"github.com/outbox-go/outbox/sinks/teamactivity"
 	"github.com/outbox-go/outbox/store"
@@ -141,19 +145,17 @@ func (a *Activities) SendBatch(ctx context.Context, in workflows.SendBatchInput)
 	return out, nil
 }
 
-// sendAll sends msgs with h: the handler's batch publish in one span, or one send per
-// message, each in a span of its own that continues the message's trace, with delivered
-// called for each message the downstream took as soon as it took it.
+// sendAll sends msgs with h, each message in a span of its own that continues the
+// message's trace, as a single send's does: the handler's batch publish, or one send per
+// message with delivered called for each message the downstream took as soon as it took
+// it.
 func (a *Activities) sendAll(ctx context.Context, h delivery.Handler, rows map[uuid.UUID]store.Row, msgs []delivery.Message,
 	in workflows.SendBatchInput, delivered func(messageID string)) []error {
 	if len(msgs) == 0 {
 		return nil
 	}
 	if _, ok := h.(delivery.BatchHandler); ok {
-		for range msgs {
-			a.Metrics.SendAttempt(in.Topic)
-		}
-		return delivery.SendAll(ctx, h, msgs, in.Concurrency, in.SendTimeout)
+		return a.sendBatchTraced(ctx, h, rows, msgs, in)
 	}
 	traced := delivery.HandlerFunc(func(ctx context.Context, m delivery.Message) error {
 		a.Metrics.SendAttempt(in.Topic)
@@ -169,6 +171,41 @@ func (a *Activities) sendAll(ctx context.Context, h delivery.Handler, rows map[u
 		return nil
 	})
 	return delivery.SendAll(ctx, traced, msgs, in.Concurrency, in.SendTimeout)
+}
+
+// sendBatchTraced publishes msgs with a batch handler: each message gets its send span,
+// whose context its headers carry in place of the row's, and the publish runs without the
+// activity's span, so that the sink (sinks.Headers) writes each message's own trace
+// context rather than the batch run's for all of them.
+func (a *Activities) sendBatchTraced(ctx context.Context, h delivery.Handler, rows map[uuid.UUID]store.Row, msgs []delivery.Message,
+	in workflows.SendBatchInput) []error {
+	spans := make([]trace.Span, len(msgs))
+	traced := make([]delivery.Message, len(msgs))
+	for i, m := range msgs {
+		a.Metrics.SendAttempt(in.Topic)
+		id, _ := uuid.Parse(m.MessageID)
+		spanCtx, span := a.startSendSpan(ctx, rows[id], workflows.SendInput{MessageID: m.MessageID, Topic: m.Topic, Attempt: 1, MaxAttempts: m.MaxAttempts})
+		spans[i] = span
+		if span.SpanContext().IsValid() {
+			headers := make(map[string]string, len(m.Headers)+2)
+			for k, v := range m.Headers {
+				if !strings.EqualFold(k, "traceparent") && !strings.EqualFold(k, "tracestate") {
+					headers[k] = v
+				}
+			}
+			tracing.Propagator(nil).Inject(spanCtx, propagation.MapCarrier(headers))
+			m.Headers = headers
+		}
+		traced[i] = m
+	}
+	errs := delivery.SendAll(trace.ContextWithSpanContext(ctx, trace.SpanContext{}), h, traced, in.Concurrency, in.SendTimeout)
+	for i, span := range spans {
+		if errs[i] != nil {
+			endSendSpan(span, teamactivity.ApplicationError(errs[i]))
+		}
+		span.End()
+	}
+	return errs
 }
 
 // BatchRecordInterval is how often a batch's send records the messages delivered since

@@ -8,8 +8,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
@@ -17,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/outbox-go/outbox/activities"
@@ -24,6 +28,7 @@ import (
 	"github.com/outbox-go/outbox/delivery"
 	"github.com/outbox-go/outbox/internal/testdb"
 	"github.com/outbox-go/outbox/metrics"
+	"github.com/outbox-go/outbox/sinks"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/workflows"
 )
@@ -300,4 +305,92 @@ func TestConnectionLostIsCounted(t *testing.T) {
 	require.Equal(t, 1.0, o.value(t, "outbox_send_connection_lost_total", queued))
 	require.Equal(t, 1.0, o.value(t, "outbox_send_failures_total", map[string]string{"topic": "order.queued", "kind": "ambiguous"}))
 	require.Equal(t, 1.0, o.value(t, "outbox_send_failures_total", map[string]string{"topic": "order.queued", "kind": "permanent"}))
+}
+
+// recordingBatch is a batch handler that records, per message, the trace context a
+// broker sink would write into it (sinks.Headers), as Kafka's and NATS's batch publishes
+// do.
+type recordingBatch struct {
+	mu          sync.Mutex
+	traceparent map[string]string // message ID → traceparent written
+}
+
+func (r *recordingBatch) Send(ctx context.Context, m delivery.Message) error {
+	return r.SendBatch(ctx, []delivery.Message{m})[0]
+}
+
+func (r *recordingBatch) SendBatch(ctx context.Context, msgs []delivery.Message) []error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	errs := make([]error, len(msgs))
+	for i, m := range msgs {
+		h, err := sinks.Headers(ctx, m, nil, sinks.Reserved{})
+		errs[i] = err
+		r.traceparent[m.MessageID] = h["traceparent"]
+	}
+	return errs
+}
+
+// TestBatchSendTracing sends a batch lane's messages through a batch handler under the
+// batch run's activity span: each message goes out with the trace context of its own send
+// span, a child of the span that enqueued it, as a single send's does, not with the batch
+// run's.
+func TestBatchSendTracing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o := setupObserved(t, http.StatusOK)
+	rec := &recordingBatch{traceparent: map[string]string{}}
+	reg := activities.NewRegistry()
+	reg.Handle("clicks", rec)
+	o.a.Handlers = reg
+
+	var enqSpans []trace.Span
+	var ids []uuid.UUID
+	for range 3 {
+		enqCtx, span := o.tp.Tracer("shop").Start(ctx, "place order")
+		id, err := o.st.Enqueue(enqCtx, o.st.DB(), store.Message{Topic: "clicks", Payload: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+		span.End()
+		enqSpans, ids = append(enqSpans, span), append(ids, id)
+	}
+	const batch = "outbox-batch-traced"
+	claim, err := o.st.ClaimBatch(ctx, 10, time.Minute, store.OrderingRules{})
+	require.NoError(t, err)
+	for i := range claim.Claimed {
+		claim.Claimed[i].Batch = batch
+	}
+	_, err = o.st.MarkDispatchedAll(ctx, claim.Claimed)
+	require.NoError(t, err)
+
+	actCtx, actSpan := o.tp.Tracer("temporal").Start(ctx, "RunActivity:OutboxSendBatch")
+	in := workflows.SendBatchInput{Batch: batch, Topic: "clicks", MaxAttempts: 12, Concurrency: 4, SendTimeout: 5 * time.Second}
+	for _, id := range ids {
+		in.Messages = append(in.Messages, workflows.BatchMessage{MessageID: id.String()})
+	}
+	out, err := o.a.SendBatch(actCtx, in)
+	require.NoError(t, err)
+	actSpan.End()
+	for _, oc := range out.Outcomes {
+		require.Equal(t, workflows.BatchSent, oc.Outcome, "%+v", oc)
+	}
+
+	sends := map[string]sdktrace.ReadOnlySpan{}
+	for _, s := range o.spans.Ended() {
+		if s.Name() == "outbox.send clicks" {
+			for _, a := range s.Attributes() {
+				if a.Key == "messaging.message.id" {
+					sends[a.Value.AsString()] = s
+				}
+			}
+		}
+	}
+	for i, id := range ids {
+		send, ok := sends[id.String()]
+		require.True(t, ok, "message %d has its send span", i)
+		require.Equal(t, enqSpans[i].SpanContext().TraceID(), send.SpanContext().TraceID(), "message %d: the enqueuing trace", i)
+		parts := strings.Split(rec.traceparent[id.String()], "-")
+		require.Len(t, parts, 4, "message %d: traceparent %q", i, rec.traceparent[id.String()])
+		require.Equal(t, enqSpans[i].SpanContext().TraceID().String(), parts[1], "message %d goes out in the trace that enqueued it", i)
+		require.Equal(t, send.SpanContext().SpanID().String(), parts[2], "as a child of its send span")
+	}
 }
