@@ -83,17 +83,23 @@ type Message struct {
 }
 
 // Enqueued returns the messages of topic in st's table, oldest first, as db sees them: a
-// transaction (pgx.Tx) sees its own uncommitted messages, a pool the committed ones.
+// transaction (a pgx.Tx, or a database/sql one through store.SQLTx) sees its own
+// uncommitted messages, a pool the committed ones.
 func Enqueued(t testing.TB, db store.DB, st *store.Store, topic string) []Message {
 	t.Helper()
-	rows, err := db.Query(context.Background(), `SELECT message_id, topic, payload, coalesce(headers, '{}') FROM `+
+	rows, err := db.Query(context.Background(), `SELECT message_id, topic, payload::text, coalesce(headers, '{}')::text FROM `+
 		pgx.Identifier{st.Schema(), "outbox_messages"}.Sanitize()+` WHERE topic = $1 ORDER BY id`, topic)
 	if err != nil {
 		t.Fatalf("outboxtest: read the %s messages: %v", topic, err)
 	}
 	var out []Message
 	var m Message
-	if _, err := pgx.ForEachRow(rows, []any{&m.MessageID, &m.Topic, &m.Payload, &m.Headers}, func() error {
+	var payload, headers string // text, which pgx and database/sql both scan
+	if _, err := pgx.ForEachRow(rows, []any{&m.MessageID, &m.Topic, &payload, &headers}, func() error {
+		m.Payload = json.RawMessage(payload)
+		if m.Headers = store.ParseHeaders([]byte(headers)); m.Headers == nil {
+			m.Headers = map[string]string{}
+		}
 		out = append(out, m)
 		m = Message{}
 		return nil

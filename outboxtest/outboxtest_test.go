@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
@@ -40,6 +41,20 @@ func TestOutboxTest(t *testing.T) {
 	outboxtest.RequireNotEnqueued(t, tx, st, "order.cancelled")
 	require.NoError(t, tx.Commit(ctx))
 	require.Equal(t, msg.MessageID, outboxtest.RequireEnqueued[order](t, pool, st, "order.created", nil).MessageID)
+
+	// The same through a database/sql transaction (store.SQLTx), headers included.
+	sqlDB := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	sqlTx, err := sqlDB.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	_, err = st.Enqueue(ctx, store.SQLTx(sqlTx), store.Message{Topic: "order.shipped", Payload: []byte(`{"order_id": 42}`),
+		Headers: map[string]string{"tenant": "t-1"}})
+	require.NoError(t, err)
+	shipped := outboxtest.RequireEnqueued(t, store.SQLTx(sqlTx), st, "order.shipped", func(o order) bool { return o.ID == 42 })
+	require.Equal(t, map[string]string{"tenant": "t-1"}, shipped.Headers)
+	require.JSONEq(t, `{"order_id": 42}`, string(shipped.Payload))
+	outboxtest.RequireNotEnqueued(t, pool, st, "order.shipped")
+	require.NoError(t, sqlTx.Rollback())
 
 	// The team's handler activity against OutboxDelivery, without a Temporal server.
 	var got []delivery.Message

@@ -204,7 +204,9 @@ func sqlArg(a any) (any, error) {
 			if t == nil {
 				return "", false
 			}
-			return t.Format(time.RFC3339Nano), true
+			// As pgx sends a time: in UTC, cut to PostgreSQL's microseconds (the server
+			// would round the text's nanoseconds).
+			return t.UTC().Truncate(time.Microsecond).Format(time.RFC3339Nano), true
 		}), nil
 	case string, *string, int, *int, int64, *int64, time.Time, *time.Time, bool, nil:
 		return a, nil

@@ -140,7 +140,7 @@ type insertRow struct {
 	id             uuid.UUID
 	topic          string
 	payload        string
-	headers        []byte
+	headers        *string // JSON text: a []byte would go as bytea under the Exec and simple protocol modes
 	maxRetryTimes  *int
 	deliverAfter   *time.Time // NULL: due at once
 	orderingKey    *string
@@ -160,7 +160,9 @@ func (s *Store) prepare(ctx context.Context, msg Message) (insertRow, error) {
 		}
 	}
 	if h := tracing.Headers(ctx, s.cfg.Propagator, msg.Headers); len(h) > 0 {
-		r.headers, _ = json.Marshal(h) // a map[string]string always marshals
+		b, _ := json.Marshal(h) // a map[string]string always marshals
+		text := string(b)
+		r.headers = &text
 	}
 	if !msg.DeliverAfter.IsZero() {
 		r.deliverAfter = &msg.DeliverAfter
@@ -235,11 +237,7 @@ func (s *Store) EnqueueBatch(ctx context.Context, db DB, msgs []Message) ([]Enqu
 			return nil, &ValidationError{Field: fmt.Sprintf("messages[%d].message_id", i), Reason: fmt.Sprintf("repeats %s, which an earlier message of the batch has", r.id)}
 		}
 		byID[r.id] = i
-		ids[i], topics[i], payloads[i], retries[i], after[i], keys[i], idemKeys[i] = binaryUUID(r.id), r.topic, r.payload, r.maxRetryTimes, r.deliverAfter, r.orderingKey, r.idempotencyKey
-		if r.headers != nil {
-			h := string(r.headers)
-			headers[i] = &h
-		}
+		ids[i], topics[i], payloads[i], headers[i], retries[i], after[i], keys[i], idemKeys[i] = binaryUUID(r.id), r.topic, r.payload, r.headers, r.maxRetryTimes, r.deliverAfter, r.orderingKey, r.idempotencyKey
 		if r.orderingKey != nil && !seen[*r.orderingKey] {
 			seen[*r.orderingKey] = true
 			distinct = append(distinct, *r.orderingKey)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-go/outbox/internal/testdb"
@@ -148,4 +149,35 @@ func TestEnqueueJSON(t *testing.T) {
 	_, err = st.EnqueueJSON(ctx, pool, store.Message{Topic: "order.created", Payload: json.RawMessage(`{}`)}, order{})
 	require.ErrorAs(t, err, &verr)
 	require.Contains(t, verr.Reason, "leave Message.Payload empty")
+}
+
+// TestIdempotencyKeyAtRepeatableRead pins what the docs say of a transaction at
+// REPEATABLE READ (or SERIALIZABLE) whose key another transaction committed after its
+// snapshot: PostgreSQL reports a serialization failure (40001), not a duplicate, and the
+// transaction is to be retried as a whole; retried, it reports the duplicate.
+func TestIdempotencyKeyAtRepeatableRead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, st := testdb.Schema(t)
+	for _, iso := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
+		key := "order-42-created-" + string(iso)
+		tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso})
+		require.NoError(t, err)
+		var one int
+		require.NoError(t, tx.QueryRow(ctx, "SELECT 1").Scan(&one)) // the snapshot
+		holder, err := st.Enqueue(ctx, pool, store.Message{Topic: "order.created", Payload: json.RawMessage(`{}`), IdempotencyKey: key})
+		require.NoError(t, err)
+		_, err = st.EnqueueMessage(ctx, tx, store.Message{Topic: "order.created", Payload: json.RawMessage(`{}`), IdempotencyKey: key})
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, iso)
+		require.Equal(t, "40001", pgErr.Code, iso)
+		require.NoError(t, tx.Rollback(ctx))
+
+		tx, err = pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso})
+		require.NoError(t, err)
+		res, err := st.EnqueueMessage(ctx, tx, store.Message{Topic: "order.created", Payload: json.RawMessage(`{}`), IdempotencyKey: key})
+		require.NoError(t, err, "the retried transaction")
+		require.Equal(t, store.Enqueued{MessageID: holder, Duplicate: true}, res)
+		require.NoError(t, tx.Commit(ctx))
+	}
 }

@@ -104,8 +104,12 @@ type Enqueued struct {
 	// from one sequence, so they have gaps); 0 without a key.
 	OrderingSeq int64
 	// Duplicate reports that a row with the message's IdempotencyKey was already in the
-	// table, so nothing was written; MessageID is then that row's message ID (zero when
-	// the caller's snapshot cannot see it, as at REPEATABLE READ when it committed later).
+	// table, so nothing was written; MessageID is then that row's message ID (on MySQL,
+	// zero when the caller's snapshot cannot see it, as at REPEATABLE READ when it
+	// committed later). On PostgreSQL at REPEATABLE READ or SERIALIZABLE, a holder that
+	// committed after the caller's snapshot is no Duplicate: the enqueue fails with a
+	// serialization failure (SQLSTATE 40001), which aborts the caller's transaction, to be
+	// retried as a whole as any such failure is.
 	Duplicate bool
 }
 
