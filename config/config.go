@@ -605,14 +605,14 @@ func (c *Config) AlertWebhooks() *activities.AlertWebhooks {
 	if c.Default != nil && c.Default.AlertWebhook != "" {
 		w.Global = c.Default.AlertWebhook
 	}
-	any := w.Global != ""
+	configured := w.Global != ""
 	for topic, t := range c.Topics {
 		// Every listed topic has its entry, empty for none, so that it never falls to
 		// Global when that is the default entry's.
 		w.Topics[topic] = cmp.Or(t.AlertWebhook, c.Alerts.WebhookURL)
-		any = any || w.Topics[topic] != ""
+		configured = configured || w.Topics[topic] != ""
 	}
-	if !any {
+	if !configured {
 		return nil
 	}
 	return w
@@ -1080,8 +1080,10 @@ func (c *Config) Validate(sinks ...string) error {
 			bad("metrics.address", "must be host:port with a port from 0 to 65535, got %q", c.Metrics.Address)
 		}
 	}
-	if err := checkTemporalAddress(c.Temporal.Address); err != nil {
-		bad("temporal.address", "%v", err)
+	if c.Temporal.Address != "" {
+		if err := checkTemporalAddress(c.Temporal.Address); err != nil {
+			bad("temporal.address", "%v", err)
+		}
 	}
 	if c.Alerts.WebhookURL != "" {
 		if err := checkURL(c.Alerts.WebhookURL); err != nil {

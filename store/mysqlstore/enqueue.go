@@ -163,10 +163,9 @@ func (s *Store) EnqueueMessage(ctx context.Context, db DB, msg Message) (Enqueue
 	if err != nil {
 		return Enqueued{}, err
 	}
-	switch {
-	case r.plain():
+	if r.plain() {
 		_, err = db.ExecContext(ctx, `INSERT INTO `+s.messages+` (message_id, topic, payload) VALUES (?, ?, ?)`, r.id.String(), r.topic, r.payload)
-	default:
+	} else {
 		_, err = db.ExecContext(ctx, s.enqueueSettings(r.orderingKey != nil, r.afterSecs != nil)+
 			`INSERT INTO `+s.messages+` `+insertColumns+` VALUES `+insertValues, r.args()...)
 	}
