@@ -63,6 +63,11 @@ const (
 	// attempt again, as it makes its other attempts only after a resume. Before it, the
 	// message was dead-lettered during the pause.
 	changePausedLastAttempt = "paused-last-attempt-again"
+	// changeBackoffCapped (version 1, asked of every run on the one path it changes): a
+	// backoff whose product no Duration holds waits MaxInterval. Before it, the product
+	// became a Duration first: on amd64 a negative one, so the run waited not at all and
+	// its history has no timer there (on arm64 the largest, so it waited MaxInterval).
+	changeBackoffCapped = "backoff-overflow-capped"
 )
 
 // dbRetryForever bounds the database steps that must succeed in the end (dead-letter, and
@@ -668,6 +673,9 @@ func (d *delivery) checkWithTeam() bool {
 // Retry-After capped by MaxInterval.
 func (d *delivery) backoff(n int, f failure) error {
 	wait := d.policy.Backoff(n)
+	if d.policy.BackoffOverflows(n) && !d.patched(changeBackoffCapped) {
+		wait = d.policy.BackoffBeforeCap(n)
+	}
 	if f.retryAfter > 0 {
 		wait = min(f.retryAfter, d.policy.MaxInterval)
 	}

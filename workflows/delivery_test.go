@@ -129,6 +129,21 @@ func TestDelivery(t *testing.T) {
 		require.Less(t, b.sends[2].Sub(b.sends[1]), 3*time.Second)
 	})
 
+	t.Run("BackoffTooLargeForADurationWaitsMaxInterval", func(t *testing.T) {
+		// A new run waits the cap (and records the change's marker); runs recorded before
+		// the change, which waited not at all there, replay as they ran
+		// (testdata/before-backoff-cap).
+		t.Parallel()
+		b := setup(t, workflows.Policy{MaxAttempts: 3, InitialInterval: time.Second, BackoffCoefficient: 1e12, MaxInterval: time.Hour})
+		b.onSend(t, retryable("HTTP 503"), retryable("HTTP 503"), nil)
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 3}).Return(nil).Once()
+		res, err := b.run()
+		require.NoError(t, err)
+		require.Equal(t, 3, res.Attempts)
+		require.Equal(t, time.Second, b.sends[1].Sub(b.sends[0]).Truncate(time.Second))
+		require.Equal(t, time.Hour, b.sends[2].Sub(b.sends[1]).Truncate(time.Second))
+	})
+
 	t.Run("RetryAfterHonouredAndCapped", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, workflows.Policy{MaxAttempts: 3, InitialInterval: time.Second, MaxInterval: 20 * time.Second})
@@ -283,8 +298,8 @@ func TestPolicyBackoff(t *testing.T) {
 	require.Equal(t, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second},
 		[]time.Duration{p.Backoff(1), p.Backoff(2), p.Backoff(3), p.Backoff(4), p.Backoff(50)})
 
-	// A coefficient whose product no Duration holds waits the cap, never a negative time
-	// (which workflow.Sleep refuses, failing the run).
+	// A coefficient whose product no Duration holds waits the cap, not a negative time
+	// (for which workflow.Sleep returns at once: no wait at all).
 	for _, tc := range []struct {
 		p    workflows.Policy
 		want []time.Duration

@@ -342,14 +342,33 @@ func (p Policy) DeliveredByTeam() bool {
 // BackoffCoefficient^(n-1), capped by MaxInterval. The cap applies before the product
 // becomes a Duration, which could not hold it.
 func (p Policy) Backoff(n int) time.Duration {
-	d := float64(p.InitialInterval)
-	for i := 1; i < n && d < float64(p.MaxInterval); i++ {
-		d *= p.BackoffCoefficient
-	}
+	d := p.backoffProduct(n)
 	if d >= float64(p.MaxInterval) {
 		return p.MaxInterval
 	}
 	return time.Duration(d)
+}
+
+// BackoffOverflows reports whether the product of Backoff(n) is more than a Duration
+// holds, where BackoffBeforeCap differs from it.
+func (p Policy) BackoffOverflows(n int) bool {
+	return p.backoffProduct(n) >= float64(math.MaxInt64)
+}
+
+// BackoffBeforeCap is Backoff(n) as runs recorded before the change to it computed it:
+// the product converted to a Duration first, then capped, which on amd64 gives a negative
+// wait for a product no Duration holds (the run then waits not at all). Only the delivery
+// workflow's replay of such runs asks for it.
+func (p Policy) BackoffBeforeCap(n int) time.Duration {
+	return min(time.Duration(p.backoffProduct(n)), p.MaxInterval)
+}
+
+func (p Policy) backoffProduct(n int) float64 {
+	d := float64(p.InitialInterval)
+	for i := 1; i < n && d < float64(p.MaxInterval); i++ {
+		d *= p.BackoffCoefficient
+	}
+	return d
 }
 
 // RetrySpan returns the longest time from the start of a message's first attempt to the
