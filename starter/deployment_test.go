@@ -125,3 +125,45 @@ func TestNewChecksTheDefaultPolicy(t *testing.T) {
 	_, err = starter.New(st, pool, newRecorder(), starter.Config{Policy: func(string) workflows.Policy { return workflows.Policy{MaxAttempts: 3} }})
 	require.NoError(t, err)
 }
+
+// A worker of version 3, from before workers left a newer version's run alone, polls the
+// task queue: the relay starts a sink topic's run at version 3, and leaves a Nexus
+// topic's message claimed, unstarted, rather than start a run that worker would take the
+// old way (as a sink's topic, which no newer worker could replay). Once only guarded
+// workers poll, the Nexus run starts at its version.
+func TestNexusRunsWaitForAnUnguardedWorker(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, st := testdb.Schema(t)
+	own, err := st.DeploymentID(ctx)
+	require.NoError(t, err)
+	nexus := workflows.Policy{Nexus: &workflows.NexusHandler{Endpoint: "orders", Service: "orders", Operation: "deliver", Timeout: 10 * time.Second}}
+	cfg := starter.Config{TaskQueue: "outbox", Lease: time.Second, Policy: func(topic string) workflows.Policy {
+		if topic == "orders.placed" {
+			return nexus
+		}
+		return workflows.Policy{}
+	}}
+	rec := newRecorder()
+	old, err := starter.New(st, pool, describer{rec, "42@web-1@outbox:" + own.String()}, cfg)
+	require.NoError(t, err)
+	sink := enqueue(t, st, "order.created", nil)
+	held := enqueue(t, st, "orders.placed", nil)
+	_, err = old.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Len(t, rec.inputs, 1)
+	require.Equal(t, "order.created", rec.inputs[0].Topic)
+	require.Equal(t, 3, rec.inputs[0].Version)
+	require.Equal(t, store.StatusDispatched, status(t, st, sink))
+	require.Equal(t, store.StatusClaimed, status(t, st, held), "claimed, and claimed again after the lease")
+
+	time.Sleep(1100 * time.Millisecond) // the lease
+	upgraded, err := starter.New(st, pool, describer{rec, "42@web-1@delivery-v6@outbox:" + own.String()}, cfg)
+	require.NoError(t, err)
+	_, err = upgraded.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Len(t, rec.inputs, 2)
+	require.Equal(t, "orders.placed", rec.inputs[1].Topic)
+	require.Equal(t, workflows.NexusVersion, rec.inputs[1].Version)
+	require.Equal(t, store.StatusDispatched, status(t, st, held))
+}

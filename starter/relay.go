@@ -246,6 +246,9 @@ type Relay struct {
 	// or an older one while workers of an older outbox poll the task queue (see
 	// refreshVersion).
 	version atomic.Int32
+	// nexusHeld is set once the relay has said that Nexus topics wait for a worker of an
+	// early version to go (see handOver).
+	nexusHeld atomic.Bool
 	// rules are the claim's rules: Config.Ordering, and a limit of none for each topic of
 	// the batch lane that a claim found at its limit (see unlimitBatchTopics).
 	rules atomic.Pointer[store.OrderingRules]
@@ -952,7 +955,16 @@ func (r *Relay) handOver(ctx context.Context, row store.Claimed, msg *store.Row,
 	}
 	if policy.Nexus != nil {
 		// A worker of an older version would not know the Nexus operation: it leaves a
-		// run of this version to a newer worker.
+		// run of this version to a newer worker. A worker from before that guard would
+		// run it as a sink's topic, which no newer worker could replay: while one polls,
+		// the row waits for it to go (it is claimed again after the lease).
+		if int(r.version.Load()) < workflows.GuardVersion {
+			if !r.nexusHeld.Swap(true) {
+				log.WarnContext(ctx, "A worker of an early version polls the task queue: the messages of Nexus topics wait until it is upgraded",
+					slog.Int("worker_version", int(r.version.Load())), slog.Int("needed", workflows.GuardVersion))
+			}
+			return false, nil
+		}
 		in.Version = max(in.Version, workflows.NexusVersion)
 	}
 	if msg != nil {

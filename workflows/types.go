@@ -451,6 +451,11 @@ const DeliveryVersion = 6
 // NexusVersion is the first DeliveryVersion with Nexus topics.
 const NexusVersion = 6
 
+// GuardVersion is the first DeliveryVersion whose workers leave a run of a newer version
+// to a newer worker. A worker of an earlier one runs whatever it is given its own way, so
+// no run is started above the version of every worker while one of those polls.
+const GuardVersion = 4
+
 // BatchVersion is the first DeliveryVersion with the batch lane.
 const BatchVersion = 5
 
