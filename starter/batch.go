@@ -213,13 +213,16 @@ func (g *startGroup) start(b *heldBatch) {
 		if len(live) == 0 {
 			return
 		}
-		if r.version.Load() < workflows.BatchVersion {
+		// The version is read once: one refreshed between the check and the start must
+		// not start a batch below BatchVersion.
+		version := int(r.version.Load())
+		if version < workflows.BatchVersion {
 			release()
 			r.handOverOwn(hand, claimedAt, live)
 			return
 		}
 		startCtx, cancel := context.WithTimeout(hand, r.cfg.StartTimeout)
-		id, err := r.startBatch(startCtx, b.topic, b.policy, live)
+		id, err := r.startBatch(startCtx, b.topic, b.policy, live, version)
 		cancel()
 		release() // what follows takes slots of its own
 		var started *serviceerror.WorkflowExecutionAlreadyStarted
@@ -289,14 +292,14 @@ func (r *Relay) handOverOwn(ctx context.Context, claimedAt time.Time, rows []sto
 }
 
 // startBatch starts the OutboxBatch run of rows, all of topic, under policy (which has
-// Batch), and returns its workflow ID.
-func (r *Relay) startBatch(ctx context.Context, topic string, policy workflows.Policy, rows []store.Claimed) (string, error) {
+// Batch), at version, and returns its workflow ID.
+func (r *Relay) startBatch(ctx context.Context, topic string, policy workflows.Policy, rows []store.Claimed, version int) (string, error) {
 	in := workflows.BatchInput{
 		Topic:            topic,
 		Messages:         make([]workflows.BatchMessage, len(rows)),
 		Policy:           policy.WithDefaults(),
 		SearchAttributes: !r.cfg.NoSearchAttributes,
-		Version:          int(r.version.Load()),
+		Version:          version,
 		Deployment:       r.deploymentID(),
 	}
 	for i, row := range rows {

@@ -943,14 +943,15 @@ func (r *Relay) StartOptions(in workflows.DeliveryInput) client.StartWorkflowOpt
 func (r *Relay) handOver(ctx context.Context, row store.Claimed, msg *store.Row, checkFirst bool) (owned bool, err error) {
 	log := r.log.With(slog.String("message_id", row.MessageID.String()), slog.String("topic", row.Topic))
 	policy := workflows.ResolvePolicy(r.cfg.Policy(row.Topic), row.MaxRetryTimes)
-	policy.Batch = nil // a run of its own
+	policy.Batch = nil               // a run of its own
+	version := int(r.version.Load()) // once: a refresh between two reads must not mix them
 	in := workflows.DeliveryInput{
 		MessageID:        row.MessageID.String(),
 		Topic:            row.Topic,
 		Policy:           policy,
 		SearchAttributes: !r.cfg.NoSearchAttributes,
 		CheckFirst:       checkFirst,
-		Version:          int(r.version.Load()),
+		Version:          version,
 		Deployment:       r.deploymentID(),
 	}
 	if policy.Nexus != nil {
@@ -958,10 +959,10 @@ func (r *Relay) handOver(ctx context.Context, row store.Claimed, msg *store.Row,
 		// run of this version to a newer worker. A worker from before that guard would
 		// run it as a sink's topic, which no newer worker could replay: while one polls,
 		// the row waits for it to go (it is claimed again after the lease).
-		if int(r.version.Load()) < workflows.GuardVersion {
+		if version < workflows.GuardVersion {
 			if !r.nexusHeld.Swap(true) {
 				log.WarnContext(ctx, "A worker of an early version polls the task queue: the messages of Nexus topics wait until it is upgraded",
-					slog.Int("worker_version", int(r.version.Load())), slog.Int("needed", workflows.GuardVersion))
+					slog.Int("worker_version", version), slog.Int("needed", workflows.GuardVersion))
 			}
 			return false, nil
 		}
