@@ -21,14 +21,30 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// FreePorts returns n distinct free loopback ports.
+// FreePorts returns n distinct free loopback ports, for servers a test starts later (and
+// may restart on the same ports). They are taken below the system's ephemeral range
+// (Linux's ip_local_port_range), from which the outgoing connections of every test take
+// their local ports: a port from that range, free when picked, can be a connection's by
+// the time the server binds it. Where the range cannot be read, the system picks.
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
 	var ports []int
 	var ls []net.Listener
+	low := ephemeralLow()
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
+		var l net.Listener
+		for try := 0; l == nil && low > minPort+1000 && try < 200; try++ {
+			p := minPort + rand.IntN(low-minPort)
+			if reservedPorts[p] {
+				continue
+			}
+			l, _ = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		}
+		if l == nil {
+			var err error
+			l, err = net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+		}
 		ls = append(ls, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
@@ -36,6 +52,32 @@ func FreePorts(t testing.TB, n int) []int {
 		require.NoError(t, l.Close())
 	}
 	return ports
+}
+
+// minPort is the lowest port FreePorts picks: above those of the services the tests use
+// (PostgreSQL, MariaDB, RabbitMQ, NATS, Kafka, Temporal's defaults).
+const minPort = 10000
+
+// reservedPorts are ports in FreePorts' range that services the tests run may take
+// (RabbitMQ's management, distribution and metrics ports).
+var reservedPorts = map[int]bool{15672: true, 15692: true, 25672: true}
+
+// ephemeralLow returns the lowest port of the system's ephemeral range, or 0 when it
+// cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) == 0 {
+		return 0
+	}
+	low, err := strconv.Atoi(fields[0])
+	if err != nil {
+		return 0
+	}
+	return low
 }
 
 // RepoRoot returns the repository's root folder (the one holding go.work).
