@@ -334,12 +334,8 @@ func headerFrameSize(msg amqp.Publishing) int {
 	n += 1 + len(msg.ContentType) + 1 + 8 + 1 + len(msg.MessageId) // content type, delivery mode, timestamp, message ID
 	n += 4                                                         // the table's size
 	for k, v := range msg.Headers {
-		n += 1 + len(k) + 1 + 4 // the name, the value's type and length
-		if s, ok := v.(string); ok {
-			n += len(s)
-		} else {
-			n += 64 // no header the sink sets is other than a string; a bound for one that is
-		}
+		s, _ := v.(string)               // Send sets string values only
+		n += 1 + len(k) + 1 + 4 + len(s) // the name, the value's type, length and text
 	}
 	return n
 }

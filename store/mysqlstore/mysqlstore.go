@@ -179,17 +179,17 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	schema, err := checkConnection(ctx, db)
+	schema, version, err := checkConnection(ctx, db)
 	if err != nil {
 		return nil, err
 	}
 	q := func(table string) string { return quoteIdent(schema) + "." + quoteIdent(table) }
-	mariaDB, snapshotIsolation, err := serverKind(ctx, db)
+	snapshotIsolation, err := hasSnapshotIsolation(ctx, db)
 	if err != nil {
 		return nil, err
 	}
 	return &Store{
-		mariaDB:           mariaDB,
+		mariaDB:           strings.Contains(strings.ToLower(version), "mariadb"),
 		snapshotIsolation: snapshotIsolation,
 		cfg:               cfg,
 		db:                db,
@@ -207,27 +207,24 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	}, nil
 }
 
-// serverKind reports whether db's server is MariaDB, and whether it has the setting
+// hasSnapshotIsolation reports whether db's server has the setting
 // innodb_snapshot_isolation (MariaDB from 10.6.18 and 10.11.8).
-func serverKind(ctx context.Context, db *sql.DB) (mariaDB, snapshotIsolation bool, err error) {
-	var version string
-	if err := db.QueryRowContext(ctx, `SELECT VERSION()`).Scan(&version); err != nil {
-		return false, false, fmt.Errorf("mysqlstore: read the server's version: %w", err)
-	}
+func hasSnapshotIsolation(ctx context.Context, db *sql.DB) (bool, error) {
 	rows, err := db.QueryContext(ctx, `SHOW VARIABLES LIKE 'innodb_snapshot_isolation'`)
 	if err != nil {
-		return false, false, fmt.Errorf("mysqlstore: read the server's settings: %w", err)
+		return false, fmt.Errorf("mysqlstore: read the server's settings: %w", err)
 	}
-	snapshotIsolation = rows.Next()
+	has := rows.Next()
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return false, false, fmt.Errorf("mysqlstore: read the server's settings: %w", err)
+		return false, fmt.Errorf("mysqlstore: read the server's settings: %w", err)
 	}
-	return strings.Contains(strings.ToLower(version), "mariadb"), snapshotIsolation, nil
+	return has, nil
 }
 
-// checkConnection reads the connection's database and checks that times travel as UTC:
-// the driver parses them (parseTime) in UTC (loc), and the session's time zone is UTC.
-func checkConnection(ctx context.Context, db *sql.DB) (string, error) {
+// checkConnection reads the connection's database and the server's version, and checks
+// that times travel as UTC: the driver parses them (parseTime) in UTC (loc), and the
+// session's time zone is UTC.
+func checkConnection(ctx context.Context, db *sql.DB) (schemaName, version string, err error) {
 	var (
 		schema                     sql.NullString
 		now                        time.Time
@@ -236,19 +233,19 @@ func checkConnection(ctx context.Context, db *sql.DB) (string, error) {
 		fix                        = "open the database with mysqlstore.Open, or add parseTime=true&loc=UTC&time_zone=%27%2B00%3A00%27 to its DSN"
 		timeZoneIsUTC, systemIsUTC bool
 	)
-	err := db.QueryRowContext(ctx, `SELECT DATABASE(), NOW(6), @@session.time_zone, @@system_time_zone,
-  TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW())`).Scan(&schema, &now, &tz, &systemTZ, &offset)
+	err = db.QueryRowContext(ctx, `SELECT DATABASE(), NOW(6), @@session.time_zone, @@system_time_zone,
+  TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW()), VERSION()`).Scan(&schema, &now, &tz, &systemTZ, &offset, &version)
 	if err != nil {
 		if strings.Contains(err.Error(), "unsupported Scan") {
-			return "", fmt.Errorf("mysqlstore: the driver does not parse times (parseTime is off): %s", fix)
+			return "", "", fmt.Errorf("mysqlstore: the driver does not parse times (parseTime is off): %s", fix)
 		}
-		return "", fmt.Errorf("mysqlstore: read the connection's database: %w", err)
+		return "", "", fmt.Errorf("mysqlstore: read the connection's database: %w", err)
 	}
 	if !schema.Valid || schema.String == "" {
-		return "", errors.New("mysqlstore: the connection names no database: add /<database> to the URL")
+		return "", "", errors.New("mysqlstore: the connection names no database: add /<database> to the URL")
 	}
 	if now.Location() != time.UTC && now.Location().String() != "UTC" {
-		return "", fmt.Errorf("mysqlstore: the driver reads times in %s, not UTC (loc): %s", now.Location(), fix)
+		return "", "", fmt.Errorf("mysqlstore: the driver reads times in %s, not UTC (loc): %s", now.Location(), fix)
 	}
 	switch tz {
 	case "+00:00", "-00:00", "+0:00", "UTC", "Etc/UTC", "Universal", "Zulu":
@@ -257,9 +254,9 @@ func checkConnection(ctx context.Context, db *sql.DB) (string, error) {
 		systemIsUTC = systemTZ == "UTC" || systemTZ == "Etc/UTC" || systemTZ == "Coordinated Universal Time"
 	}
 	if (!timeZoneIsUTC && !systemIsUTC) || offset != 0 {
-		return "", fmt.Errorf("mysqlstore: the session time zone is %s (system %s), not UTC: %s", tz, systemTZ, fix)
+		return "", "", fmt.Errorf("mysqlstore: the session time zone is %s (system %s), not UTC: %s", tz, systemTZ, fix)
 	}
-	return schema.String, nil
+	return schema.String, version, nil
 }
 
 // quoteIdent quotes a MySQL identifier.
