@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -113,14 +114,27 @@ WHERE message_id = $1 ORDER BY at, id`, messageID)
 // concurrent redrives of one message exactly one succeeds; the others, and a redrive of a
 // message that is not dead, return a *NotDeadError. A missing message returns ErrNotFound.
 func (s *Store) Redrive(ctx context.Context, messageID uuid.UUID, actor string) (Redriven, error) {
+	return s.redrive(ctx, messageID, 0, actor)
+}
+
+// RedriveDeadLetter is Redrive of the message only while deadLetterID is its one open
+// dead letter: the letter an operator chose from a list. When the message was redriven,
+// discarded or dead-lettered again since, it returns a *DeadLetterChangedError and
+// changes nothing.
+func (s *Store) RedriveDeadLetter(ctx context.Context, messageID uuid.UUID, deadLetterID int64, actor string) (Redriven, error) {
+	if deadLetterID <= 0 {
+		return Redriven{}, fmt.Errorf("redrive: dead letter ID must be positive, got %d", deadLetterID)
+	}
+	return s.redrive(ctx, messageID, deadLetterID, actor)
+}
+
+func (s *Store) redrive(ctx context.Context, messageID uuid.UUID, deadLetterID int64, actor string) (Redriven, error) {
 	r := Redriven{MessageID: messageID}
-	err := s.operate(ctx, messageID, actor, "redrive", `UPDATE `+s.messages+`
+	err := s.operate(ctx, messageID, deadLetterID, actor, "redrive", `UPDATE `+s.messages+`
 SET status = 'pending', retry_times = 0, next_retry_at = NULL, claim_token = NULL, lease_until = NULL,
     dispatched_at = NULL, sent_at = NULL, redrive_count = redrive_count + 1, updated_at = now()
 WHERE message_id = $1 AND status = 'dead'
-RETURNING topic, redrive_count`, `UPDATE `+s.dead+` SET redriven_at = now(), redriven_by = $2
-WHERE message_id = $1 AND redriven_at IS NULL AND discarded_at IS NULL
-RETURNING id`, &r.Topic, &r.RedriveCount)
+RETURNING topic, redrive_count`, "redriven", &r.Topic, &r.RedriveCount)
 	if err != nil {
 		return Redriven{}, fmt.Errorf("redrive: %w", err)
 	}
@@ -131,13 +145,26 @@ RETURNING id`, &r.Topic, &r.RedriveCount)
 // its open dead letter marked discarded by actor, the action audited. A message that is not
 // dead returns a *NotDeadError; a missing one ErrNotFound.
 func (s *Store) Discard(ctx context.Context, messageID uuid.UUID, actor string) error {
+	return s.discard(ctx, messageID, 0, actor)
+}
+
+// DiscardDeadLetter is Discard of the message only while deadLetterID is its one open
+// dead letter: the letter an operator chose from a list. When the message was redriven,
+// discarded or dead-lettered again since, it returns a *DeadLetterChangedError and
+// changes nothing.
+func (s *Store) DiscardDeadLetter(ctx context.Context, messageID uuid.UUID, deadLetterID int64, actor string) error {
+	if deadLetterID <= 0 {
+		return fmt.Errorf("discard: dead letter ID must be positive, got %d", deadLetterID)
+	}
+	return s.discard(ctx, messageID, deadLetterID, actor)
+}
+
+func (s *Store) discard(ctx context.Context, messageID uuid.UUID, deadLetterID int64, actor string) error {
 	var topic string
-	err := s.operate(ctx, messageID, actor, "discard", `UPDATE `+s.messages+`
+	err := s.operate(ctx, messageID, deadLetterID, actor, "discard", `UPDATE `+s.messages+`
 SET status = 'discarded', updated_at = now(), held_back = false
 WHERE message_id = $1 AND status = 'dead'
-RETURNING topic`, `UPDATE `+s.dead+` SET discarded_at = now(), discarded_by = $2
-WHERE message_id = $1 AND redriven_at IS NULL AND discarded_at IS NULL
-RETURNING id`, &topic)
+RETURNING topic`, "discarded", &topic)
 	if err != nil {
 		return fmt.Errorf("discard: %w", err)
 	}
@@ -145,9 +172,11 @@ RETURNING id`, &topic)
 }
 
 // operate runs an operator action in one transaction: the guarded message UPDATE (which
-// scans into dest), the dead letter UPDATE, the audit row, and for a redrive the
-// notification that wakes the relays.
-func (s *Store) operate(ctx context.Context, messageID uuid.UUID, actor, action, messageSQL, deadSQL string, dest ...any) error {
+// scans into dest, and holds the row against a concurrent dead-lettering or operator
+// action), the check that deadLetterID (when not 0) is the message's one open dead letter,
+// the open dead letters' UPDATE (deadPrefix, "redriven" or "discarded", says which
+// columns), the audit row, and for a redrive the notification that wakes the relays.
+func (s *Store) operate(ctx context.Context, messageID uuid.UUID, deadLetterID int64, actor, action, messageSQL, deadPrefix string, dest ...any) error {
 	if strings.TrimSpace(actor) == "" {
 		return errors.New("actor must name who acts (a user or a tool), got an empty string")
 	}
@@ -168,11 +197,25 @@ func (s *Store) operate(ctx context.Context, messageID uuid.UUID, actor, action,
 		if err != nil {
 			return err
 		}
-		var deadLetterID *int64
-		if err := tx.QueryRow(ctx, deadSQL, messageID, actor).Scan(&deadLetterID); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		rows, err := tx.Query(ctx, `UPDATE `+s.dead+` SET `+deadPrefix+`_at = now(), `+deadPrefix+`_by = $2
+WHERE message_id = $1 AND redriven_at IS NULL AND discarded_at IS NULL
+RETURNING id`, messageID, actor)
+		if err != nil {
 			return err
 		}
-		if err := s.writeAudit(ctx, tx, messageID, deadLetterID, action, actor, nil); err != nil {
+		open, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return err
+		}
+		slices.Sort(open)
+		if deadLetterID != 0 && !slices.Equal(open, []int64{deadLetterID}) {
+			return &DeadLetterChangedError{MessageID: messageID, DeadLetterID: deadLetterID}
+		}
+		var audited *int64
+		if len(open) > 0 {
+			audited = &open[0]
+		}
+		if err := s.writeAudit(ctx, tx, messageID, audited, action, actor, nil); err != nil {
 			return err
 		}
 		if action == "redrive" {

@@ -188,6 +188,58 @@ func TestDeadLetterOperations(t *testing.T) {
 		require.Len(t, claimed, 1)
 	})
 
+	// An operator's action on the dead letter a list showed waits for another operator's
+	// change in flight on the same message, then sees it: the other operator redrove the
+	// message and its new run dead-lettered it again, so the letter the list showed is no
+	// longer open, and nothing is done.
+	t.Run("ActionOnASelectedLetterWaitsForAChangeInFlight", func(t *testing.T) {
+		t.Parallel()
+		pool, st := testdb.Schema(t)
+		id := deadLettered(t, st, "t", "run-1")
+		dls, err := st.DeadLetters(ctx, id)
+		require.NoError(t, err)
+		selected := dls[0].ID
+
+		other, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = other.Rollback(ctx) }()
+		for _, q := range []string{
+			`UPDATE ` + st.Schema() + `.outbox_messages SET redrive_count = redrive_count + 1, last_error = 'HTTP 422', updated_at = now() WHERE message_id = $1`,
+			`UPDATE ` + st.Schema() + `.outbox_dead_letters SET redriven_at = now(), redriven_by = 'bob' WHERE message_id = $1`,
+			`INSERT INTO ` + st.Schema() + `.outbox_dead_letters (message_id, workflow_id, run_id, topic, payload, attempts, last_error)
+VALUES ($1, 'outbox-run-2', 'run-2', 't', '{}', 1, 'HTTP 422')`,
+		} {
+			_, err := other.Exec(ctx, q, id)
+			require.NoError(t, err)
+		}
+
+		done := make(chan error, 1)
+		go func() {
+			_, err := st.RedriveDeadLetter(ctx, id, selected, "alice")
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			t.Fatalf("the redrive did not wait for the change in flight: %v", err)
+		case <-time.After(300 * time.Millisecond):
+		}
+		require.NoError(t, other.Commit(ctx))
+		err = <-done
+		var changed *store.DeadLetterChangedError
+		require.ErrorAs(t, err, &changed)
+		row, err := st.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, store.StatusDead, row.Status)
+		require.Equal(t, 1, row.RedriveCount, "bob's redrive only")
+		dls, err = st.DeadLetters(ctx, id)
+		require.NoError(t, err)
+		require.Len(t, dls, 2)
+		require.Nil(t, dls[1].RedrivenAt, "the new letter stays open")
+		audit, err := st.Audit(ctx, id)
+		require.NoError(t, err)
+		require.Empty(t, audit)
+	})
+
 	t.Run("SameRunDeadLetteringAgainAfterRedriveIsANoOp", func(t *testing.T) {
 		t.Parallel()
 		_, st := testdb.Schema(t)

@@ -29,27 +29,28 @@ type (
 
 // The rows and results of the delivery machinery and the operators' commands.
 type (
-	Row              = storedriver.Row
-	Claimed          = storedriver.Claimed
-	BatchTake        = storedriver.BatchTake
-	ClaimResult      = storedriver.ClaimResult
-	OrderingRules    = storedriver.OrderingRules
-	Sent             = storedriver.Sent
-	Dispatched       = storedriver.Dispatched
-	ReconcileOutcome = storedriver.ReconcileOutcome
-	DeadLetter       = storedriver.DeadLetter
-	DeadLetterRecord = storedriver.DeadLetterRecord
-	DeadLetterFilter = storedriver.DeadLetterFilter
-	NotDeadError     = storedriver.NotDeadError
-	AuditEntry       = storedriver.AuditEntry
-	Redriven         = storedriver.Redriven
-	Stats            = storedriver.Stats
-	TopicBacklog     = storedriver.TopicBacklog
-	TopicPause       = storedriver.TopicPause
-	PublishedPolicy  = storedriver.PublishedPolicy
-	PurgeOptions     = storedriver.PurgeOptions
-	PurgeResult      = storedriver.PurgeResult
-	Migration        = storedriver.Migration
+	Row                    = storedriver.Row
+	Claimed                = storedriver.Claimed
+	BatchTake              = storedriver.BatchTake
+	ClaimResult            = storedriver.ClaimResult
+	OrderingRules          = storedriver.OrderingRules
+	Sent                   = storedriver.Sent
+	Dispatched             = storedriver.Dispatched
+	ReconcileOutcome       = storedriver.ReconcileOutcome
+	DeadLetter             = storedriver.DeadLetter
+	DeadLetterRecord       = storedriver.DeadLetterRecord
+	DeadLetterFilter       = storedriver.DeadLetterFilter
+	NotDeadError           = storedriver.NotDeadError
+	DeadLetterChangedError = storedriver.DeadLetterChangedError
+	AuditEntry             = storedriver.AuditEntry
+	Redriven               = storedriver.Redriven
+	Stats                  = storedriver.Stats
+	TopicBacklog           = storedriver.TopicBacklog
+	TopicPause             = storedriver.TopicPause
+	PublishedPolicy        = storedriver.PublishedPolicy
+	PurgeOptions           = storedriver.PurgeOptions
+	PurgeResult            = storedriver.PurgeResult
+	Migration              = storedriver.Migration
 )
 
 // Message statuses.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -146,8 +147,23 @@ func (s *Store) Audit(ctx context.Context, messageID uuid.UUID) ([]storedriver.A
 // that is not dead, return a *storedriver.NotDeadError. A missing message returns an error
 // wrapping storedriver.ErrNotFound. The relays poll, so nothing is notified.
 func (s *Store) Redrive(ctx context.Context, messageID uuid.UUID, actor string) (storedriver.Redriven, error) {
+	return s.redrive(ctx, messageID, 0, actor)
+}
+
+// RedriveDeadLetter is Redrive of the message only while deadLetterID is its one open
+// dead letter: the letter an operator chose from a list. When the message was redriven,
+// discarded or dead-lettered again since, it returns a *storedriver.DeadLetterChangedError
+// and changes nothing.
+func (s *Store) RedriveDeadLetter(ctx context.Context, messageID uuid.UUID, deadLetterID int64, actor string) (storedriver.Redriven, error) {
+	if deadLetterID <= 0 {
+		return storedriver.Redriven{}, fmt.Errorf("redrive: dead letter ID must be positive, got %d", deadLetterID)
+	}
+	return s.redrive(ctx, messageID, deadLetterID, actor)
+}
+
+func (s *Store) redrive(ctx context.Context, messageID uuid.UUID, deadLetterID int64, actor string) (storedriver.Redriven, error) {
 	r := storedriver.Redriven{MessageID: messageID}
-	err := s.operate(ctx, messageID, actor, "redrive", `UPDATE `+s.messages+`
+	err := s.operate(ctx, messageID, deadLetterID, actor, "redrive", `UPDATE `+s.messages+`
 SET status = 'pending', retry_times = 0, next_retry_at = NULL, claim_token = NULL, lease_until = NULL,
     dispatched_at = NULL, sent_at = NULL, redrive_count = redrive_count + 1, updated_at = NOW(6)
 WHERE message_id = ? AND status = 'dead'`, "redriven", func(tx *sql.Tx) error {
@@ -165,7 +181,22 @@ WHERE message_id = ? AND status = 'dead'`, "redriven", func(tx *sql.Tx) error {
 // message its key released, in one transaction. A message that is not dead returns a
 // *storedriver.NotDeadError; a missing one an error wrapping storedriver.ErrNotFound.
 func (s *Store) Discard(ctx context.Context, messageID uuid.UUID, actor string) error {
-	err := s.operate(ctx, messageID, actor, "discard", `UPDATE `+s.messages+`
+	return s.discard(ctx, messageID, 0, actor)
+}
+
+// DiscardDeadLetter is Discard of the message only while deadLetterID is its one open
+// dead letter: the letter an operator chose from a list. When the message was redriven,
+// discarded or dead-lettered again since, it returns a *storedriver.DeadLetterChangedError
+// and changes nothing.
+func (s *Store) DiscardDeadLetter(ctx context.Context, messageID uuid.UUID, deadLetterID int64, actor string) error {
+	if deadLetterID <= 0 {
+		return fmt.Errorf("discard: dead letter ID must be positive, got %d", deadLetterID)
+	}
+	return s.discard(ctx, messageID, deadLetterID, actor)
+}
+
+func (s *Store) discard(ctx context.Context, messageID uuid.UUID, deadLetterID int64, actor string) error {
+	err := s.operate(ctx, messageID, deadLetterID, actor, "discard", `UPDATE `+s.messages+`
 SET status = 'discarded', updated_at = NOW(6), held_back = FALSE
 WHERE message_id = ? AND status = 'dead'`, "discarded", func(tx *sql.Tx) error {
 		var key sql.NullString
@@ -183,10 +214,12 @@ WHERE message_id = ? AND status = 'dead'`, "discarded", func(tx *sql.Tx) error {
 	return nil
 }
 
-// operate runs an operator action in one transaction: the guarded message UPDATE, then
-// after (which reads what the caller needs), the dead letter's UPDATE (its column
-// prefix, "redriven" or "discarded", says which columns) and the audit row.
-func (s *Store) operate(ctx context.Context, messageID uuid.UUID, actor, action, messageSQL, deadPrefix string, after func(tx *sql.Tx) error) error {
+// operate runs an operator action in one transaction: the guarded message UPDATE (which
+// holds the row against a concurrent dead-lettering or operator action), then after (which
+// reads what the caller needs), the check that deadLetterID (when not 0) is the message's
+// one open dead letter, the open dead letters' UPDATE (deadPrefix, "redriven" or
+// "discarded", says which columns) and the audit row.
+func (s *Store) operate(ctx context.Context, messageID uuid.UUID, deadLetterID int64, actor, action, messageSQL, deadPrefix string, after func(tx *sql.Tx) error) error {
 	if strings.TrimSpace(actor) == "" {
 		return errors.New("actor must name who acts (a user or a tool), got an empty string")
 	}
@@ -219,15 +252,18 @@ WHERE message_id = ? AND redriven_at IS NULL AND discarded_at IS NULL ORDER BY i
 		if err != nil {
 			return err
 		}
-		var deadLetterID *int64
+		if deadLetterID != 0 && !slices.Equal(open, []int64{deadLetterID}) {
+			return &storedriver.DeadLetterChangedError{MessageID: messageID, DeadLetterID: deadLetterID}
+		}
+		var audited *int64
 		if len(open) > 0 {
-			deadLetterID = &open[0]
+			audited = &open[0]
 			if _, err := tx.ExecContext(ctx, `UPDATE `+s.dead+` SET `+deadPrefix+`_at = NOW(6), `+deadPrefix+`_by = ?
 WHERE id IN (`+idList(open)+`)`, actor); err != nil {
 				return err
 			}
 		}
-		return s.writeAudit(ctx, tx, messageID, deadLetterID, action, actor, nil)
+		return s.writeAudit(ctx, tx, messageID, audited, action, actor, nil)
 	})
 }
 

@@ -123,6 +123,11 @@ type Operations interface {
 	Audit(ctx context.Context, messageID uuid.UUID) ([]AuditEntry, error)
 	Redrive(ctx context.Context, messageID uuid.UUID, actor string) (Redriven, error)
 	Discard(ctx context.Context, messageID uuid.UUID, actor string) error
+	// RedriveDeadLetter and DiscardDeadLetter act as Redrive and Discard only while
+	// deadLetterID is the message's one open dead letter (the one an operator chose
+	// from a list); otherwise they change nothing and return a *DeadLetterChangedError.
+	RedriveDeadLetter(ctx context.Context, messageID uuid.UUID, deadLetterID int64, actor string) (Redriven, error)
+	DiscardDeadLetter(ctx context.Context, messageID uuid.UUID, deadLetterID int64, actor string) error
 	Purge(ctx context.Context, opts PurgeOptions) (PurgeResult, error)
 	Deployment(ctx context.Context) (id uuid.UUID, taskQueue string, err error)
 	MoveTaskQueue(ctx context.Context, taskQueue string) error

@@ -245,6 +245,19 @@ func (e *NotDeadError) Error() string {
 	return fmt.Sprintf("message %s is %s, not dead%s: only dead-lettered messages can be redriven or discarded", e.MessageID, e.Status, hint)
 }
 
+// DeadLetterChangedError reports an operator action on a dead letter chosen from a list
+// that is no longer the message's one open dead letter: the message was redriven,
+// discarded or dead-lettered again since the list was read. Nothing was changed.
+type DeadLetterChangedError struct {
+	MessageID    uuid.UUID
+	DeadLetterID int64
+}
+
+func (e *DeadLetterChangedError) Error() string {
+	return fmt.Sprintf("message %s: dead letter %d is no longer its open dead letter (the message was redriven, discarded or dead-lettered again since it was selected): select again",
+		e.MessageID, e.DeadLetterID)
+}
+
 // DeadLetterFilter selects dead letters. The zero value selects every open one.
 type DeadLetterFilter struct {
 	// Topic, when set, selects one topic.

@@ -440,6 +440,86 @@ func testTransitions(t *testing.T, h Harness) {
 		require.ErrorIs(t, e.d().Discard(e.ctx, uuid.New(), "dave"), storedriver.ErrNotFound)
 	})
 
+	// An operator's action on a dead letter chosen from a list goes through only while
+	// that letter is still the message's open one.
+	t.Run("ActOnTheSelectedDeadLetter", func(t *testing.T) {
+		e := newEnv(t, h)
+		open := func(id uuid.UUID) []int64 {
+			t.Helper()
+			letters, err := e.d().DeadLetters(e.ctx, id)
+			require.NoError(t, err)
+			var ids []int64
+			for _, d := range letters {
+				if d.RedrivenAt == nil && d.DiscardedAt == nil {
+					ids = append(ids, d.ID)
+				}
+			}
+			return ids
+		}
+		audits := func(id uuid.UUID) int {
+			t.Helper()
+			a, err := e.d().Audit(e.ctx, id)
+			require.NoError(t, err)
+			return len(a)
+		}
+
+		// Dead-lettered messages first: each claim requires its one row to be due.
+		a, b, c, d, f := e.dead("order.created"), e.dead("order.created"), e.dead("order.created"),
+			e.dead("order.created"), e.dead("order.created")
+
+		// Selected, then redriven by someone else and dead-lettered again by the new run:
+		// neither guarded call touches the new letter.
+		selected := open(c)[0]
+		_, err := e.d().Redrive(e.ctx, c, "bob")
+		require.NoError(t, err)
+		e.dispatch(e.claimOnly(c))
+		e.deadLetter(c, "order.created", "run-2")
+		newer := open(c)
+		require.Len(t, newer, 1)
+		require.NotEqual(t, selected, newer[0])
+		before := audits(c)
+		var changed *storedriver.DeadLetterChangedError
+		_, err = e.d().RedriveDeadLetter(e.ctx, c, selected, "alice")
+		require.ErrorAs(t, err, &changed)
+		require.Equal(t, c, changed.MessageID)
+		require.Equal(t, selected, changed.DeadLetterID)
+		require.ErrorAs(t, e.d().DiscardDeadLetter(e.ctx, c, selected, "alice"), &changed)
+		require.Equal(t, storedriver.StatusDead, e.status(c), "the row is left dead")
+		require.Equal(t, newer, open(c), "the new letter stays open")
+		require.Equal(t, before, audits(c), "nothing is audited")
+		require.Equal(t, 1, e.get(c).RedriveCount)
+
+		// The letter is still open: the guarded calls act as the plain ones do.
+		red, err := e.d().RedriveDeadLetter(e.ctx, a, open(a)[0], "alice")
+		require.NoError(t, err)
+		require.Equal(t, storedriver.Redriven{MessageID: a, Topic: "order.created", RedriveCount: 1}, red)
+		require.Equal(t, storedriver.StatusPending, e.status(a))
+		require.NoError(t, e.d().DiscardDeadLetter(e.ctx, b, open(b)[0], "alice"))
+		require.Equal(t, storedriver.StatusDiscarded, e.status(b))
+		require.Empty(t, open(a))
+		require.Empty(t, open(b))
+
+		// Selected, then redriven by someone else (no new letter yet): the message is not
+		// dead, as for the plain call.
+		selected = open(d)[0]
+		_, err = e.d().Redrive(e.ctx, d, "bob")
+		require.NoError(t, err)
+		var notDead *storedriver.NotDeadError
+		_, err = e.d().RedriveDeadLetter(e.ctx, d, selected, "alice")
+		require.ErrorAs(t, err, &notDead)
+		require.ErrorAs(t, e.d().DiscardDeadLetter(e.ctx, d, selected, "alice"), &notDead)
+
+		// An ID that is no letter of the message, or none at all.
+		_, err = e.d().RedriveDeadLetter(e.ctx, f, newer[0], "alice")
+		require.ErrorAs(t, err, &changed)
+		_, err = e.d().RedriveDeadLetter(e.ctx, f, 0, "alice")
+		require.ErrorContains(t, err, "dead letter ID must be positive, got 0")
+		require.ErrorContains(t, e.d().DiscardDeadLetter(e.ctx, f, -1, "alice"), "dead letter ID must be positive, got -1")
+		require.Equal(t, storedriver.StatusDead, e.status(f))
+		_, err = e.d().RedriveDeadLetter(e.ctx, uuid.New(), 1, "alice")
+		require.ErrorIs(t, err, storedriver.ErrNotFound)
+	})
+
 	t.Run("ListDeadLetters", func(t *testing.T) {
 		e := newEnv(t, h)
 		a := e.dead("order.created")

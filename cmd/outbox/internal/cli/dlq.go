@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -374,26 +375,56 @@ func (b *bulkFlags) selectMessages(ctx context.Context, errOut io.Writer, a *app
 	return sel, nil
 }
 
-// stillSelected returns an error when the filter selected message id's dead letter and the
-// message's open dead letter is now another one: it was redriven and dead-lettered again
-// (by someone else) while the command asked for confirmation, and the filter never saw the
-// new letter. Messages named on the command line are acted on whatever their letter.
-func (sel selection) stillSelected(ctx context.Context, a *app.App, id uuid.UUID) error {
+// redrive redrives message id. When the filter selected it, it redrives it only while the
+// dead letter the filter saw is still its open one: a message redriven and dead-lettered
+// again (by someone else) while the command asked for confirmation is left alone, as the
+// filter never saw its new letter. Messages named on the command line are acted on
+// whatever their letter.
+func (sel selection) redrive(ctx context.Context, a *app.App, id uuid.UUID, actor string) (store.Redriven, error) {
+	letter, ok := sel.letter(id)
+	if !ok {
+		return a.Driver.Redrive(ctx, id, actor)
+	}
+	r, err := a.Driver.RedriveDeadLetter(ctx, id, letter, actor)
+	return r, sel.explain(ctx, a, id, err)
+}
+
+// discard discards message id, as redrive redrives it.
+func (sel selection) discard(ctx context.Context, a *app.App, id uuid.UUID, actor string) error {
+	letter, ok := sel.letter(id)
+	if !ok {
+		return a.Driver.Discard(ctx, id, actor)
+	}
+	return sel.explain(ctx, a, id, a.Driver.DiscardDeadLetter(ctx, id, letter, actor))
+}
+
+// letter returns the ID of the dead letter the filter selected for message id.
+func (sel selection) letter(id uuid.UUID) (int64, bool) {
 	i := slices.IndexFunc(sel.letters, func(d store.DeadLetterRecord) bool { return d.MessageID == id })
 	if i < 0 {
-		return nil
+		return 0, false
 	}
-	dls, err := a.Driver.DeadLetters(ctx, id)
-	if err != nil {
-		return fmt.Errorf("%s: %w", id, err)
+	return sel.letters[i].ID, true
+}
+
+// explain turns the store's report that a selected dead letter is no longer open into
+// what the operator needs to decide again: the message's open letter now, if any.
+func (sel selection) explain(ctx context.Context, a *app.App, id uuid.UUID, err error) error {
+	var changed *store.DeadLetterChangedError
+	if !errors.As(err, &changed) {
+		return err
 	}
-	for _, d := range dls {
-		if d.RedrivenAt == nil && d.DiscardedAt == nil && d.ID != sel.letters[i].ID {
+	dls, lerr := a.Driver.DeadLetters(ctx, id)
+	if lerr != nil {
+		return err
+	}
+	for _, d := range slices.Backward(dls) {
+		if d.RedrivenAt == nil && d.DiscardedAt == nil {
 			return fmt.Errorf("%s: its dead letter changed since the selection (now %q, dead-lettered %s): select again",
 				id, truncate(d.LastError, 80), d.DeadLetteredAt.Format(time.RFC3339))
 		}
 	}
-	return nil
+	return fmt.Errorf("%s: its dead letter changed since the selection (it has no open dead letter now): select again", id)
 }
 
 // confirm prints a dry run's count and sample, or asks before acting on the selection when
@@ -483,12 +514,7 @@ func newDLQRedriveCmd(g *globals) *cobra.Command {
 				actor := cmp.Or(b.by, currentUser(g.lookupEnv))
 				var failed []error
 				for _, id := range sel.ids {
-					if err := sel.stillSelected(cmd.Context(), a, id); err != nil {
-						failed = append(failed, err)
-						fmt.Fprintf(cmd.ErrOrStderr(), "not redriven: %v\n", err)
-						continue
-					}
-					r, err := a.Driver.Redrive(cmd.Context(), id, actor)
+					r, err := sel.redrive(cmd.Context(), a, id, actor)
 					if err != nil {
 						failed = append(failed, err)
 						fmt.Fprintf(cmd.ErrOrStderr(), "not redriven: %v\n", err)
@@ -526,12 +552,7 @@ func newDLQDiscardCmd(g *globals) *cobra.Command {
 				actor := cmp.Or(b.by, currentUser(g.lookupEnv))
 				var failed int
 				for _, id := range sel.ids {
-					if err := sel.stillSelected(cmd.Context(), a, id); err != nil {
-						failed++
-						fmt.Fprintf(cmd.ErrOrStderr(), "not discarded: %v\n", err)
-						continue
-					}
-					if err := a.Driver.Discard(cmd.Context(), id, actor); err != nil {
+					if err := sel.discard(cmd.Context(), a, id, actor); err != nil {
 						failed++
 						fmt.Fprintf(cmd.ErrOrStderr(), "not discarded: %v\n", err)
 						continue
