@@ -44,11 +44,12 @@ test: ## Start what the tests need, then run every test (the quick-start and doc
 	../bin/e2e.test -test.count=1 -test.timeout=30m -test.v -test.run='^(TestQuickStart|TestDocsCommands)$$'
 
 .PHONY: lint
-lint: ## go vet, gofmt, staticcheck, workflowcheck and the docker-compose.yml check
+lint: ## go vet, gofmt, no tracked file over 1 MiB, staticcheck, workflowcheck and the docker-compose.yml check
 	go vet $(MODULES)
 	go vet -tags nodev ./cmd/outbox/
 	cd deploy/monitoring && GOWORK=off go vet ./...
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	@out=$$(git ls-files -z | xargs -0 stat -c '%s %n' 2>/dev/null | awk '$$1 > 1048576 { print $$2 }'); if [ -n "$$out" ]; then echo "files over 1 MiB are tracked (a build output? they would go into every module download):"; echo "$$out"; exit 1; fi
 	@if go run $(STATICCHECK) -version >/dev/null 2>&1; then go run $(STATICCHECK) $(MODULES); else echo "staticcheck unavailable; skipped"; fi
 	@if go run $(WORKFLOWCHECK) -h >/dev/null 2>&1; then go run $(WORKFLOWCHECK) ./workflows/...; else echo "workflowcheck unavailable; skipped"; fi
 	@scripts/check-compose.sh
