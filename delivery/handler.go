@@ -79,14 +79,21 @@ func (k Kind) String() string {
 }
 
 // Error is a handler's failure with its kind and the least wait before the next attempt.
-// Build it with Permanent, Retryable, Ambiguous or RetryAfter.
+// Build it with Permanent, Retryable, Ambiguous or RetryAfter. Err may be nil (a handler
+// that marks a failure without a cause of its own): the message's last error is then the
+// kind alone, "permanent failure" say.
 type Error struct {
 	Err        error
 	Kind       Kind
 	RetryAfter time.Duration
 }
 
-func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Error() string {
+	if e.Err == nil {
+		return e.Kind.String() + " failure"
+	}
+	return e.Err.Error()
+}
 func (e *Error) Unwrap() error { return e.Err }
 
 // Permanent marks err as a failure no retry can fix: the message is dead-lettered

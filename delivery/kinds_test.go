@@ -37,3 +37,24 @@ func TestFailureKinds(t *testing.T) {
 	require.False(t, delivery.IsAmbiguous(nil))
 	require.ErrorIs(t, permanent, base, "the marks keep the cause")
 }
+
+// A kind marked on a nil error (a handler that found nothing to wrap) is still a failure of
+// that kind, and says so: it used to panic when its text was read.
+func TestFailureKindsWithoutACause(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		err  error
+		text string
+		kind delivery.Kind
+	}{
+		{delivery.Permanent(nil), "permanent failure", delivery.KindPermanent},
+		{delivery.Retryable(nil, time.Second), "retryable failure", delivery.KindRetryable},
+		{delivery.Ambiguous(nil), "ambiguous failure", delivery.KindAmbiguous},
+		{delivery.RetryAfter(nil, time.Second), "ambiguous failure", delivery.KindAmbiguous},
+	} {
+		require.Error(t, c.err)
+		require.Equal(t, c.text, c.err.Error())
+		require.Equal(t, c.kind, delivery.KindOf(c.err))
+		require.Equal(t, "wrapped: "+c.text, fmt.Errorf("wrapped: %w", c.err).Error())
+	}
+}

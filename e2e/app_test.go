@@ -12,16 +12,19 @@ import (
 	"github.com/outbox-go/outbox/app"
 	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/delivery"
+	"github.com/outbox-go/outbox/internal/deployment"
 	"github.com/outbox-go/outbox/internal/testdb"
 	"github.com/outbox-go/outbox/internal/testutil"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/worker"
+	"github.com/outbox-go/outbox/workflows"
 )
 
 // TestEmbeddedWorker runs the outbox the way examples/handler does: app.Connect from a
 // config, PrepareWorker with a topic handled by Go code, and the team's own SDK worker. A
 // message of the Go topic and one of the config's http topic are both delivered, and the
-// worker serves /metrics as outbox worker does.
+// worker serves /metrics as outbox worker does; its identity tells the relays which
+// workflow version it runs.
 func TestEmbeddedWorker(t *testing.T) {
 	t.Parallel()
 	ts := newServer(t)
@@ -45,10 +48,15 @@ func TestEmbeddedWorker(t *testing.T) {
 		}),
 	}})
 	require.NoError(t, err)
-	w := sdkworker.New(a.Temporal, a.Config.Temporal.TaskQueue, a.Config.Worker.WorkerOptions())
+	w := sdkworker.New(a.Temporal, a.Config.Temporal.TaskQueue, worker.Options(a.Config.Worker.WorkerOptions(), deps))
 	worker.Register(w, deps)
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
+	// The relays see its workflow version, as they see outbox worker's.
+	require.Eventually(t, func() bool {
+		v, _, err := deployment.DeliveryVersion(ctx, a.Temporal, e.taskQueue, deps.Deployment, workflows.DeliveryVersion+1)
+		return err == nil && v == workflows.DeliveryVersion
+	}, 30*time.Second, 100*time.Millisecond, "the relay reads the team worker's version")
 	e.startRelay(t)
 
 	byCode := e.enqueueOrderPlain(t, "loyalty.points", nil)

@@ -66,6 +66,18 @@ func Register(r sdkworker.Registry, deps Deps) {
 	a.Register(r)
 }
 
+// Options returns opts for an SDK worker of a team's own that Register adds the outbox
+// to: its identity names the OutboxDelivery version this build runs and deps' deployment
+// (deps.Deployment, which app.PrepareWorker fills), as Run's does. The relays read it to
+// start no run at a version this worker cannot run, and other outbox deployments to see
+// that the task queue is taken. With no deployment in deps, opts is returned unchanged.
+func Options(opts sdkworker.Options, deps Deps) sdkworker.Options {
+	if deps.Deployment != uuid.Nil {
+		opts.Identity = deployment.Identity(opts.Identity, deps.Deployment)
+	}
+	return opts
+}
+
 // Config configures Run.
 type Config struct {
 	Client client.Client
@@ -114,13 +126,13 @@ func Run(ctx context.Context, cfg Config) error {
 		default:
 		}
 	}
-	opts.Identity = deployment.Identity(opts.Identity, id)
-	w := sdkworker.New(cfg.Client, taskQueue, opts)
 	deps := cfg.Deps
 	if deps.Client == nil {
 		deps.Client = cfg.Client
 	}
 	deps.Deployment = id
+	opts = Options(opts, deps)
+	w := sdkworker.New(cfg.Client, taskQueue, opts)
 	if deps.MaxSendsPerTopic == 0 {
 		// Half the slots the sends' first attempts run in (the SDK's default is 1000).
 		deps.MaxSendsPerTopic = max(cmp.Or(opts.MaxConcurrentLocalActivityExecutionSize, 1000)/2, 1)

@@ -2,12 +2,16 @@ package worker_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	sdkworker "go.temporal.io/sdk/worker"
 
+	"github.com/outbox-go/outbox/internal/deployment"
 	"github.com/outbox-go/outbox/internal/testdb"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/worker"
@@ -50,4 +54,28 @@ func TestEnsureRetentionScheduleRefusesWhatEveryRunWouldRefuse(t *testing.T) {
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
+}
+
+// A team's own worker that Register adds the outbox to polls with the identity Run's
+// worker has: the relays read its workflow version from it, and other deployments its
+// deployment.
+func TestOptionsNameTheVersionAndDeployment(t *testing.T) {
+	t.Parallel()
+	id := uuid.New()
+	opts := worker.Options(sdkworker.Options{Identity: "billing-7f9c", MaxConcurrentActivityExecutionSize: 9}, worker.Deps{Deployment: id})
+	require.Equal(t, 9, opts.MaxConcurrentActivityExecutionSize, "the team's options are kept")
+	require.True(t, strings.HasPrefix(opts.Identity, "billing-7f9c"), opts.Identity)
+	version, ok := deployment.VersionFromIdentity(opts.Identity)
+	require.True(t, ok, opts.Identity)
+	require.Equal(t, workflows.DeliveryVersion, version)
+	of, ok := deployment.FromIdentity(opts.Identity)
+	require.True(t, ok)
+	require.Equal(t, id, of)
+
+	bare := worker.Options(sdkworker.Options{}, worker.Deps{Deployment: id})
+	_, ok = deployment.VersionFromIdentity(bare.Identity)
+	require.True(t, ok, "an identity of the process's own when the team gives none: %s", bare.Identity)
+
+	require.Equal(t, sdkworker.Options{Identity: "x"}, worker.Options(sdkworker.Options{Identity: "x"}, worker.Deps{}),
+		"without a deployment (deps not from PrepareWorker) nothing is claimed")
 }

@@ -10,7 +10,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
+	"fmt"
 	"log"
 	"log/slog"
 
@@ -29,8 +31,11 @@ func loyaltyPoints(ctx context.Context, d delivery.Message) error {
 		CustomerID string `json:"customer_id"`
 		Points     int    `json:"points"`
 	}
-	if err := json.Unmarshal(d.Payload, &p); err != nil || p.CustomerID == "" {
-		return delivery.Permanent(err)
+	if err := json.Unmarshal(d.Payload, &p); err != nil {
+		return delivery.Permanent(fmt.Errorf("not a points payload: %w", err))
+	}
+	if p.CustomerID == "" {
+		return delivery.Permanent(errors.New("not a points payload: customer_id is missing"))
 	}
 	// Credit p.Points to p.CustomerID, keyed by d.MessageID so a repeat is a no-op.
 	slog.InfoContext(ctx, "Points added", "customer_id", p.CustomerID, "points", p.Points, "message_id", d.MessageID)
@@ -59,7 +64,9 @@ func main() {
 	}
 
 	// The team's worker: the outbox's workflow and activities join it.
-	w := sdkworker.New(a.Temporal, a.Config.Temporal.TaskQueue, a.Config.Worker.WorkerOptions())
+	// worker.Options names the outbox's workflow version and deployment in its identity,
+	// which the relays and other outbox deployments read.
+	w := sdkworker.New(a.Temporal, a.Config.Temporal.TaskQueue, worker.Options(a.Config.Worker.WorkerOptions(), deps))
 	worker.Register(w, deps)
 	if err := w.Run(sdkworker.InterruptCh()); err != nil {
 		log.Fatal(err)
