@@ -204,8 +204,9 @@ func Connect(ctx context.Context, cfg *config.Config, opts Options) (*App, error
 	return a, nil
 }
 
-// DialTemporal connects to Temporal and, unless search attributes are off, makes sure
-// they exist.
+// DialTemporal connects to Temporal and makes sure the namespace exists and, unless search
+// attributes are off, that they do. Stopped (ctx cancelled) meanwhile, it returns an error
+// that wraps context.Canceled.
 func (a *App) DialTemporal(ctx context.Context) error {
 	sdkMetrics, err := a.sdkMetricsHandler()
 	if err != nil {
@@ -220,19 +221,22 @@ func (a *App) DialTemporal(ctx context.Context) error {
 	if err != nil {
 		return &UnavailableError{"Temporal", err}
 	}
+	checkCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	if a.Config.SearchAttributesEnabled() {
-		saCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if err := temporalx.EnsureSearchAttributes(saCtx, c, a.Config.Temporal.Namespace); err != nil {
-			c.Close()
-			if temporalx.IsNamespaceNotFound(err) {
-				return &ConfigError{err}
-			}
-			if temporalx.Unanswered(err) {
-				return &UnavailableError{"Temporal", err}
-			}
-			return err
+		err = temporalx.EnsureSearchAttributes(checkCtx, c, a.Config.Temporal.Namespace)
+	} else {
+		err = temporalx.CheckNamespace(checkCtx, c, a.Config.Temporal.Namespace)
+	}
+	if err != nil {
+		c.Close()
+		if temporalx.IsNamespaceNotFound(err) {
+			return &ConfigError{err}
 		}
+		if temporalx.Unanswered(err) {
+			return &UnavailableError{"Temporal", err}
+		}
+		return err
 	}
 	a.Temporal = c
 	return nil

@@ -35,6 +35,8 @@ func TestOpenChoosesTheDatabase(t *testing.T) {
 		row, err := a.Driver.Get(ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, store.StatusPending, row.Status)
+		// Open connects to the database only: what needs Temporal says so.
+		require.ErrorContains(t, a.EnsureRetentionSchedule(ctx), "not connected to Temporal")
 	})
 
 	t.Run("WithoutOpener", func(t *testing.T) {

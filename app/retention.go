@@ -3,6 +3,7 @@ package app
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -19,6 +20,9 @@ import (
 // from the config's retention settings. It reads the schedule in place through the config's
 // payload codec, as DialTemporal's client writes it.
 func (a *App) EnsureRetentionSchedule(ctx context.Context) error {
+	if a.Temporal == nil {
+		return errors.New("retention schedule: not connected to Temporal (app.Connect, or DialTemporal after app.Open)")
+	}
 	r := a.Config.Retention
 	cdc, err := a.Config.Codec.New()
 	if err != nil {

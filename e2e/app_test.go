@@ -30,6 +30,19 @@ func TestEmbeddedWorker(t *testing.T) {
 	ts := newServer(t)
 	ctx := context.Background()
 	e := newEnv(t, ts)
+	// A namespace that does not exist is a config error, with the search attribute check
+	// (which finds it) or without.
+	for _, check := range []bool{true, false} {
+		_, err := app.Connect(ctx, &config.Config{
+			DatabaseURL:      testdb.URL(),
+			Schema:           e.store.Schema(),
+			Temporal:         config.Temporal{Address: ts.GetFrontendHostPort(), Namespace: "no-such-namespace", TaskQueue: e.taskQueue},
+			SearchAttributes: &check,
+		}, app.Options{Logger: logger})
+		require.True(t, app.IsConfigError(err), "search attributes checked: %v: %v", check, err)
+		require.ErrorContains(t, err, `namespace "no-such-namespace" not found`)
+	}
+
 	a, err := app.Connect(ctx, &config.Config{
 		DatabaseURL: testdb.URL(),
 		Schema:      e.store.Schema(),

@@ -131,7 +131,14 @@ func IsDeploymentMissing(err error) bool {
 // Kind implements Delivery.
 func (s *Store) Kind() string { return "postgres" }
 
+// Answered implements storedriver.Answerer: err is PostgreSQL's answer (a *pgconn.PgError).
+func (s *Store) Answered(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr)
+}
+
 var (
-	_ Driver   = (*Store)(nil)
-	_ Notifier = (*Store)(nil)
+	_ storedriver.Answerer = (*Store)(nil)
+	_ Driver               = (*Store)(nil)
+	_ Notifier             = (*Store)(nil)
 )

@@ -19,6 +19,7 @@ import (
 	"github.com/outbox-go/outbox/internal/deployment"
 	"github.com/outbox-go/outbox/metrics"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/storedriver"
 	"github.com/outbox-go/outbox/workflows"
 )
 
@@ -163,7 +164,8 @@ func Run(ctx context.Context, cfg Config) error {
 // without that permission) is logged, and the worker starts without that check. A
 // database that does not answer is waited for (an outage, or a deploy that starts the
 // worker first), until ctx ends; one that answers with an error (a schema without the
-// migrations: store.ErrNotMigrated, from any store) is an error.
+// migrations: store.ErrNotMigrated, from any store; a permission refused, from a store
+// that tells answers apart: storedriver.Answerer) is an error.
 func CheckTaskQueue(ctx context.Context, c client.Client, st store.Delivery, taskQueue string, logger *slog.Logger) (uuid.UUID, error) {
 	logger = cmp.Or(logger, slog.Default())
 	var (
@@ -173,8 +175,9 @@ func CheckTaskQueue(ctx context.Context, c client.Client, st store.Delivery, tas
 	)
 	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
 		id, recorded, err = st.RecordTaskQueue(ctx, taskQueue)
+		answerer, _ := st.(storedriver.Answerer)
 		var pgErr *pgconn.PgError
-		if err == nil || errors.As(err, &pgErr) || errors.Is(err, store.ErrNotMigrated) || ctx.Err() != nil {
+		if err == nil || errors.As(err, &pgErr) || (answerer != nil && answerer.Answered(err)) || errors.Is(err, store.ErrNotMigrated) || ctx.Err() != nil {
 			break
 		}
 		logger.WarnContext(ctx, "Cannot read the outbox deployment; the worker waits for the database", slog.Duration("retry_in", wait), slog.Any("error", err))

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -78,4 +79,36 @@ func TestOptionsNameTheVersionAndDeployment(t *testing.T) {
 
 	require.Equal(t, sdkworker.Options{Identity: "x"}, worker.Options(sdkworker.Options{Identity: "x"}, worker.Deps{}),
 		"without a deployment (deps not from PrepareWorker) nothing is claimed")
+}
+
+// answering is a store whose database answers the deployment's read with an error, and
+// says so (storedriver.Answerer), as the MySQL store does for a permission refused.
+type answering struct {
+	store.Delivery
+	answered bool
+}
+
+var errRefused = errors.New("Error 1142 (42000): UPDATE command denied to user 'ro'")
+
+func (answering) RecordTaskQueue(context.Context, string) (uuid.UUID, string, error) {
+	return uuid.Nil, "", errRefused
+}
+func (a answering) Answered(err error) bool { return a.answered && errors.Is(err, errRefused) }
+
+// A database's answer that is an error ends the worker's start at once, whatever the
+// store; only no answer is waited for.
+func TestCheckTaskQueueReturnsADatabasesAnswer(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := worker.CheckTaskQueue(ctx, nil, answering{answered: true}, "outbox", nil)
+	require.ErrorIs(t, err, errRefused)
+	require.NoError(t, ctx.Err(), "returned at once, not after waiting")
+
+	// Without the answer told apart, the error is waited out until the context ends.
+	short, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	_, err = worker.CheckTaskQueue(short, nil, answering{}, "outbox", nil)
+	require.Error(t, err)
+	require.Error(t, short.Err(), "waited")
 }

@@ -3,6 +3,7 @@
 package temporalx
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	temporalotel "go.temporal.io/sdk/contrib/opentelemetry"
 	"go.temporal.io/sdk/converter"
@@ -162,6 +164,10 @@ func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace stri
 	if Unanswered(err) {
 		return fmt.Errorf("read the search attributes of namespace %q: %w", namespace, err)
 	}
+	if err != nil && ctx.Err() != nil {
+		// Stopped while asking (the process is shutting down): no answer about them.
+		return fmt.Errorf("read the search attributes of namespace %q: %w", namespace, ctx.Err())
+	}
 	if err != nil {
 		return searchAttributeError(namespace, workflows.SearchAttributeNames, err)
 	}
@@ -174,15 +180,37 @@ func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace stri
 	}
 	_, err = c.OperatorService().AddSearchAttributes(ctx, req)
 	var exists *serviceerror.AlreadyExists
-	if Unanswered(err) {
-		return fmt.Errorf("create search attributes %s in namespace %q: %w", strings.Join(missing, ", "), namespace, err)
+	if Unanswered(err) || (err != nil && ctx.Err() != nil) {
+		return fmt.Errorf("create search attributes %s in namespace %q: %w", strings.Join(missing, ", "), namespace, cmp.Or(ctx.Err(), err))
 	}
 	if err != nil && !errors.As(err, &exists) {
 		return searchAttributeError(namespace, missing, err)
 	}
 	// Another process may have added them at the same time; either way, look again.
-	if missing, err = missingSearchAttributes(ctx, c, namespace); err != nil || len(missing) > 0 {
+	if missing, err = missingSearchAttributes(ctx, c, namespace); err != nil && ctx.Err() != nil {
+		return fmt.Errorf("read the search attributes of namespace %q: %w", namespace, ctx.Err())
+	} else if err != nil || len(missing) > 0 {
 		return searchAttributeError(namespace, missing, err)
+	}
+	return nil
+}
+
+// CheckNamespace makes sure namespace exists, for a process that does not read its search
+// attributes (which finds a missing namespace too): a namespace not found is a
+// namespaceNotFoundError (IsNamespaceNotFound), a Temporal that does not answer an error
+// Unanswered reports. Any other refusal (a key that may not describe the namespace) is no
+// proof that it is missing, and passes: the worker's polls report what is wrong.
+func CheckNamespace(ctx context.Context, c client.Client, namespace string) error {
+	_, err := c.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: namespace})
+	switch {
+	case err == nil:
+		return nil
+	case isNotFound(err):
+		return namespaceNotFound(namespace, err)
+	case Unanswered(err):
+		return fmt.Errorf("describe namespace %q: %w", namespace, err)
+	case ctx.Err() != nil:
+		return fmt.Errorf("describe namespace %q: %w", namespace, ctx.Err())
 	}
 	return nil
 }

@@ -54,6 +54,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/propagation"
 
@@ -264,6 +265,13 @@ func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``")
 
 // Kind implements storedriver.Driver: "mysql", for MySQL and MariaDB alike.
 func (s *Store) Kind() string { return Kind }
+
+// Answered implements storedriver.Answerer: err is the server's answer (a
+// *mysql.MySQLError), such as a permission refused.
+func (s *Store) Answered(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me)
+}
 
 // Schema returns the database that holds the outbox tables.
 func (s *Store) Schema() string { return s.schema }

@@ -112,6 +112,15 @@ type Delivery interface {
 	PublishedPolicy(ctx context.Context) (PublishedPolicy, error)
 }
 
+// Answerer is implemented by a store that can tell the database's answer (an error the
+// server returned: a permission refused, a table missing) from no answer (a connection
+// refused or broken, a timeout), which waiting may cure. A process that waits for the
+// database at start (the worker's deployment check) waits only for the second. A store
+// without it has its errors taken as no answer, but for ErrNotMigrated.
+type Answerer interface {
+	Answered(err error) bool
+}
+
 // Operations is what an operator's commands need: inspect messages and dead letters,
 // redrive or discard them (with an audit row each), read statistics and purge.
 type Operations interface {

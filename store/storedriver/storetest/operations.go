@@ -1,9 +1,11 @@
 package storetest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -353,6 +355,15 @@ func testPlainSQLRows(t *testing.T, h Harness) {
 // first task queue recorded stays until MoveTaskQueue moves it.
 func testDeployment(t *testing.T, h Harness) {
 	e := newEnv(t, h)
+	// A store tells the database's answer from no answer, so that a worker waiting for
+	// its database at start waits only for the second.
+	if a, ok := e.d().(storedriver.Answerer); ok {
+		err := e.Exec(e.ctx, "SELECT no_such_column FROM outbox_deployment")
+		require.Error(t, err)
+		require.True(t, a.Answered(err), "the server's refusal is an answer: %v", err)
+		require.False(t, a.Answered(fmt.Errorf("dial tcp 127.0.0.1:1: %w", syscall.ECONNREFUSED)), "a connection refused is none")
+		require.False(t, a.Answered(context.DeadlineExceeded))
+	}
 	id, err := e.d().DeploymentID(e.ctx)
 	require.NoError(t, err)
 	require.NotEqual(t, uuid.Nil, id)

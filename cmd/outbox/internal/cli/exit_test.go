@@ -27,6 +27,9 @@ func TestExitCodes(t *testing.T) {
 	unknownField := filepath.Join(dir, "typo.yaml")
 	require.NoError(t, os.WriteFile(unknownField, []byte("relay:\n  poll_intervall: 1s\n"), 0o600))
 	good := map[string]string{"DATABASE_URL": testdb.URL()}
+	_, st := testdb.Schema(t)
+	migrated := filepath.Join(dir, "migrated.yaml")
+	require.NoError(t, os.WriteFile(migrated, []byte("schema: "+st.Schema()+"\n"), 0o600))
 	refused := map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/outbox?connect_timeout=2"}
 	u, err := url.Parse(testdb.URL())
 	require.NoError(t, err)
@@ -76,6 +79,8 @@ func TestExitCodes(t *testing.T) {
 		{"NoSuchMySQLDatabase", mysqlNoDatabase, []string{"stats"}, cli.ExitConfig, "Unknown database 'outbox_no_such_database'"},
 		{"WrongMySQLPassword", mysqlWrongPassword, []string{"stats"}, cli.ExitConfig, "Access denied"},
 		{"Failure", good, []string{"dlq", "show", "0191d6a2-0000-7000-8000-000000000000"}, cli.ExitFailure, "0191d6a2-0000-7000-8000-000000000000"},
+		{"ShowWithTemporalDown", map[string]string{"DATABASE_URL": testdb.URL(), "TEMPORAL_ADDRESS": "127.0.0.1:1"},
+			[]string{"show", "0191d6a2-0000-7000-8000-000000000000", "--config", migrated}, cli.ExitUnavailable, "its workflow history could not be read"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

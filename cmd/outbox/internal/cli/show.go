@@ -21,6 +21,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/outbox-go/outbox/app"
+	"github.com/outbox-go/outbox/internal/temporalx"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/workflows"
 )
@@ -177,6 +178,7 @@ func inspectMessage(ctx context.Context, a *app.App, id uuid.UUID) (*messageView
 		}
 	}
 	v.Runs, err = readRuns(hctx, a, workflows.WorkflowID(id.String()), runIDs)
+	historyErr := err
 	if err != nil {
 		v.HistoryError = err.Error()
 	}
@@ -186,9 +188,11 @@ func inspectMessage(ctx context.Context, a *app.App, id uuid.UUID) (*messageView
 		}
 	}
 	if v.rowMissing && len(dls) == 0 && len(v.Runs) == 0 {
-		if v.HistoryError != "" {
-			return nil, fmt.Errorf("message %s: no row in schema %s and no dead letter; its workflow history could not be read: %s",
-				id, a.Driver.Schema(), v.HistoryError)
+		if historyErr != nil {
+			// Temporal not answering is why the message cannot be told apart from none
+			// (exit 69, as for a database that does not answer).
+			return nil, fmt.Errorf("message %s: no row in schema %s and no dead letter; its workflow history could not be read: %w",
+				id, a.Driver.Schema(), historyErr)
 		}
 		return nil, fmt.Errorf("message %s not found: no row in schema %s, no dead letter and no workflow %s in namespace %s "+
 			"(retention removes sent and discarded rows, and Temporal closed runs, after their retention period)",
@@ -205,7 +209,10 @@ func readRuns(ctx context.Context, a *app.App, workflowID string, runIDs []strin
 	}
 	c, err := app.Dial(ctx, a.Config)
 	if err != nil {
-		return nil, err
+		if app.IsConfigError(err) {
+			return nil, err
+		}
+		return nil, &app.UnavailableError{Service: "Temporal", Err: err}
 	}
 	defer c.Close()
 	dc, fc := opts.DataConverter, opts.FailureConverter
@@ -224,6 +231,9 @@ func readRuns(ctx context.Context, a *app.App, workflowID string, runIDs []strin
 		var notFound *serviceerror.NotFound
 		if errors.As(err, &notFound) {
 			continue // a run past the namespace's retention, or a message not started yet
+		}
+		if temporalx.Unanswered(err) {
+			return runs, &app.UnavailableError{Service: "Temporal", Err: fmt.Errorf("describe workflow %s: %w", workflowID, err)}
 		}
 		if err != nil {
 			return runs, fmt.Errorf("describe workflow %s: %w", workflowID, err)
