@@ -88,7 +88,7 @@ type answering struct {
 	answered bool
 }
 
-var errRefused = errors.New("Error 1142 (42000): UPDATE command denied to user 'ro'")
+var errRefused = errors.New("update command denied to user 'ro' (1142)")
 
 func (answering) RecordTaskQueue(context.Context, string) (uuid.UUID, string, error) {
 	return uuid.Nil, "", errRefused
