@@ -151,8 +151,20 @@ type Registry interface {
 // Workflow handler and its attempts). It returns the delivery's result or the error it
 // failed with (a dead-lettered message fails with a workflows.ErrTypeDeadLettered error);
 // the row's status is in st afterwards.
+//
+// A workflow topic with a signal, and a Nexus topic, need a Temporal server (signal-with-
+// start and Nexus endpoints are not in the test environment): Deliver returns an error
+// for them and leaves the row as it is. Run those against a dev server (temporal server
+// start-dev, or outbox dev) with app.Run.
 func Deliver(t testing.TB, st *store.Store, messageID uuid.UUID, policy workflows.Policy, register func(Registry)) (workflows.DeliveryResult, error) {
 	t.Helper()
+	switch {
+	case policy.Workflow != nil && policy.Workflow.Signal != "":
+		return workflows.DeliveryResult{}, fmt.Errorf("outboxtest: Deliver cannot run a workflow topic with a signal (workflow %s, signal %s): signal-with-start needs a Temporal server; test the team's workflow with the SDK's test suite, and the topic against a dev server",
+			policy.Workflow.Workflow, policy.Workflow.Signal)
+	case policy.Nexus != nil:
+		return workflows.DeliveryResult{}, errors.New("outboxtest: Deliver cannot run a Nexus topic: Nexus endpoints need a Temporal server; test the topic against a dev server")
+	}
 	row, err := st.Get(context.Background(), messageID)
 	if err != nil {
 		t.Fatalf("outboxtest: message %s: %v", messageID, err)

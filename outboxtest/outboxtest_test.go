@@ -91,4 +91,16 @@ func TestOutboxTest(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, dls, 1)
 	require.Equal(t, "permanent failure: SKU missing", dls[0].LastError)
+
+	// A signal topic and a Nexus topic need a server: refused, the row left pending (it
+	// was dead-lettered as if the topic could not be delivered).
+	waiting, err := st.Enqueue(ctx, pool, store.Message{Topic: "order.created", Payload: []byte(`{"order_id": 44}`)})
+	require.NoError(t, err)
+	_, err = outboxtest.Deliver(t, st, waiting, workflows.Policy{Workflow: &workflows.WorkflowHandler{Workflow: "Fulfil", TaskQueue: "q", Signal: "order"}}, nil)
+	require.ErrorContains(t, err, "cannot run a workflow topic with a signal (workflow Fulfil, signal order)")
+	_, err = outboxtest.Deliver(t, st, waiting, workflows.Policy{Nexus: &workflows.NexusHandler{Endpoint: "e", Service: "s", Operation: "o"}}, nil)
+	require.ErrorContains(t, err, "cannot run a Nexus topic")
+	row, err = st.Get(ctx, waiting)
+	require.NoError(t, err)
+	require.Equal(t, store.StatusPending, row.Status)
 }
