@@ -5,12 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
+	"maps"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
@@ -187,14 +186,7 @@ func (a *Activities) sendBatchTraced(ctx context.Context, h delivery.Handler, ro
 		spanCtx, span := a.startSendSpan(ctx, rows[id], workflows.SendInput{MessageID: m.MessageID, Topic: m.Topic, Attempt: 1, MaxAttempts: m.MaxAttempts})
 		spans[i] = span
 		if span.SpanContext().IsValid() {
-			headers := make(map[string]string, len(m.Headers)+2)
-			for k, v := range m.Headers {
-				if !strings.EqualFold(k, "traceparent") && !strings.EqualFold(k, "tracestate") {
-					headers[k] = v
-				}
-			}
-			tracing.Propagator(nil).Inject(spanCtx, propagation.MapCarrier(headers))
-			m.Headers = headers
+			m.Headers = tracing.Replace(spanCtx, maps.Clone(m.Headers))
 		}
 		traced[i] = m
 	}

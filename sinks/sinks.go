@@ -29,8 +29,6 @@ import (
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/outbox-go/outbox/delivery"
@@ -192,20 +190,7 @@ func Headers(ctx context.Context, d delivery.Message, extra map[string]string, r
 		h[k] = d.Headers[k]
 	}
 	maps.Copy(h, OutboxHeaders(d))
-	if trace.SpanContextFromContext(ctx).IsValid() {
-		// The send's trace context replaces the message's, whatever the case of its
-		// header names: a propagator writes only what is missing, and a carrier may hold
-		// both spellings.
-		for _, f := range (propagation.TraceContext{}).Fields() {
-			for k := range h {
-				if strings.EqualFold(k, f) {
-					delete(h, k)
-				}
-			}
-		}
-	}
-	tracing.Propagator(nil).Inject(ctx, propagation.MapCarrier(h))
-	return h, nil
+	return tracing.Replace(ctx, h), nil
 }
 
 // OutboxHeaders returns the headers the outbox sets on every message a sink sends, the

@@ -86,6 +86,28 @@ func Headers(ctx context.Context, p propagation.TextMapPropagator, h map[string]
 	return out
 }
 
+// Replace puts the trace context of ctx's span into h, as the default [Propagator] writes
+// it, in place of the one h carries: a send writes its own span's context on the message
+// it delivers, and that span is a child of the one h named. The W3C fields are removed in
+// any case of their names first (a propagator writes only what is missing, and h may hold
+// both spellings) when ctx has a valid span. h is changed and returned; a nil h is made.
+func Replace(ctx context.Context, h map[string]string) map[string]string {
+	if h == nil {
+		h = map[string]string{}
+	}
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		for _, f := range (propagation.TraceContext{}).Fields() {
+			for k := range h {
+				if strings.EqualFold(k, f) {
+					delete(h, k)
+				}
+			}
+		}
+	}
+	Propagator(nil).Inject(ctx, propagation.MapCarrier(h))
+	return h
+}
+
 // SpanContext returns the remote span context that headers h carry, as p (see
 // [Propagator]) reads it; the result is invalid when h has none.
 func SpanContext(p propagation.TextMapPropagator, h map[string]string) trace.SpanContext {
