@@ -41,6 +41,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -225,6 +226,13 @@ func CheckURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Hostname() == "" {
 		return fmt.Errorf("must be an amqp:// or amqps:// URL with a host, got %q", redact.URL(raw))
+	}
+	// A # or ? in a password that is not percent-encoded ends the host early: the URL
+	// would parse with the user name as its host and the password's digits as its port,
+	// which connection errors then show.
+	if strings.Contains(raw, "#") || (u.User == nil && strings.Contains(u.RawQuery, "@")) {
+		return fmt.Errorf("must be an amqp:// or amqps:// URL whose user name and password percent-encode # (%%23), ? (%%3F), / (%%2F) and @ (%%40), got %q",
+			redact.URL(raw))
 	}
 	// The URL parses, so ParseURI's errors are about its port, query options or spaces,
 	// and do not quote it.

@@ -475,6 +475,10 @@ func TestCheckURL(t *testing.T) {
 		{"broker:5672", `must be an amqp:// or amqps:// URL with a host`},
 		{"amqp://user:s3cret@broker/?heartbeat=x", `heartbeat`},
 		{"amqp://broker", ""},
+		{"amqp://user:12#s3cret@broker:5672/vhost", `percent-encode # (%23)`},
+		{"amqp://user:12?s3cret@broker:5672/vhost", `percent-encode # (%23), ? (%3F)`},
+		{"amqp://user:12%23s3cret@broker:5672/vhost", ""},
+		{"amqp://broker/vhost?heartbeat=10", ""},
 		{"amqps://user:s3cret@broker:5671/vhost", ""},
 	} {
 		err := rabbitsink.CheckURL(tc.url)
@@ -483,7 +487,7 @@ func TestCheckURL(t *testing.T) {
 			t.Errorf("CheckURL(%q): %v", tc.url, err)
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("CheckURL(%q) = %v, want an error containing %q", tc.url, err, tc.want)
-		case err != nil && strings.Contains(err.Error(), "s3cret"):
+		case err != nil && (strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "12")):
 			t.Errorf("CheckURL(%q) shows the password: %v", tc.url, err)
 		}
 	}
