@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -218,6 +219,40 @@ func TestWorkflowTopic(t *testing.T) {
 		_, err := b.run()
 		require.NoError(t, err)
 	})
+
+	// An ID that no start can give the team's workflow fails for good, with what is
+	// wrong: one over Temporal's length limit (whose start would fail the workflow task
+	// forever), and the delivery run's own (whose start would find it running and count
+	// the message delivered), for a start and for a signal-with-start.
+	for _, c := range []struct {
+		name, payload, signal, want string
+	}{
+		{"AnIDOverTemporalsLimit", `{"order_id": "` + strings.Repeat("a", 1000) + `"}`, "",
+			`renders an ID of 1007 bytes, over Temporal's limit of 1000`},
+		{"TheRunsOwnID", `{"order_id": 42, "ref": "outbox-0195c2a0-0000-7000-8000-000000000001"}`, "",
+			`renders outbox-0195c2a0-0000-7000-8000-000000000001, the ID of the outbox's own delivery run`},
+		{"TheRunsOwnIDSignalled", `{"order_id": 42, "ref": "outbox-0195c2a0-0000-7000-8000-000000000001"}`, "paid",
+			`the ID of the outbox's own delivery run`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupWorkflowTopic(t, c.payload)
+			if strings.Contains(c.payload, "ref") {
+				b.input.Policy.Workflow.WorkflowID = "{payload.ref}"
+			}
+			b.input.Policy.Workflow.Signal = c.signal
+			b.env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: workflows.WorkflowID(b.input.MessageID)})
+			b.env.RegisterWorkflowWithOptions(func(workflow.Context, delivery.Message) error {
+				t.Error("the team's workflow started")
+				return nil
+			}, workflow.RegisterOptions{Name: "FulfilOrder"})
+			b.env.OnActivity(workflows.ActivityDeadLetter, mock.Anything, mock.MatchedBy(func(in workflows.DeadLetterInput) bool {
+				return in.Attempts == 1 && strings.HasPrefix(in.LastError, "permanent failure: workflow_id template") && strings.Contains(in.LastError, c.want)
+			})).Return(nil).Once()
+			_, err := b.run()
+			requireDeadLettered(t, err)
+		})
+	}
 
 	t.Run("AMissingPayloadFieldDeadLetters", func(t *testing.T) {
 		t.Parallel()

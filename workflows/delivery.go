@@ -68,6 +68,14 @@ const (
 	// became a Duration first: on amd64 a negative one, so the run waited not at all and
 	// its history has no timer there (on arm64 the largest, so it waited MaxInterval).
 	changeBackoffCapped = "backoff-overflow-capped"
+	// changeTeamWorkflowIDChecked (version 1, asked of every run on the one path it
+	// changes): a workflow topic's rendered ID that no start can take
+	// (teamworkflow.CheckWorkflowID: over Temporal's length limit, or the delivery run's
+	// own ID) fails the attempt for good. Before it, the child start with an ID too long
+	// failed the workflow task again and again (no history records it), and a start or
+	// signal-with-start of the run's own ID found it running and counted the message
+	// delivered.
+	changeTeamWorkflowIDChecked = "team-workflow-id-checked"
 )
 
 // dbRetryForever bounds the database steps that must succeed in the end (dead-letter, and
@@ -501,6 +509,9 @@ func (d *delivery) startWorkflow(w *WorkflowHandler, attempt int) error {
 	// allocation in encoding/json, and flags them).
 	id, err := teamworkflow.RenderWorkflowID(w.WorkflowID, msg, orderingKey) //workflowcheck:ignore
 	if err != nil {
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypePermanent, nil)
+	}
+	if err := teamworkflow.CheckWorkflowID(w.WorkflowID, id, workflow.GetInfo(d.ctx).WorkflowExecution.ID); err != nil && d.patched(changeTeamWorkflowIDChecked) {
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypePermanent, nil)
 	}
 	if w.Signal != "" {

@@ -20,6 +20,10 @@ func CheckWorkflowIDTemplate(tmpl string) error {
 	if tmpl == "" {
 		return fmt.Errorf("workflow_id template is empty")
 	}
+	if tmpl == "outbox-{message_id}" {
+		return fmt.Errorf("workflow_id template %q is the ID of the outbox's own delivery run: the team's workflow needs an ID of its own (the default is %s)",
+			tmpl, DefaultWorkflowIDTemplate)
+	}
 	_, err := renderTemplate(tmpl, func(name string) (string, error) {
 		if strings.HasPrefix(name, "payload.") && len(name) > len("payload.") {
 			return "x", nil
@@ -32,6 +36,25 @@ func CheckWorkflowIDTemplate(tmpl string) error {
 		return "", fmt.Errorf("workflow_id template %q: {%s} is not a field; use {message_id}, {topic}, {ordering_key} or {payload.<field>}", tmpl, name)
 	})
 	return err
+}
+
+// MaxWorkflowIDBytes is the longest workflow ID Temporal takes by default (the server's
+// limit.maxIDLength, which Temporal Cloud keeps): a child workflow started with a longer
+// one fails its parent's workflow task again and again instead of failing the start.
+const MaxWorkflowIDBytes = 1000
+
+// CheckWorkflowID reports a rendered workflow ID that no start can give the team's
+// workflow: longer than MaxWorkflowIDBytes, or own, the ID of the delivery run that starts
+// it (whose start would find itself already running and count the message delivered).
+func CheckWorkflowID(tmpl, id, own string) error {
+	if len(id) > MaxWorkflowIDBytes {
+		return fmt.Errorf("workflow_id template %q renders an ID of %d bytes, over Temporal's limit of %d: shorten the template or the payload fields it names",
+			tmpl, len(id), MaxWorkflowIDBytes)
+	}
+	if id == own {
+		return fmt.Errorf("workflow_id template %q renders %s, the ID of the outbox's own delivery run: the team's workflow needs an ID of its own", tmpl, id)
+	}
+	return nil
 }
 
 // RenderWorkflowID fills a workflow_id template with the message's fields. A payload field

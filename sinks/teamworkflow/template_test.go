@@ -2,6 +2,7 @@ package teamworkflow_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -37,11 +38,18 @@ func TestWorkflowIDTemplate(t *testing.T) {
 	_, err := teamworkflow.RenderWorkflowID("{ordering_key}", m, "")
 	require.ErrorContains(t, err, "message m-1 has no ordering key")
 	for tmpl, want := range map[string]string{
-		"{order_id}": "{order_id} is not a field",
-		"x-{payload": "a { without its }",
-		"x}":         "a } without its {",
-		"":           "workflow_id template is empty",
+		"{order_id}":          "{order_id} is not a field",
+		"x-{payload":          "a { without its }",
+		"x}":                  "a } without its {",
+		"":                    "workflow_id template is empty",
+		"outbox-{message_id}": `workflow_id template "outbox-{message_id}" is the ID of the outbox's own delivery run`,
 	} {
 		require.ErrorContains(t, teamworkflow.CheckWorkflowIDTemplate(tmpl), want, tmpl)
 	}
+
+	// A rendered ID no start can take: over Temporal's limit (in bytes), or the delivery
+	// run's own.
+	require.NoError(t, teamworkflow.CheckWorkflowID("t", strings.Repeat("é", 500), "outbox-1"))
+	require.ErrorContains(t, teamworkflow.CheckWorkflowID("t", strings.Repeat("é", 501), "outbox-1"), "renders an ID of 1002 bytes, over Temporal's limit of 1000")
+	require.ErrorContains(t, teamworkflow.CheckWorkflowID("{payload.ref}", "outbox-1", "outbox-1"), `"{payload.ref}" renders outbox-1, the ID of the outbox's own delivery run`)
 }
