@@ -4,7 +4,7 @@
 // The rules (Temporal Cloud's pricing page, "Actions"): the workflow start is one action;
 // each activity attempt is one; each timer; each search-attribute upsert after the start;
 // each signal sent to another workflow, and each signal the run receives; each child
-// workflow started; each Nexus operation scheduled, and each cancellation of one asked
+// workflow started (counted when it started: a start whose ID is taken starts none); each Nexus operation scheduled, and each cancellation of one asked
 // for; each side effect, and each value a mutable side effect records (it records one only
 // when the value changes). The local activities that one workflow task records count
 // together as one action. Search attributes given at the start, version markers and the
@@ -56,7 +56,7 @@ func Count(events []*historypb.HistoryEvent) Cost {
 			enumspb.EVENT_TYPE_TIMER_STARTED,
 			enumspb.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED,
 			enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED,
-			enumspb.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED,
+			enumspb.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED,
 			enumspb.EVENT_TYPE_NEXUS_OPERATION_SCHEDULED,
 			enumspb.EVENT_TYPE_NEXUS_OPERATION_CANCEL_REQUESTED:
 			c.Actions++

@@ -50,10 +50,13 @@ func TestCountFollowsThePricingRules(t *testing.T) {
 		event(9, enumspb.EVENT_TYPE_ACTIVITY_TASK_COMPLETED),
 		event(10, enumspb.EVENT_TYPE_TIMER_STARTED), // 1
 		event(12, enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED),
-		marker("LocalActivity", 12),                                            // another task's: 1
-		marker("SideEffect", 12),                                               // 1
-		marker("MutableSideEffect", 12),                                        // a value recorded: 1
-		event(15, enumspb.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED), // 1
+		marker("LocalActivity", 12),     // another task's: 1
+		marker("SideEffect", 12),        // 1
+		marker("MutableSideEffect", 12), // a value recorded: 1
+		event(15, enumspb.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED),
+		event(16, enumspb.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED),         // a child started: 1
+		event(17, enumspb.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED), // its ID taken:
+		event(18, enumspb.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_FAILED),    // no start, none
 		event(16, enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED),                  // scheduled, not started yet: 1
 		event(17, enumspb.EVENT_TYPE_NEXUS_OPERATION_SCHEDULED),                // 1
 		event(18, enumspb.EVENT_TYPE_NEXUS_OPERATION_COMPLETED),

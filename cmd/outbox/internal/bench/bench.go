@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -36,6 +37,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -171,19 +173,19 @@ func (b *bench) sampleRuns(shape string, ids []string, messages int) {
 }
 
 // cost reads back the histories sampled for shape and returns the mean actions and
-// history events per message.
-func (b *bench) cost(ctx context.Context, shape string) (actions, events float64, err error) {
+// history events per message, and how many runs it read.
+func (b *bench) cost(ctx context.Context, shape string) (actions, events float64, runs int, err error) {
 	b.samplesMu.Lock()
 	ids, messages := b.samples[shape], b.messages[shape]
 	b.samplesMu.Unlock()
 	if len(ids) == 0 {
-		return 0, 0, nil
+		return 0, 0, 0, nil
 	}
 	var total temporalcost.Cost
 	for _, id := range ids {
 		c, err := temporalcost.OfRun(ctx, b.client, id, "")
 		if err != nil {
-			return 0, 0, fmt.Errorf("history of %s: %w", id, err)
+			return 0, 0, 0, fmt.Errorf("history of %s: %w", id, err)
 		}
 		total = total.Add(c)
 	}
@@ -191,19 +193,36 @@ func (b *bench) cost(ctx context.Context, shape string) (actions, events float64
 	if messages > 0 {
 		n = float64(messages)
 	}
-	return float64(total.Actions) / n, float64(total.Events) / n, nil
+	return float64(total.Actions) / n, float64(total.Events) / n, len(ids), nil
+}
+
+// sampledRuns says how many runs each shape's cost was read from: "naive 20, bare 20".
+func sampledRuns(names []string, runs map[string]int) string {
+	parts := make([]string, 0, len(names))
+	for _, n := range names {
+		if r, ok := runs[n]; ok {
+			parts = append(parts, fmt.Sprintf("%s %d", n, r))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Run runs the benchmark and prints its table to out.
 func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) error {
-	if o.Messages < 1 || o.LatencyMessages < 1 || o.Rate <= 0 || o.Runs < 1 {
-		return cli.UsageErrorf("--messages, --latency-messages and --runs must be at least 1 and --rate positive, got %d, %d, %d and %g", o.Messages, o.LatencyMessages, o.Runs, o.Rate)
+	if o.Messages < 1 || o.LatencyMessages < 1 || o.Runs < 1 {
+		return cli.UsageErrorf("--messages, --latency-messages and --runs must be at least 1, got %d, %d and %d", o.Messages, o.LatencyMessages, o.Runs)
+	}
+	if math.IsNaN(o.Rate) || o.Rate <= 0 || time.Duration(float64(time.Second)/o.Rate) <= 0 {
+		return cli.UsageErrorf("--rate must be a positive number of messages per second, at most one a nanosecond, got %g", o.Rate)
 	}
 	if o.Isolation && (o.Lane != "" || o.Bulk < 1) {
 		return cli.UsageErrorf("--isolation takes no --lane, and --bulk must be at least 1, got %d", o.Bulk)
 	}
 	if o.Lane != "" && o.Lane != "message" && o.Lane != laneBatch {
 		return cli.UsageErrorf("--lane must be message or batch, got %q", o.Lane)
+	}
+	if err := checkOnly(o); err != nil {
+		return err
 	}
 	b := &bench{o: o, out: out}
 	var err error
@@ -257,6 +276,33 @@ func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) error {
 	return b.run(ctx)
 }
 
+// parts are the names --only takes in each mode: the shapes, and latency.
+var (
+	shapeParts = []string{"naive", "bare", "outbox", "run", "dev", "latency"}
+	laneParts  = []string{"message", laneBatch, "latency"}
+)
+
+// checkOnly refuses an --only part the mode has not: a bench that measured nothing would
+// print empty tables and succeed.
+func checkOnly(o Options) error {
+	if o.Only == "" {
+		return nil
+	}
+	if o.Isolation {
+		return cli.UsageErrorf("--isolation measures one thing and takes no --only, got %q", o.Only)
+	}
+	parts := shapeParts
+	if o.Lane == laneBatch {
+		parts = laneParts
+	}
+	for _, p := range strings.Split(o.Only, ",") {
+		if !slices.Contains(parts, strings.TrimSpace(p)) {
+			return cli.UsageErrorf("--only: %q is not a part of this bench; use a comma-separated list of %s", strings.TrimSpace(p), strings.Join(parts, ", "))
+		}
+	}
+	return nil
+}
+
 func (b *bench) wants(part string) bool {
 	if b.o.Only == "" {
 		return true
@@ -298,19 +344,21 @@ func (b *bench) run(ctx context.Context) error {
 	}
 
 	fmt.Fprintf(b.out, "\n| shape | what | msg/s min / median / max | median vs naive | median vs bare | actions/msg | events/msg |\n|---|---|---:|---:|---:|---:|---:|\n")
+	read, names := map[string]int{}, []string{}
 	for _, s := range shapes {
 		rs := rates[s.name]
 		if len(rs) == 0 {
 			continue
 		}
-		actions, events, err := b.cost(ctx, s.name)
+		actions, events, runs, err := b.cost(ctx, s.name)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
+		read[s.name], names = runs, append(names, s.name)
 		fmt.Fprintf(b.out, "| %s | %s | %s | %s | %s | %.1f | %.1f |\n", s.name, s.what, minMedMax(rs),
 			ratio(median(rs), median(rates["naive"])), ratio(median(rs), median(rates["bare"])), actions, events)
 	}
-	fmt.Fprintf(b.out, "\nactions/msg and events/msg: the mean over %d delivered messages' histories per shape, by Temporal Cloud's rules (docs/benchmarks.md); msg/s ≤ the namespace's actions/s limit (500 by default) ÷ actions/msg.\n", costSamples)
+	fmt.Fprintf(b.out, "\nactions/msg and events/msg: the mean over delivered messages' histories (%s), by Temporal Cloud's rules (docs/benchmarks.md); msg/s ≤ the namespace's actions/s limit (500 by default) ÷ actions/msg.\n", sampledRuns(names, read))
 
 	if b.wants("latency") {
 		if err := b.latency(ctx, rates); err != nil {
@@ -552,12 +600,17 @@ func lookup(env *cli.Env, name string) string {
 	return v
 }
 
+// median is the middle value of xs, or the mean of the two middle values when there is
+// an even number of them.
 func median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return 0
 	}
 	s := append([]float64(nil), xs...)
 	sort.Float64s(s)
+	if len(s)%2 == 0 {
+		return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
 	return s[len(s)/2]
 }
 

@@ -65,7 +65,11 @@ func printPhases(out io.Writer, label string, ps []phases) {
 			ds[j] = p[i]
 		}
 		sort.Slice(ds, func(a, b int) bool { return ds[a] < ds[b] })
-		cells[i] = ms(ds[len(ds)/2])
+		mid := ds[len(ds)/2]
+		if len(ds)%2 == 0 {
+			mid = (ds[len(ds)/2-1] + mid) / 2
+		}
+		cells[i] = ms(mid)
 	}
 	fmt.Fprintf(out, "| %s | %d | %s |\n", label, len(ps), strings.Join(cells, " | "))
 }
