@@ -150,10 +150,8 @@ func (s *Store) Redrive(ctx context.Context, messageID uuid.UUID, actor string) 
 	return s.redrive(ctx, messageID, 0, actor)
 }
 
-// RedriveDeadLetter is Redrive of the message only while deadLetterID is its one open
-// dead letter: the letter an operator chose from a list. When the message was redriven,
-// discarded or dead-lettered again since, it returns a *storedriver.DeadLetterChangedError
-// and changes nothing.
+// RedriveDeadLetter is Redrive guarded by the dead letter an operator chose (see
+// storedriver.Operations).
 func (s *Store) RedriveDeadLetter(ctx context.Context, messageID uuid.UUID, deadLetterID int64, actor string) (storedriver.Redriven, error) {
 	if deadLetterID <= 0 {
 		return storedriver.Redriven{}, fmt.Errorf("redrive: dead letter ID must be positive, got %d", deadLetterID)
@@ -184,10 +182,8 @@ func (s *Store) Discard(ctx context.Context, messageID uuid.UUID, actor string) 
 	return s.discard(ctx, messageID, 0, actor)
 }
 
-// DiscardDeadLetter is Discard of the message only while deadLetterID is its one open
-// dead letter: the letter an operator chose from a list. When the message was redriven,
-// discarded or dead-lettered again since, it returns a *storedriver.DeadLetterChangedError
-// and changes nothing.
+// DiscardDeadLetter is Discard guarded by the dead letter an operator chose (see
+// storedriver.Operations).
 func (s *Store) DiscardDeadLetter(ctx context.Context, messageID uuid.UUID, deadLetterID int64, actor string) error {
 	if deadLetterID <= 0 {
 		return fmt.Errorf("discard: dead letter ID must be positive, got %d", deadLetterID)
