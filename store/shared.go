@@ -75,6 +75,7 @@ const (
 	DefaultMaxPayloadBytes = storedriver.DefaultMaxPayloadBytes
 	HardMaxPayloadBytes    = storedriver.HardMaxPayloadBytes
 	MaxRetryTimesLimit     = storedriver.MaxRetryTimesLimit
+	MaxHeadersBytes        = storedriver.MaxHeadersBytes
 	MaxErrorTextBytes      = storedriver.MaxErrorTextBytes
 	DefaultPurgeLimit      = storedriver.DefaultPurgeLimit
 	MaxPurgeLimit          = storedriver.MaxPurgeLimit

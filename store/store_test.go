@@ -236,6 +236,8 @@ func TestEnqueue(t *testing.T) {
 			{"NegativeRetries", store.Message{Topic: "a", Payload: json.RawMessage(`{}`), MaxRetryTimes: &neg}, "max_retry_times", "between 0 and 100, got -1"},
 			{"TooManyRetries", store.Message{Topic: "a", Payload: json.RawMessage(`{}`), MaxRetryTimes: &over}, "max_retry_times", "got 101"},
 			{"EmptyHeaderKey", store.Message{Topic: "a", Payload: json.RawMessage(`{}`), Headers: map[string]string{"": "x"}}, "headers", "non-empty UTF-8 keys"},
+			{"HeadersTooLarge", store.Message{Topic: "a", Payload: json.RawMessage(`{}`), Headers: map[string]string{"traceparent": "00-x", "blob": strings.Repeat("x", 32<<10)}},
+				"headers", "must be at most 32768 bytes of keys and values together, got 32787 bytes in 2 headers"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				_, err := st.Enqueue(ctx, pool, tc.msg)

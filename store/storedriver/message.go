@@ -57,6 +57,12 @@ var TopicPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,200}$`)
 // MaxRetryTimesLimit is the largest value of max_retry_times.
 const MaxRetryTimesLimit = 100
 
+// MaxHeadersBytes bounds a message's headers, their keys and values together: room for
+// trace context and a team's own metadata, and within what every broker sink carries
+// with the outbox's own headers added (NATS JetStream takes 64 KiB of headers; a
+// RabbitMQ frame, 128 KiB by default). Headers are metadata; data goes in the payload.
+const MaxHeadersBytes = 32 << 10
+
 // Message is what business code enqueues.
 type Message struct {
 	// Topic routes the message to its handler, e.g. "order.created". It must match
@@ -64,7 +70,8 @@ type Message struct {
 	Topic string
 	// Payload is the message body: any JSON value, at most Config.MaxPayloadBytes.
 	Payload json.RawMessage
-	// Headers are carried with the message to its handler (trace context, for example).
+	// Headers are carried with the message to its handler (trace context, for example):
+	// at most MaxHeadersBytes of keys and values.
 	Headers map[string]string
 	// MaxRetryTimes, when set, is the number of retries after the first attempt (0 to
 	// 100); it overrides the topic's max_attempts. Nil uses the topic's policy.
