@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
@@ -41,7 +42,7 @@ const recordEnv = "OUTBOX_RECORD_HISTORIES"
 // recordGeneration names the folder of workflows/testdata that TestRecordHistories
 // writes. The replay test replays every generation, so when a change to OutboxDelivery adds
 // a path or changes its input, bump this and record: the older generations stay, guarded.
-const recordGeneration = "v10"
+const recordGeneration = "v11"
 
 // historiesDir is where workflows/replay_test.go reads the recorded histories from.
 var historiesDir = filepath.Join("..", "workflows", "testdata", recordGeneration)
@@ -373,6 +374,43 @@ func TestRecordHistories(t *testing.T) {
 				e.waitStatus(t, id, store.StatusSent)
 				return id
 			},
+		},
+		{
+			// A backoff whose product no Duration holds (a coefficient of 1e12): the third
+			// attempt waits max_interval, and the run records the backoff-overflow-capped
+			// marker.
+			file: "delivery_backoff_capped.json",
+			run: func(t *testing.T, e *env) uuid.UUID {
+				topic := fast(e)
+				topic.Backoff = 1e12
+				e.cfg.Topics["order.capped"] = topic
+				id := e.enqueueOrderPlain(t, "order.capped", nil)
+				e.recv.Before = flaky(e.recv, map[string]int{id.String(): 2})
+				e.start(t)
+				e.waitStatus(t, id, store.StatusSent)
+				requests, _ := e.recv.Count(id.String())
+				require.Equal(t, 3, requests)
+				return id
+			},
+		},
+		{
+			// A workflow topic whose workflow_id renders more than Temporal's 1000 bytes:
+			// dead-lettered at once, and the run records the team-workflow-id-checked marker.
+			file: "delivery_team_workflow_id_refused.json",
+			run: func(t *testing.T, e *env) uuid.UUID {
+				queue := "team-" + e.store.Schema()
+				e.cfg.Topics["order.fulfil"] = config.Topic{Workflow: "FulfilOrder", TaskQueue: queue, WorkflowID: "fulfil-{payload.ref}"}
+				e.start(t)
+				id, err := e.store.Enqueue(ctx, e.pool, store.Message{Topic: "order.fulfil",
+					Payload: json.RawMessage(`{"ref": "` + strings.Repeat("r", 1000) + `"}`)})
+				require.NoError(t, err)
+				e.waitStatus(t, id, store.StatusDead)
+				row, err := e.store.Get(ctx, id)
+				require.NoError(t, err)
+				require.Contains(t, *row.LastError, "renders an ID of 1007 bytes, over Temporal's limit of 1000")
+				return id
+			},
+			failed: true,
 		},
 		{
 			file: "delivery_team_workflow_signalled.json",

@@ -55,6 +55,8 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"batch_handed_over.json",
 		"delivery_from_batch.json",
 		"delivery_nexus_retried.json",
+		"delivery_backoff_capped.json",
+		"delivery_team_workflow_id_refused.json",
 	}
 	for _, name := range want {
 		require.FileExists(t, filepath.Join(latest, name))
