@@ -22,7 +22,11 @@ func deadLettered(t *testing.T, st *store.Store, topic, runID string) uuid.UUID 
 	ctx := context.Background()
 	id, err := st.Enqueue(ctx, st.DB(), store.Message{Topic: topic, Payload: json.RawMessage(`{"n": 1}`)})
 	require.NoError(t, err)
-	ok, err := st.DeadLetter(ctx, store.DeadLetter{MessageID: id, Topic: topic, WorkflowID: "outbox-" + id.String(), RunID: runID, Attempts: 4, LastError: "gave up after 4 attempts: HTTP 500"})
+	// A run records its failed attempts before it gives up, so a redrive has them to reset.
+	ok, err := st.RecordFailure(ctx, id, 4, "HTTP 500")
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = st.DeadLetter(ctx, store.DeadLetter{MessageID: id, Topic: topic, WorkflowID: "outbox-" + id.String(), RunID: runID, Attempts: 4, LastError: "gave up after 4 attempts: HTTP 500"})
 	require.NoError(t, err)
 	require.True(t, ok)
 	return id

@@ -89,7 +89,11 @@ func (r rowsIn) sent() uuid.UUID {
 func (r rowsIn) dead() uuid.UUID {
 	r.t.Helper()
 	id := r.dispatched().MessageID
-	ok, err := r.st.DeadLetter(r.ctx, store.DeadLetter{MessageID: id, WorkflowID: "outbox-" + id.String(), RunID: uuid.NewString(), Attempts: 3, LastError: "HTTP 500"})
+	// A run records its failed attempts before it gives up, so a redrive has them to reset.
+	ok, err := r.st.RecordFailure(r.ctx, id, 3, "HTTP 500")
+	require.NoError(r.t, err)
+	require.True(r.t, ok)
+	ok, err = r.st.DeadLetter(r.ctx, store.DeadLetter{MessageID: id, WorkflowID: "outbox-" + id.String(), RunID: uuid.NewString(), Attempts: 3, LastError: "HTTP 500"})
 	require.NoError(r.t, err)
 	require.True(r.t, ok)
 	return id
@@ -359,6 +363,7 @@ func TestTransitionRedrive(t *testing.T) {
 	claimed, dispatched, sent, dead, discarded := r.claimed().MessageID, r.dispatched().MessageID, r.sent(), r.dead(), r.discarded()
 	pending := r.pending()
 
+	require.EqualValues(t, 3, r.row(dead)["retry_times"])
 	red, err := r.st.Redrive(r.ctx, dead, "alice")
 	require.NoError(t, err)
 	require.Equal(t, 1, red.RedriveCount)

@@ -340,8 +340,13 @@ func testTransitions(t *testing.T, h Harness) {
 		require.NoError(t, err)
 		require.Empty(t, runs)
 
+		// The run records its failed attempts, then gives up.
+		ok, err := e.d().RecordFailure(e.ctx, id, 4, "HTTP 500")
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, 4, e.get(id).RetryTimes)
 		d := storedriver.DeadLetter{MessageID: id, Topic: "order.created", WorkflowID: "outbox-" + id.String(), RunID: "run-1", Attempts: 4, LastError: "HTTP 500"}
-		ok, err := e.d().DeadLetter(e.ctx, d)
+		ok, err = e.d().DeadLetter(e.ctx, d)
 		require.NoError(t, err)
 		require.True(t, ok)
 		ok, err = e.d().DeadLetter(e.ctx, d) // a retried activity

@@ -232,7 +232,8 @@ func testStatsAndBacklog(t *testing.T, h Harness) {
 	require.Greater(t, st.OldestPendingAge, 24*time.Hour, "the stuck claim, two days old")
 
 	// Stats' oldest pending message is a due one, as the backlog's age: not one of a
-	// paused topic, nor one held back behind its ordering key, however old.
+	// paused topic, nor one held back behind its ordering key, nor one scheduled for
+	// later, however old.
 	e2 := newEnv(t, h)
 	quiet := e2.enqueue(msg("quiet", `{}`))[0].MessageID
 	e2.shift("created_at", e2.get(quiet).ID)
@@ -242,9 +243,13 @@ func testStatsAndBacklog(t *testing.T, h Harness) {
 	require.Len(t, e2.claim(10, storedriver.OrderingRules{}).Claimed, 1, "the key's first")
 	require.True(t, e2.get(behind).HeldBack, "the key's second waits for the first")
 	e2.shift("created_at", e2.get(behind).ID)
+	later := msg("later", `{}`)
+	later.DeliverAfter = time.Now().Add(time.Hour)
+	scheduled := e2.enqueue(later)[0].MessageID
+	e2.shift("created_at", e2.get(scheduled).ID)
 	st, err = e2.d().Stats(e2.ctx)
 	require.NoError(t, err)
-	require.Less(t, st.OldestPendingAge, time.Hour, "nothing due is old")
+	require.Less(t, st.OldestPendingAge, time.Hour, "nothing due is old (one scheduled for later is not due)")
 	due := e2.enqueue(msg("a", `{}`))[0].MessageID
 	e2.shift("created_at", e2.get(due).ID)
 	st, err = e2.d().Stats(e2.ctx)
