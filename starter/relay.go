@@ -903,7 +903,7 @@ func (r *Relay) teamMessages(ctx context.Context, rows []store.Claimed) map[uuid
 		return nil
 	}
 	for id, m := range all {
-		if store.PayloadSize(m.Payload) > r.store.MaxPayloadBytes() || store.EncodedPayloadSize(m.Payload) > store.HardMaxPayloadBytes {
+		if compact, encoded := store.PayloadSizes(m.Payload); compact > r.store.MaxPayloadBytes() || encoded > store.HardMaxPayloadBytes {
 			delete(all, id)
 		}
 	}

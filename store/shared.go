@@ -107,6 +107,9 @@ func PayloadSize(p []byte) int { return storedriver.PayloadSize(p) }
 // EncodedPayloadSize is storedriver.EncodedPayloadSize.
 func EncodedPayloadSize(p []byte) int { return storedriver.EncodedPayloadSize(p) }
 
+// PayloadSizes is storedriver.PayloadSizes.
+func PayloadSizes(p []byte) (compact, encoded int) { return storedriver.PayloadSizes(p) }
+
 // ParseHeaders is storedriver.ParseHeaders.
 func ParseHeaders(data []byte) map[string]string { return storedriver.ParseHeaders(data) }
 

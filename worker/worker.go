@@ -173,9 +173,9 @@ func CheckTaskQueue(ctx context.Context, c client.Client, st store.Delivery, tas
 		recorded string
 		err      error
 	)
+	answerer, _ := st.(storedriver.Answerer)
 	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
 		id, recorded, err = st.RecordTaskQueue(ctx, taskQueue)
-		answerer, _ := st.(storedriver.Answerer)
 		var pgErr *pgconn.PgError
 		if err == nil || errors.As(err, &pgErr) || (answerer != nil && answerer.Answered(err)) || errors.Is(err, store.ErrNotMigrated) || ctx.Err() != nil {
 			break

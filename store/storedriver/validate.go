@@ -103,27 +103,7 @@ func validatePayload(p []byte, maxBytes int, numbers *NumberRule) error {
 // count. Whatever ValidatePayload accepts measures at most the limit read back from
 // PostgreSQL or from MariaDB (which keeps the text as written).
 func PayloadSize(p []byte) int {
-	n, inString := 0, false
-	for i := 0; i < len(p); i++ {
-		c := p[i]
-		switch {
-		case inString:
-			n++
-			switch c {
-			case '\\':
-				if i+1 < len(p) { // the escaped byte, which cannot end the string
-					i++
-					n++
-				}
-			case '"':
-				inString = false
-			}
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
-		default:
-			n++
-			inString = c == '"'
-		}
-	}
+	n, _ := PayloadSizes(p)
 	return n
 }
 
@@ -134,17 +114,41 @@ func PayloadSize(p []byte) int {
 // an input past its blob size limit, so a payload whose encoded size is over
 // HardMaxPayloadBytes cannot reach a team's handler, however small its text.
 func EncodedPayloadSize(p []byte) int {
-	n := PayloadSize(p)
+	_, n := PayloadSizes(p)
+	return n
+}
+
+// PayloadSizes returns both measures of the JSON text p in one pass: PayloadSize and
+// EncodedPayloadSize. The characters the encoding escapes can stand only inside strings.
+func PayloadSizes(p []byte) (compact, encoded int) {
+	escapes, inString := 0, false
 	for i := 0; i < len(p); i++ {
-		switch c := p[i]; {
-		case c == '<' || c == '>' || c == '&':
-			n += 5
-		case c == 0xE2 && i+2 < len(p) && p[i+1] == 0x80 && (p[i+2] == 0xA8 || p[i+2] == 0xA9):
-			n += 3
-			i += 2
+		c := p[i]
+		switch {
+		case inString:
+			compact++
+			switch {
+			case c == '\\':
+				if i+1 < len(p) { // the escaped byte, which cannot end the string
+					i++
+					compact++
+				}
+			case c == '"':
+				inString = false
+			case c == '<' || c == '>' || c == '&':
+				escapes += 5
+			case c == 0xE2 && i+2 < len(p) && p[i+1] == 0x80 && (p[i+2] == 0xA8 || p[i+2] == 0xA9):
+				compact += 2
+				escapes += 3
+				i += 2
+			}
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+		default:
+			compact++
+			inString = c == '"'
 		}
 	}
-	return n
+	return compact, compact + escapes
 }
 
 // numberGrowth is how much longer a payload's numbers are as jsonb stores them than as
