@@ -17,39 +17,54 @@ import (
 	"github.com/outbox-go/outbox/workflows"
 )
 
-// TestReconcileDeletedWorkflow: a message whose workflow is deleted through the Temporal
-// API while it waits to retry is handed over again by the relay and delivered anyway.
-func TestReconcileDeletedWorkflow(t *testing.T) {
+// TestReconcileLostWorkflow: a message whose workflow is deleted or terminated through
+// the Temporal API while it waits to retry is handed over again by the relay and
+// delivered anyway.
+func TestReconcileLostWorkflow(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	ts := newServer(t)
-	e := newEnv(t, ts)
-	e.cfg.Topics["order.slow"] = config.Topic{Sink: "http", URL: e.recv.URL + "/events",
-		InitialInterval: config.Duration(time.Hour), Timeout: config.Duration(5 * time.Second)}
-	e.startWorker(t)
-	e.startRelay(t)
-	e.startReconciler(t, e.store, time.Second, 200*time.Millisecond)
+	for name, lose := range map[string]func(ctx context.Context, e *env, workflowID string) error{
+		"Deleted": func(ctx context.Context, e *env, workflowID string) error {
+			_, err := e.client.WorkflowService().DeleteWorkflowExecution(ctx, &workflowservice.DeleteWorkflowExecutionRequest{
+				Namespace:         e.namespace,
+				WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: workflowID},
+			})
+			return err
+		},
+		"Terminated": func(ctx context.Context, e *env, workflowID string) error {
+			return e.client.TerminateWorkflow(ctx, workflowID, "", "an operator's mistake")
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			e := newEnv(t, ts)
+			e.cfg.Topics["order.slow"] = config.Topic{Sink: "http", URL: e.recv.URL + "/events",
+				InitialInterval: config.Duration(time.Hour), Timeout: config.Duration(5 * time.Second)}
+			e.startWorker(t)
+			e.startRelay(t)
+			e.startReconciler(t, e.store, time.Second, 200*time.Millisecond)
 
-	e.recv.SetStatus("order.slow", http.StatusServiceUnavailable)
-	id := e.enqueueOrderPlain(t, "order.slow", nil)
-	require.Eventually(t, func() bool { requests, _ := e.recv.Count(id.String()); return requests == 1 }, 30*time.Second, 20*time.Millisecond)
-	e.waitStatus(t, id, store.StatusDispatched)
-	// The workflow now sleeps an hour before its next attempt. Delete it.
-	_, err := e.client.WorkflowService().DeleteWorkflowExecution(ctx, &workflowservice.DeleteWorkflowExecutionRequest{
-		Namespace:         e.namespace,
-		WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: workflows.WorkflowID(id.String())},
-	})
-	require.NoError(t, err)
-	e.recv.ClearStatus("order.slow")
+			e.recv.SetStatus("order.slow", http.StatusServiceUnavailable)
+			id := e.enqueueOrderPlain(t, "order.slow", nil)
+			require.Eventually(t, func() bool { requests, _ := e.recv.Count(id.String()); return requests == 1 }, 30*time.Second, 20*time.Millisecond)
+			e.waitStatus(t, id, store.StatusDispatched)
+			// The workflow now sleeps an hour before its next attempt.
+			first := e.describe(t, id).GetWorkflowExecutionInfo().GetExecution().GetRunId()
+			require.NoError(t, lose(ctx, e, workflows.WorkflowID(id.String())))
+			e.recv.ClearStatus("order.slow")
 
-	e.waitStatus(t, id, store.StatusSent)
-	requests, effects := e.recv.Count(id.String())
-	require.Equal(t, 2, requests)
-	require.Equal(t, 1, effects)
-	audit, err := e.store.Audit(ctx, id)
-	require.NoError(t, err)
-	require.NotEmpty(t, audit)
-	require.Equal(t, "reconcile", audit[0].Action)
+			e.waitStatus(t, id, store.StatusSent)
+			requests, effects := e.recv.Count(id.String())
+			require.Equal(t, 2, requests)
+			require.Equal(t, 1, effects)
+			audit, err := e.store.Audit(ctx, id)
+			require.NoError(t, err)
+			require.NotEmpty(t, audit)
+			require.Equal(t, "reconcile", audit[0].Action)
+			require.NotEqual(t, first, e.describe(t, id).GetWorkflowExecutionInfo().GetExecution().GetRunId(), "a new run delivered it")
+		})
+	}
 }
 
 // TestReconcileMassFailure: 2,000 dispatched rows whose workflows are gone (after a

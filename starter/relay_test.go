@@ -27,7 +27,11 @@ import (
 	"github.com/outbox-go/outbox/workflows"
 )
 
-// recorder stands in for Temporal: it records starts and answers as told.
+// recorder stands in for Temporal: it records starts and answers as told, so that these
+// tests can put each answer to the relay at the moment they choose. The real server's own
+// answers (a run already open, a denied start, a namespace or search attributes that do
+// not exist, an outage, a start that hangs) are put to the relay by the end-to-end tests
+// in e2e/relay_temporal_test.go.
 type recorder struct {
 	mu       sync.Mutex
 	starts   []client.StartWorkflowOptions

@@ -1,0 +1,266 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+	"go.temporal.io/server/common/authorization"
+	"go.temporal.io/server/temporal"
+	"go.temporal.io/server/temporaltest"
+	"google.golang.org/grpc"
+
+	"github.com/outbox-go/outbox/internal/temporalx"
+	"github.com/outbox-go/outbox/starter"
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/workflows"
+)
+
+// The relay's answers to what Temporal says about a start, each said by the server
+// itself: a run that already owns the message, a refusal that heals, refusals that do
+// not (a denied start, a namespace or search attributes that do not exist), an outage of
+// the frontend and a start that hangs.
+
+// faultyServer is an in-process server whose frontend refuses (deny) or holds until the
+// caller gives up (hang) the workflow starts in its default namespace while told to; the
+// other calls, and the server's own, go through.
+type faultyServer struct {
+	*temporaltest.TestServer
+	deny, hang atomic.Bool
+	hung       chan struct{}          // receives once per start held
+	namespace  atomic.Pointer[string] // the default namespace, once the server runs
+}
+
+// faulty reports whether a call to namespace is one the test's faults apply to.
+func (fs *faultyServer) faulty(namespace string) bool {
+	ns := fs.namespace.Load()
+	return ns != nil && *ns == namespace
+}
+
+func newFaultyServer(t *testing.T) *faultyServer {
+	t.Helper()
+	fs := &faultyServer{hung: make(chan struct{}, 100)}
+	const start = "/temporal.api.workflowservice.v1.WorkflowService/StartWorkflowExecution"
+	hold := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if r, ok := req.(*workflowservice.StartWorkflowExecutionRequest); ok && info.FullMethod == start && fs.faulty(r.GetNamespace()) && fs.hang.Load() {
+			fs.hung <- struct{}{}
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		return handler(ctx, req)
+	}
+	fs.TestServer = temporaltest.NewServer(temporaltest.WithT(t), temporaltest.WithBaseServerOptions(
+		temporal.WithAuthorizer(startGate{fs}),
+		temporal.WithChainedFrontendGrpcInterceptors(hold),
+	))
+	ns := fs.GetDefaultNamespace()
+	fs.namespace.Store(&ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, temporalx.EnsureSearchAttributes(ctx, fs.GetDefaultClient(), ns))
+	return fs
+}
+
+// startGate is the server's authorizer: it denies the workflow starts in its namespace
+// while the server's deny is set, and allows everything else.
+type startGate struct{ fs *faultyServer }
+
+func (g startGate) Authorize(_ context.Context, _ *authorization.Claims, target *authorization.CallTarget) (authorization.Result, error) {
+	if g.fs.deny.Load() && g.fs.faulty(target.Namespace) && strings.HasSuffix(target.APIName, "/StartWorkflowExecution") {
+		return authorization.Result{Decision: authorization.DecisionDeny, Reason: "the test denies workflow starts"}, nil
+	}
+	return authorization.Result{Decision: authorization.DecisionAllow}, nil
+}
+
+// newRelay builds a relay of the env with its task queue, policies and logger, and short
+// poll and lease.
+func (e *env) newRelay(t *testing.T) *starter.Relay {
+	t.Helper()
+	r, err := starter.New(e.store, e.pool, e.client, starter.Config{
+		TaskQueue: e.taskQueue, Policy: e.cfg.Policy, Logger: logger,
+		PollInterval: 200 * time.Millisecond, Lease: 5 * time.Second,
+	})
+	require.NoError(t, err)
+	return r
+}
+
+// runUntilItReturns runs fn until the test ends and returns its result, for a Run that
+// is expected to stop by itself.
+func runUntilItReturns(t *testing.T, fn func(context.Context) error) <-chan error {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	return done
+}
+
+// TestRelayMeetsARunThatOwnsTheMessage: the message's workflow ID already has a run open
+// (started by an earlier relay whose mark-dispatched was lost, say): the server refuses
+// the relay's start as already started, and the relay hands the row to that run rather
+// than starting another or leaving it claimed.
+func TestRelayMeetsARunThatOwnsTheMessage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ts := newServer(t)
+	e := newEnv(t, ts)
+	id := e.enqueueOrderPlain(t, "order.created", nil)
+	// The run waits on a task queue nothing polls: open, as a run waiting to retry is.
+	run, err := e.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: workflows.WorkflowID(id.String()), TaskQueue: "nobody-polls-" + e.taskQueue,
+	}, workflows.WorkflowType, workflows.DeliveryInput{MessageID: id.String()})
+	require.NoError(t, err)
+
+	e.startRelay(t)
+	e.waitStatusWithin(t, id, store.StatusDispatched, 30*time.Second)
+	desc := e.describe(t, id)
+	require.Equal(t, run.GetRunID(), desc.GetWorkflowExecutionInfo().GetExecution().GetRunId(), "the open run keeps the message; no second run")
+	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, desc.GetWorkflowExecutionInfo().GetStatus())
+}
+
+// TestRelayWhenTemporalRefusesStarts: the server's own refusals, and how the relay tells
+// apart one that heals from one that does not.
+func TestRelayWhenTemporalRefusesStarts(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ADeniedStartIsReportedAndRetriedUntilAllowed", func(t *testing.T) {
+		t.Parallel()
+		fs := newFaultyServer(t)
+		e := newEnv(t, fs.TestServer)
+		e.startWorker(t)
+		fs.deny.Store(true)
+		r := e.newRelay(t)
+		e.run(t, r.Run)
+
+		id := e.enqueueOrderPlain(t, "order.created", nil)
+		require.Eventually(t, func() bool { return r.StartsRefused() != nil }, 30*time.Second, 20*time.Millisecond)
+		var denied *serviceerror.PermissionDenied
+		require.ErrorAs(t, r.StartsRefused(), &denied, "the refusal the server gave: %v", r.StartsRefused())
+		require.Equal(t, store.StatusClaimed, e.status(t, id), "a refused row stays claimed until its lease ends")
+
+		fs.deny.Store(false) // permissions granted before the relay gave up
+		e.waitStatus(t, id, store.StatusSent)
+		require.NoError(t, r.StartsRefused(), "starts accepted again: the relay is ready")
+		requests, _ := e.recv.Count(id.String())
+		require.Equal(t, 1, requests)
+	})
+
+	t.Run("ADenialThatLastsStopsTheRelay", func(t *testing.T) {
+		t.Parallel()
+		fs := newFaultyServer(t)
+		e := newEnv(t, fs.TestServer)
+		fs.deny.Store(true)
+		done := runUntilItReturns(t, e.newRelay(t).Run)
+		id := e.enqueueOrderPlain(t, "order.created", nil)
+		err := waitReturn(t, done, 90*time.Second)
+		var denied *serviceerror.PermissionDenied
+		require.ErrorAs(t, err, &denied)
+		require.ErrorContains(t, err, "does not heal by waiting")
+		require.Contains(t, []store.Status{store.StatusPending, store.StatusClaimed}, e.status(t, id), "the row waits for a relay that may start it")
+	})
+
+	t.Run("ANamespaceThatDoesNotExistStopsTheRelay", func(t *testing.T) {
+		t.Parallel()
+		ts := newServer(t)
+		c := ts.NewClientWithOptions(client.Options{Namespace: "no-such-namespace"})
+		e := newEnvOn(t, c, "no-such-namespace")
+		done := runUntilItReturns(t, e.newRelay(t).Run)
+		e.enqueueOrderPlain(t, "order.created", nil)
+		err := waitReturn(t, done, 90*time.Second)
+		var missing *serviceerror.NamespaceNotFound
+		require.ErrorAs(t, err, &missing)
+		require.ErrorContains(t, err, "does not heal by waiting")
+	})
+
+	t.Run("SearchAttributesNotRegisteredStopTheRelay", func(t *testing.T) {
+		t.Parallel()
+		ts := temporaltest.NewServer(temporaltest.WithT(t)) // without the outbox's search attributes
+		e := newEnv(t, ts)
+		done := runUntilItReturns(t, e.newRelay(t).Run)
+		e.enqueueOrderPlain(t, "order.created", nil)
+		err := waitReturn(t, done, 90*time.Second)
+		var invalid *serviceerror.InvalidArgument
+		require.ErrorAs(t, err, &invalid)
+		require.ErrorContains(t, err, "does not heal by waiting")
+	})
+}
+
+// TestRelayRidesOutATemporalOutage: the relay's connection to Temporal is cut for 20
+// seconds, under the relay's default settings; its starts fail meanwhile, it does not
+// give up, and the message is delivered once Temporal answers again.
+func TestRelayRidesOutATemporalOutage(t *testing.T) {
+	t.Parallel()
+	ts := newServer(t)
+	e := newEnv(t, ts)
+	e.startWorker(t)
+	proxy := newPGProxy(t, ts.GetFrontendHostPort())
+	relayClient, err := client.Dial(client.Options{HostPort: proxy.addr, Namespace: e.namespace, Logger: sdklog.NewStructuredLogger(logger)})
+	require.NoError(t, err)
+	t.Cleanup(relayClient.Close)
+	r, err := starter.New(e.store, e.pool, relayClient, starter.Config{TaskQueue: e.taskQueue, Policy: e.cfg.Policy, Logger: logger})
+	require.NoError(t, err)
+	done := runUntilItReturns(t, r.Run)
+
+	proxy.down()
+	id := e.enqueueOrderPlain(t, "order.created", nil)
+	select {
+	case err := <-done:
+		t.Fatalf("the relay stopped during the outage: %v", err)
+	case <-time.After(20 * time.Second):
+	}
+	require.Contains(t, []store.Status{store.StatusPending, store.StatusClaimed}, e.status(t, id))
+	proxy.up(t)
+	e.waitStatusWithin(t, id, store.StatusSent, 90*time.Second)
+	require.NoError(t, r.StartsRefused())
+	requests, _ := e.recv.Count(id.String())
+	require.Equal(t, 1, requests)
+}
+
+// TestRelayStopsWithinItsGraceWhileAStartHangs: the server holds the relay's start
+// without answering; a stop of the relay returns within StopGrace, leaves the row
+// claimed for the next relay, and counts no refusal (the stop cut the start short).
+func TestRelayStopsWithinItsGraceWhileAStartHangs(t *testing.T) {
+	t.Parallel()
+	fs := newFaultyServer(t)
+	e := newEnv(t, fs.TestServer)
+	fs.hang.Store(true)
+	r, err := starter.New(e.store, e.pool, e.client, starter.Config{TaskQueue: e.taskQueue, Policy: e.cfg.Policy, Logger: logger})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+
+	id := e.enqueueOrderPlain(t, "order.created", nil)
+	select {
+	case <-fs.hung:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay never started the message's workflow")
+	}
+	stopped := time.Now()
+	cancel()
+	require.NoError(t, waitReturn(t, done, starter.StopGrace+5*time.Second))
+	require.Less(t, time.Since(stopped), starter.StopGrace+2*time.Second)
+	require.Equal(t, store.StatusClaimed, e.status(t, id))
+	require.NoError(t, r.StartsRefused(), "a start cut short by the stop is no refusal")
+}
+
+// waitReturn waits up to within for a result on done.
+func waitReturn(t *testing.T, done <-chan error, within time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(within):
+		t.Fatalf("did not return within %s", within)
+		return errors.New("unreachable")
+	}
+}
