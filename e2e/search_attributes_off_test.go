@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/server/temporaltest"
 
@@ -26,7 +27,8 @@ import (
 // where the outbox's search attributes were never created (a Temporal Cloud namespace
 // whose API key may not create them, say). A message sent first time, one sent after a
 // retry and one dead-lettered each end as they do with the attributes on: no start, no
-// workflow task and no step sets an attribute the namespace does not have.
+// workflow task and no step sets an attribute the namespace does not have; so does a
+// message of the batch lane.
 func TestSearchAttributesOff(t *testing.T) {
 	t.Parallel()
 	ts := temporaltest.NewServer(temporaltest.WithT(t)) // without the outbox's search attributes
@@ -47,7 +49,10 @@ topics:
     url: %s/events
   order.refused:
     url: %s/events
-`, st.Schema(), ts.GetFrontendHostPort(), ts.GetDefaultNamespace(), st.Schema(), recv.URL, recv.URL)), 0o600))
+  page.viewed:
+    url: %s/events
+    lane: batch
+`, st.Schema(), ts.GetFrontendHostPort(), ts.GetDefaultNamespace(), st.Schema(), recv.URL, recv.URL, recv.URL)), 0o600))
 	p := startOutbox(t, "", map[string]string{"DATABASE_URL": testdb.URL()}, "run", "--config", cfgPath)
 	t.Cleanup(func() {
 		code, exited := p.interrupt(30 * time.Second)
@@ -62,7 +67,7 @@ topics:
 		return id.String()
 	}
 	recv.SetStatus("order.refused", http.StatusBadRequest)
-	first, retried, dead := enqueue("order.created"), enqueue("order.created"), enqueue("order.refused")
+	first, retried, dead, batched := enqueue("order.created"), enqueue("order.created"), enqueue("order.refused"), enqueue("page.viewed")
 	recv.Reject(retried, http.StatusServiceUnavailable)
 	require.Eventually(t, func() bool { requests, _ := recv.Count(retried); return requests >= 1 }, 60*time.Second, 20*time.Millisecond,
 		"the retried message never reached the downstream:\n%s", p.out)
@@ -91,6 +96,22 @@ topics:
 		require.Equal(t, want.requests, requests, id)
 		requireNoFailedWorkflowTask(t, c, workflows.WorkflowID(id))
 	}
+	// The batch lane's message: its row, and the batch run that sent it.
+	require.Eventually(t, func() bool {
+		row, err := st.Get(ctx, uuid.MustParse(batched))
+		return err == nil && row.Status == store.StatusSent
+	}, 90*time.Second, 50*time.Millisecond, "message %s of the batch lane never became sent:\n%s", batched, p.out)
+	requests, _ := recv.Count(batched)
+	require.Equal(t, 1, requests)
+	batches, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+		Namespace: ts.GetDefaultNamespace(), Query: fmt.Sprintf("WorkflowType = '%s'", workflows.BatchWorkflowType),
+	})
+	require.NoError(t, err)
+	require.Len(t, batches.GetExecutions(), 1)
+	batch := describeClosed(t, c, batches.GetExecutions()[0].GetExecution().GetWorkflowId())
+	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, batch.GetWorkflowExecutionInfo().GetStatus())
+	requireNoFailedWorkflowTask(t, c, batch.GetWorkflowExecutionInfo().GetExecution().GetWorkflowId())
+
 	require.NotContains(t, strings.ToLower(p.out.String()), "search attribute", "outbox run:\n%s", p.out)
 }
 
