@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"go.temporal.io/server/temporaltest"
 	"google.golang.org/grpc"
 
+	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/internal/temporalx"
 	"github.com/outbox-go/outbox/starter"
 	"github.com/outbox-go/outbox/store"
@@ -124,6 +126,40 @@ func TestRelayMeetsARunThatOwnsTheMessage(t *testing.T) {
 	desc := e.describe(t, id)
 	require.Equal(t, run.GetRunID(), desc.GetWorkflowExecutionInfo().GetExecution().GetRunId(), "the open run keeps the message; no second run")
 	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, desc.GetWorkflowExecutionInfo().GetStatus())
+}
+
+// TestRelayMeetsTheRunARedriveStarted: a redriven message's new run waits to retry when
+// its row is found pending again (a lost mark-dispatched); the relay's start meets that
+// run, not the one that dead-lettered the message, and hands the row to it.
+func TestRelayMeetsTheRunARedriveStarted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ts := newServer(t)
+	e := newEnv(t, ts)
+	e.cfg.Topics["order.slow"] = config.Topic{Sink: "http", URL: e.recv.URL + "/events",
+		InitialInterval: config.Duration(time.Hour), Timeout: config.Duration(5 * time.Second)}
+	e.startWorker(t)
+	e.startRelay(t)
+
+	e.recv.SetStatus("order.slow", http.StatusBadRequest)
+	id := e.enqueueOrderPlain(t, "order.slow", nil)
+	e.waitStatus(t, id, store.StatusDead)
+	deadLettering := describeClosed(t, e.client, workflows.WorkflowID(id.String())).GetWorkflowExecutionInfo().GetExecution().GetRunId()
+
+	e.recv.SetStatus("order.slow", http.StatusServiceUnavailable) // the redriven run waits an hour to retry
+	_, err := e.store.Redrive(ctx, id, "e2e")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { requests, _ := e.recv.Count(id.String()); return requests == 2 }, 30*time.Second, 20*time.Millisecond)
+	e.waitStatus(t, id, store.StatusDispatched)
+	redriven := e.describe(t, id).GetWorkflowExecutionInfo().GetExecution().GetRunId()
+	require.NotEqual(t, deadLettering, redriven)
+
+	_, err = e.pool.Exec(ctx, `UPDATE `+e.store.Schema()+`.outbox_messages SET status = 'pending' WHERE message_id = $1`, id)
+	require.NoError(t, err)
+	e.waitStatusWithin(t, id, store.StatusDispatched, 30*time.Second)
+	require.Equal(t, redriven, e.describe(t, id).GetWorkflowExecutionInfo().GetExecution().GetRunId(), "no third run")
+	requests, _ := e.recv.Count(id.String())
+	require.Equal(t, 2, requests)
 }
 
 // TestRelayWhenTemporalRefusesStarts: the server's own refusals, and how the relay tells
