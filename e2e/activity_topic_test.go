@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -37,6 +38,7 @@ func teamWorker(t *testing.T, e *env, queue string, register func(sdkworker.Work
 type inventoryTeam struct {
 	mu       sync.Mutex
 	attempts map[string][]int           // message ID → the attempts ReserveStock got
+	keys     map[string][]string        // message ID → the ordering key each attempt got
 	reserved map[string]json.RawMessage // message ID → payload, once reserved
 	answers  map[string][]error         // message ID → errors for its next attempts
 }
@@ -45,6 +47,9 @@ func (it *inventoryTeam) ReserveStock(ctx context.Context, m delivery.Message) e
 	it.mu.Lock()
 	defer it.mu.Unlock()
 	it.attempts[m.MessageID] = append(it.attempts[m.MessageID], m.Attempt)
+	if it.keys != nil {
+		it.keys[m.MessageID] = append(it.keys[m.MessageID], m.OrderingKey)
+	}
 	if next := it.answers[m.MessageID]; len(next) > 0 {
 		it.answers[m.MessageID] = next[1:]
 		if next[0] != nil {
@@ -67,7 +72,9 @@ func (it *inventoryTeam) HasReservation(ctx context.Context, m delivery.Message)
 // TestActivityTopic runs two workers, the outbox's and a team's on its own task queue, as
 // a mixed fleet does: a topic configured with activity: is delivered by the team's
 // activity (the outbox's worker has no handler for it), retried after a retryable error
-// as that error asks, and dead-lettered with the reason of a non-retryable one.
+// as that error asks, and dead-lettered with the reason of a non-retryable one. Each
+// attempt gets the message's ordering key: the first from the relay's input, a retry from
+// the row.
 func TestActivityTopic(t *testing.T) {
 	t.Parallel()
 	ts := newServer(t)
@@ -79,7 +86,7 @@ func TestActivityTopic(t *testing.T) {
 		StartToClose: config.Duration(10 * time.Second), ScheduleToStart: config.Duration(time.Minute),
 		InitialInterval: config.Duration(50 * time.Millisecond), MaxInterval: config.Duration(time.Second),
 	}
-	team := &inventoryTeam{attempts: map[string][]int{}, reserved: map[string]json.RawMessage{}, answers: map[string][]error{}}
+	team := &inventoryTeam{attempts: map[string][]int{}, keys: map[string][]string{}, reserved: map[string]json.RawMessage{}, answers: map[string][]error{}}
 	teamWorker(t, e, teamQueue, func(w sdkworker.Worker) {
 		w.RegisterActivityWithOptions(team.ReserveStock, activity.RegisterOptions{Name: "ReserveStock"})
 		w.RegisterActivityWithOptions(team.HasReservation, activity.RegisterOptions{Name: "HasReservation"})
@@ -87,8 +94,11 @@ func TestActivityTopic(t *testing.T) {
 	e.startWorker(t)
 	e.startRelay(t)
 
+	keys := 0
 	enqueue := func(answers ...error) string {
-		id, err := e.store.Enqueue(ctx, e.pool, store.Message{Topic: "inventory.reserve", Payload: json.RawMessage(`{"sku": "SKU-1", "qty": 2}`)})
+		keys++
+		id, err := e.store.Enqueue(ctx, e.pool, store.Message{Topic: "inventory.reserve", Payload: json.RawMessage(`{"sku": "SKU-1", "qty": 2}`),
+			OrderingKey: fmt.Sprintf("order-%d", keys)})
 		require.NoError(t, err)
 		team.mu.Lock()
 		team.answers[id.String()] = answers
@@ -108,6 +118,8 @@ func TestActivityTopic(t *testing.T) {
 	team.mu.Lock()
 	require.Equal(t, []int{1}, team.attempts[delivered])
 	require.Equal(t, []int{1, 2}, team.attempts[retried], "the retryable error took one attempt")
+	require.Equal(t, []string{"order-1"}, team.keys[delivered])
+	require.Equal(t, []string{"order-2", "order-2"}, team.keys[retried])
 	require.Equal(t, []int{1}, team.attempts[refused], "the non-retryable error took the only attempt")
 	require.JSONEq(t, `{"sku": "SKU-1", "qty": 2}`, string(team.reserved[delivered]))
 	require.NotContains(t, team.reserved, refused)
