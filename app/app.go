@@ -322,14 +322,13 @@ type Handlers struct {
 // handlers of the config (with h's) and opens them (a broker sink connects: a setting no
 // retry fixes, such as refused credentials or a missing stream, stops the start; a broker
 // that cannot be reached now does not, and the sink is reported not ready on /readyz and
-// in outbox_sink_ready until it connects; Close closes them), serves /metrics, /healthz and /readyz when
-// metrics.address is set, makes sure the retention schedule exists when retention is on,
-// and publishes the config's delivery policies for the relays when the config has a
-// PolicyAsOf (config.Load sets it; a publication that fails is retried every
-// PolicyRefresh until ctx ends or the App is closed). It returns what the outbox's workflow and activities need
-// on a worker:
-// worker.Register(w, deps) adds the outbox to a worker the team already runs, exactly as
-// outbox worker runs it.
+// in outbox_sink_ready until it connects; Close closes them), serves /metrics, /healthz
+// and /readyz when metrics.address is set, makes sure the retention schedule exists when
+// retention is on, and publishes the config's delivery policies for the relays when the
+// config has a PolicyAsOf (config.Load sets it; a publication that fails is retried every
+// PolicyRefresh until ctx ends or the App is closed). It returns what the outbox's
+// workflow and activities need on a worker: worker.Register(w, deps) adds the outbox to a
+// worker the team already runs, exactly as outbox worker runs it.
 func (a *App) PrepareWorker(ctx context.Context, h Handlers) (worker.Deps, error) {
 	if a.Temporal == nil {
 		return worker.Deps{}, errors.New("prepare worker: not connected to Temporal")

@@ -12,10 +12,11 @@ import (
 )
 
 // TestLibraryWithoutTemporalServer builds a team's worker module that imports the outbox
-// packages a worker needs (app, config, delivery and outboxtest included), as a consumer does (its own go.mod, no workspace), and checks
-// that its module graph holds neither the Temporal server nor the UI server; that the
-// command links neither (outbox dev runs a server in a child process); and that the
-// production build of the command (-tags nodev) leaves dev out.
+// packages a worker needs (app, config, delivery and outboxtest included), as a consumer
+// does (its own go.mod, no workspace), and checks that its module graph holds neither the
+// Temporal server nor the UI server; that the command links neither (outbox dev runs a
+// server in a child process); and that the production build of the command (-tags nodev)
+// leaves dev out.
 func TestLibraryWithoutTemporalServer(t *testing.T) {
 	t.Parallel()
 	root, err := filepath.Abs("..")

@@ -17,8 +17,9 @@
 //
 // Every series starts with outbox_; counters end in _total and durations are in seconds.
 // Labels are topic (the message's topic when it is one of the topics declared with
-// [Metrics.KnownTopics], else [OtherTopic], so rows cannot grow the series without bound), kind (a send failure's class: permanent,
-// unknown_topic, retryable, ambiguous or other) and operation (see [Metrics.Error]).
+// [Metrics.KnownTopics], else [OtherTopic], so rows cannot grow the series without
+// bound), kind (a send failure's class: permanent, unknown_topic, retryable, ambiguous or
+// other) and operation (see [Metrics.Error]).
 package metrics
 
 import (

@@ -416,10 +416,11 @@ func (r *Relay) sweepLoop(ctx context.Context, wake chan<- struct{}) {
 }
 
 // Run relays rows until ctx is cancelled, then finishes the batch in hand, within
-// StopGrace (rows not started by then are left to the next claim), and returns nil. When Temporal refuses every start of three passes in a row for a reason that
-// waiting will not cure (permission denied, no such namespace, search attributes not
-// registered), Run returns that error instead; the claimed rows are handed over by the
-// next relay after their lease.
+// StopGrace (rows not started by then are left to the next claim), and returns nil. When
+// Temporal refuses every start of three passes in a row for a reason that waiting will
+// not cure (permission denied, no such namespace, search attributes not registered), Run
+// returns that error instead; the claimed rows are handed over by the next relay after
+// their lease.
 //
 // Run first checks the task queue (see prepare) and returns the error when the task queue
 // is not this database's, workers of another outbox deployment poll it, or the database

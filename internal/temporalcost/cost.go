@@ -4,10 +4,11 @@
 // The rules (Temporal Cloud's pricing page, "Actions"): the workflow start is one action;
 // each activity attempt is one; each timer; each search-attribute upsert after the start;
 // each signal sent to another workflow, and each signal the run receives; each child
-// workflow started (counted when it started: a start whose ID is taken starts none); each Nexus operation scheduled, and each cancellation of one asked
-// for; each side effect, and each value a mutable side effect records (it records one only
-// when the value changes). The local activities that one workflow task records count
-// together as one action. Search attributes given at the start, version markers and the
+// workflow started (counted when it started: a start whose ID is taken starts none); each
+// Nexus operation scheduled, and each cancellation of one asked for; each side effect,
+// and each value a mutable side effect records (it records one only when the value
+// changes). The local activities that one workflow task records count together as one
+// action. Search attributes given at the start, version markers and the
 // TemporalChangeVersion search attribute update that the SDK sends with a version marker
 // are free. A namespace's actions-per-second limit then caps messages per second at the
 // limit ÷ the actions per message.

@@ -35,12 +35,13 @@ import (
 // with the headers Content-Type: application/json, Idempotency-Key: <message_id>, the
 // outbox's headers every sink sets (Outbox-Message-Id, Outbox-Topic, Outbox-Created-At,
 // Outbox-Attempt, Outbox-Ordering-Key when the message has one: see package sinks) and,
-// for one release, X-Outbox-Attempt and X-Outbox-Topic as before them. A 2xx answer means delivered; 408, 429, 5xx are retried (honouring
-// Retry-After); a connection error or timeout is retried, after a check when the request
-// may have reached the receiver; any other answer is a permanent failure. Redirects are
-// not followed. The request carries the trace context of the send span (traceparent,
-// tracestate), so the receiver's span joins the trace. The message's own headers (the
-// row's) are not sent: a row must not set a request's Authorization.
+// for one release, X-Outbox-Attempt and X-Outbox-Topic as before them. A 2xx answer means
+// delivered; 408, 429, 5xx are retried (honouring Retry-After); a connection error or
+// timeout is retried, after a check when the request may have reached the receiver; any
+// other answer is a permanent failure. Redirects are not followed. The request carries
+// the trace context of the send span (traceparent, tracestate), so the receiver's span
+// joins the trace. The message's own headers (the row's) are not sent: a row must not set
+// a request's Authorization.
 //
 // With SigningKeys, every POST is signed by the Standard Webhooks convention (see package
 // webhook): webhook-id is the message ID, the same on every attempt, so a receiver can

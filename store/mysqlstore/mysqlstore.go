@@ -99,9 +99,10 @@ type Config struct {
 	// MaxPayloadBytes limits the size of a message payload. Defaults to
 	// storedriver.DefaultMaxPayloadBytes (256 KiB); at most storedriver.HardMaxPayloadBytes.
 	MaxPayloadBytes int
-	// Propagator writes the trace context of the enqueuing span into a message's headers,
-	// as store.Config.Propagator does (package store, PostgreSQL). Defaults to the global propagator, falling back to
-	// W3C traceparent and tracestate when that writes no traceparent.
+	// Propagator writes the trace context of the enqueuing span into a message's headers, as
+	// store.Config.Propagator does (package store, PostgreSQL). Defaults to the global
+	// propagator, falling back to W3C traceparent and tracestate when that writes no
+	// traceparent.
 	Propagator propagation.TextMapPropagator
 }
 

@@ -71,9 +71,10 @@ func testDeliverAfter(t *testing.T, h Harness) {
 }
 
 // testTransitions pins every status change after the claim: RecordSent, RecordSentAll and
-// MarkSent (→ sent, once; a batch run's rows with their batch), RecordFailure (counts attempts on the row), DeadLetter (→ dead with a dead
-// letter, once per run), Redrive and Discard (operator actions on dead rows only, each
-// audited), ListDeadLetters, and reconciliation's ClaimStaleDispatched and Repair.
+// MarkSent (→ sent, once; a batch run's rows with their batch), RecordFailure (counts
+// attempts on the row), DeadLetter (→ dead with a dead letter, once per run), Redrive and
+// Discard (operator actions on dead rows only, each audited), ListDeadLetters, and
+// reconciliation's ClaimStaleDispatched and Repair.
 func testTransitions(t *testing.T, h Harness) {
 	t.Run("Sent", func(t *testing.T) {
 		e := newEnv(t, h)
