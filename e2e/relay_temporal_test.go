@@ -281,10 +281,9 @@ func TestRelayStopsWithinItsGraceWhileAStartHangs(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the relay never started the message's workflow")
 	}
-	stopped := time.Now()
+	// Without the grace, Run would wait for the start's own timeout (10s by default).
 	cancel()
 	require.NoError(t, waitReturn(t, done, starter.StopGrace+5*time.Second))
-	require.Less(t, time.Since(stopped), starter.StopGrace+2*time.Second)
 	require.Equal(t, store.StatusClaimed, e.status(t, id))
 	require.NoError(t, r.StartsRefused(), "a start cut short by the stop is no refusal")
 }
