@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
@@ -160,6 +161,38 @@ func TestRelayMeetsTheRunARedriveStarted(t *testing.T) {
 	require.Equal(t, redriven, e.describe(t, id).GetWorkflowExecutionInfo().GetExecution().GetRunId(), "no third run")
 	requests, _ := e.recv.Count(id.String())
 	require.Equal(t, 2, requests)
+}
+
+// TestRelayAsksForACheckFirst: the runs the relay starts ask for check-processed before
+// their first send exactly when an earlier send of the message may have happened (a
+// failed attempt recorded, a row reconciliation handed back, a redrive), as the real
+// server hands their inputs to the workflow.
+func TestRelayAsksForACheckFirst(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ts := newServer(t)
+	e := newEnv(t, ts)
+	table := e.store.Schema() + ".outbox_messages"
+	fresh := e.enqueueOrderPlain(t, "order.created", nil)
+	failedBefore := e.enqueueOrderPlain(t, "order.created", nil)
+	_, err := e.store.RecordFailure(ctx, failedBefore, 1, "HTTP 503")
+	require.NoError(t, err)
+	handedBack := e.enqueueOrderPlain(t, "order.created", nil)
+	_, err = e.pool.Exec(ctx, `UPDATE `+table+` SET dispatched_at = now() - interval '1 hour' WHERE message_id = $1`, handedBack)
+	require.NoError(t, err)
+	redriven := e.enqueueOrderPlain(t, "order.created", nil)
+	_, err = e.pool.Exec(ctx, `UPDATE `+table+` SET redrive_count = 1 WHERE message_id = $1`, redriven)
+	require.NoError(t, err)
+
+	e.startWorker(t)
+	e.startRelay(t)
+	for id, checkFirst := range map[uuid.UUID]bool{fresh: false, failedBefore: true, handedBack: true, redriven: true} {
+		e.waitStatus(t, id, store.StatusSent)
+		in, _ := runStory(t, e.client, workflows.WorkflowID(id.String()))
+		require.Equal(t, checkFirst, in.CheckFirst, "message %s", id)
+		requests, _ := e.recv.Count(id.String())
+		require.Equal(t, 1, requests, "message %s", id)
+	}
 }
 
 // TestRelayWhenTemporalRefusesStarts: the server's own refusals, and how the relay tells
