@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -206,15 +207,19 @@ func isCommandPackage(path string) bool {
 }
 
 // goCmd runs the go command in dir outside any workspace, as a module on its own, and
-// returns its output. It never changes a go.mod or go.sum of the repository: only go mod
-// tidy writes them, and only in the consumer's folder.
+// returns its standard output (what it says on standard error, such as the modules it
+// downloads on a machine whose module cache lacks them, is shown only when it fails). It
+// never changes a go.mod or go.sum of the repository: only go mod tidy writes them, and
+// only in the consumer's folder.
 func goCmd(t *testing.T, dir string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command("go", args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go %s: %s", strings.Join(args, " "), out)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "go %s: %s%s", strings.Join(args, " "), out, stderr.Bytes())
 	return string(out)
 }
 
