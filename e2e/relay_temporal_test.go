@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
@@ -23,6 +25,7 @@ import (
 
 	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/internal/temporalx"
+	"github.com/outbox-go/outbox/metrics"
 	"github.com/outbox-go/outbox/starter"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/workflows"
@@ -122,11 +125,22 @@ func TestRelayMeetsARunThatOwnsTheMessage(t *testing.T) {
 	}, workflows.WorkflowType, workflows.DeliveryInput{MessageID: id.String()})
 	require.NoError(t, err)
 
-	e.startRelay(t)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	require.NoError(t, err)
+	e.startRelayWith(t, e.store, starter.Config{Metrics: m})
 	e.waitStatusWithin(t, id, store.StatusDispatched, 30*time.Second)
 	desc := e.describe(t, id)
 	require.Equal(t, run.GetRunID(), desc.GetWorkflowExecutionInfo().GetExecution().GetRunId(), "the open run keeps the message; no second run")
 	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, desc.GetWorkflowExecutionInfo().GetStatus())
+	require.NoError(t, promtest.GatherAndCompare(reg, strings.NewReader(`
+# HELP outbox_workflows_already_started_total Workflow starts that met an existing run of the message's workflow.
+# TYPE outbox_workflows_already_started_total counter
+outbox_workflows_already_started_total 1
+# HELP outbox_workflows_started_total Delivery workflows the relay started.
+# TYPE outbox_workflows_started_total counter
+outbox_workflows_started_total 0
+`), "outbox_workflows_started_total", "outbox_workflows_already_started_total"))
 }
 
 // TestRelayMeetsTheRunARedriveStarted: a redriven message's new run waits to retry when
