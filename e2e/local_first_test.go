@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	sdklog "go.temporal.io/sdk/log"
@@ -209,12 +210,14 @@ func loseFirstTask(t *testing.T, ts *temporaltest.TestServer, e *env, topic stri
 // identity names no delivery version: version 3) polls the task queue, the relay starts
 // deliveries at version 3, which that worker runs the same way as a newer one (every
 // attempt a regular activity), so no worker meets a history it cannot replay during a
-// rolling upgrade.
+// rolling upgrade. A message of a Nexus topic, which version 3 would deliver as a sink's,
+// is not started meanwhile: its row waits, claimed, for the older worker to go.
 func TestRelayStartsTheVersionEveryWorkerRuns(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ts := newServer(t)
 	e := newEnv(t, ts)
+	e.cfg.Topics["orders.nexus"] = config.Topic{Nexus: config.NexusSettings{Endpoint: "orders", Service: "orders", Operation: "deliver"}}
 	id, err := e.store.DeploymentID(ctx)
 	require.NoError(t, err)
 	reg, err := e.cfg.Registry(nil)
@@ -229,6 +232,7 @@ func TestRelayStartsTheVersionEveryWorkerRuns(t *testing.T) {
 	}, 30*time.Second, 50*time.Millisecond, "the older worker polls")
 
 	e.startRelay(t)
+	nexus := e.enqueueOrderPlain(t, "orders.nexus", nil)
 	msg := e.enqueueOrderPlain(t, "order.created", nil)
 	e.waitStatus(t, msg, store.StatusSent)
 	var in workflows.DeliveryInput
@@ -240,4 +244,9 @@ func TestRelayStartsTheVersionEveryWorkerRuns(t *testing.T) {
 	got := sendAttempts(t, e, msg)
 	require.Len(t, got, 1)
 	require.False(t, got[0].local, "version 3 sends as a regular activity")
+
+	require.Equal(t, store.StatusClaimed, e.status(t, nexus), "claimed and left for a later claim")
+	_, err = e.client.DescribeWorkflowExecution(ctx, workflows.WorkflowID(nexus.String()), "")
+	var notFound *serviceerror.NotFound
+	require.ErrorAs(t, err, &notFound, "no run of the Nexus topic's message while the older worker polls")
 }
