@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/server/common/authorization"
 	"go.temporal.io/server/temporal"
@@ -207,6 +208,55 @@ func TestRelayAsksForACheckFirst(t *testing.T) {
 		requests, _ := e.recv.Count(id.String())
 		require.Equal(t, 1, requests, "message %s", id)
 	}
+}
+
+// TestBatchKeepsThePolicyItsRowsWereHeldUnder: a policy published while a batch's rows
+// wait for it (here one that takes the topic out of the batch lane right after the claim
+// read it) reaches later claims; the waiting batch's run still starts with its Batch
+// settings, and the worker delivers the batch under them.
+func TestBatchKeepsThePolicyItsRowsWereHeldUnder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ts := newServer(t)
+	e := newEnv(t, ts)
+	e.cfg.Topics["clicks"] = e.cfg.Topics["order.created"]
+	var reads atomic.Int32
+	policy := func(topic string) workflows.Policy {
+		p := e.cfg.Policy(topic)
+		if topic == "clicks" && reads.Add(1) == 1 {
+			p.Batch = &workflows.BatchPolicy{Size: 100, Wait: 2 * time.Second}
+		}
+		return p
+	}
+	e.startWorker(t)
+	r, err := starter.New(e.store, e.pool, e.client, starter.Config{TaskQueue: e.taskQueue, Policy: policy, Logger: logger, PollInterval: 200 * time.Millisecond})
+	require.NoError(t, err)
+	id := e.enqueueOrderPlain(t, "clicks", nil)
+	reads.Store(0) // New checked the policies; the relay's first claim reads it next
+	e.run(t, r.Run)
+
+	e.waitStatus(t, id, store.StatusSent)
+	batchID := workflows.BatchWorkflowID(id.String())
+	desc := describeClosed(t, e.client, batchID)
+	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, desc.GetWorkflowExecutionInfo().GetStatus())
+	it := e.client.GetWorkflowHistory(ctx, batchID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	first, err := it.Next()
+	require.NoError(t, err)
+	var in workflows.BatchInput
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(first.GetWorkflowExecutionStartedEventAttributes().GetInput(), &in))
+	require.NotNil(t, in.Policy.Batch, "the run has the policy the row was held under")
+	require.Equal(t, 100, in.Policy.Batch.Size)
+	requests, _ := e.recv.Count(id.String())
+	require.Equal(t, 1, requests)
+
+	// A later message is claimed under the policy published since: the message lane.
+	later := e.enqueueOrderPlain(t, "clicks", nil)
+	e.waitStatus(t, later, store.StatusSent)
+	row, err := e.store.Get(ctx, later)
+	require.NoError(t, err)
+	require.Nil(t, row.BatchID)
+	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED,
+		describeClosed(t, e.client, workflows.WorkflowID(later.String())).GetWorkflowExecutionInfo().GetStatus(), "its own delivery run")
 }
 
 // TestRelayWhenTemporalRefusesStarts: the server's own refusals, and how the relay tells
