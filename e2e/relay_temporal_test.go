@@ -259,6 +259,54 @@ func TestBatchKeepsThePolicyItsRowsWereHeldUnder(t *testing.T) {
 		describeClosed(t, e.client, workflows.WorkflowID(later.String())).GetWorkflowExecutionInfo().GetStatus(), "its own delivery run")
 }
 
+// TestRelayStartsRunsAsTheServerShowsThem: the runs the relay starts, as the server
+// describes them before any worker takes them: on the outbox's task queue, with no
+// execution or run timeout (the policy bounds the attempts), the outbox's search
+// attributes, and the topic's policy in the input (a row's max_retry_times over the
+// topic's attempts). A row a batch had gets a run of its own that checks first, with no
+// batch.
+func TestRelayStartsRunsAsTheServerShowsThem(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ts := newServer(t)
+	e := newEnv(t, ts)
+	slow := e.cfg.Topics["order.created"]
+	slow.MaxAttempts, slow.InitialInterval = 7, config.Duration(time.Minute)
+	e.cfg.Topics["order.slow"] = slow
+	zero := 0
+	a := e.enqueueOrderPlain(t, "order.slow", nil)
+	b := e.enqueueOrderPlain(t, "order.created", &zero)
+	batched := e.enqueueOrderPlain(t, "order.created", nil)
+	_, err := e.pool.Exec(ctx, `UPDATE `+e.store.Schema()+`.outbox_messages SET batch_id = 'outbox-batch-earlier' WHERE message_id = $1`, batched)
+	require.NoError(t, err)
+	e.startRelay(t) // no worker: the runs wait for one
+
+	for _, id := range []uuid.UUID{a, b, batched} {
+		e.waitStatusWithin(t, id, store.StatusDispatched, 30*time.Second)
+		info := e.describe(t, id)
+		require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, info.GetWorkflowExecutionInfo().GetStatus())
+		require.Equal(t, e.taskQueue, info.GetWorkflowExecutionInfo().GetTaskQueue())
+		require.Zero(t, info.GetExecutionConfig().GetWorkflowExecutionTimeout().AsDuration())
+		require.Zero(t, info.GetExecutionConfig().GetWorkflowRunTimeout().AsDuration())
+		fields := info.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()
+		for _, name := range workflows.SearchAttributeNames {
+			require.Contains(t, fields, name, "message %s", id)
+		}
+	}
+	inA, _ := runStory(t, e.client, workflows.WorkflowID(a.String()))
+	require.Equal(t, 7, inA.Policy.MaxAttempts)
+	require.Equal(t, time.Minute, inA.Policy.InitialInterval)
+	require.True(t, inA.SearchAttributes)
+	require.False(t, inA.CheckFirst)
+	inB, _ := runStory(t, e.client, workflows.WorkflowID(b.String()))
+	require.Equal(t, 1, inB.Policy.MaxAttempts, "max_retry_times 0 is one attempt")
+	inBatched, _ := runStory(t, e.client, workflows.WorkflowID(batched.String()))
+	require.True(t, inBatched.CheckFirst, "the batch may have sent it")
+	row, err := e.store.Get(ctx, batched)
+	require.NoError(t, err)
+	require.Nil(t, row.BatchID, "its own run has it, not the batch")
+}
+
 // TestRelayWhenTemporalRefusesStarts: the server's own refusals, and how the relay tells
 // apart one that heals from one that does not.
 func TestRelayWhenTemporalRefusesStarts(t *testing.T) {
