@@ -339,13 +339,8 @@ func TestRelayWhenTemporalRefusesStarts(t *testing.T) {
 		fs := newFaultyServer(t)
 		e := newEnv(t, fs.TestServer)
 		fs.deny.Store(true)
-		done := runUntilItReturns(t, e.newRelay(t).Run)
-		id := e.enqueueOrderPlain(t, "order.created", nil)
-		err := waitReturn(t, done, 90*time.Second)
 		var denied *serviceerror.PermissionDenied
-		require.ErrorAs(t, err, &denied)
-		require.ErrorContains(t, err, "does not heal by waiting")
-		require.Contains(t, []store.Status{store.StatusPending, store.StatusClaimed}, e.status(t, id), "the row waits for a relay that may start it")
+		require.ErrorAs(t, e.relayGivesUp(t), &denied)
 	})
 
 	t.Run("ANamespaceThatDoesNotExistStopsTheRelay", func(t *testing.T) {
@@ -353,25 +348,30 @@ func TestRelayWhenTemporalRefusesStarts(t *testing.T) {
 		ts := newServer(t)
 		c := ts.NewClientWithOptions(client.Options{Namespace: "no-such-namespace"})
 		e := newEnvOn(t, c, "no-such-namespace")
-		done := runUntilItReturns(t, e.newRelay(t).Run)
-		e.enqueueOrderPlain(t, "order.created", nil)
-		err := waitReturn(t, done, 90*time.Second)
 		var missing *serviceerror.NamespaceNotFound
-		require.ErrorAs(t, err, &missing)
-		require.ErrorContains(t, err, "does not heal by waiting")
+		require.ErrorAs(t, e.relayGivesUp(t), &missing)
 	})
 
 	t.Run("SearchAttributesNotRegisteredStopTheRelay", func(t *testing.T) {
 		t.Parallel()
 		ts := temporaltest.NewServer(temporaltest.WithT(t)) // without the outbox's search attributes
 		e := newEnv(t, ts)
-		done := runUntilItReturns(t, e.newRelay(t).Run)
-		e.enqueueOrderPlain(t, "order.created", nil)
-		err := waitReturn(t, done, 90*time.Second)
 		var invalid *serviceerror.InvalidArgument
-		require.ErrorAs(t, err, &invalid)
-		require.ErrorContains(t, err, "does not heal by waiting")
+		require.ErrorAs(t, e.relayGivesUp(t), &invalid)
 	})
+}
+
+// relayGivesUp runs a relay of the env, enqueues a message, and returns the error the
+// relay stops with: Temporal refused its starts for a reason that does not heal. The
+// message waits, unstarted, for a relay that may start it.
+func (e *env) relayGivesUp(t *testing.T) error {
+	t.Helper()
+	done := runUntilItReturns(t, e.newRelay(t).Run)
+	id := e.enqueueOrderPlain(t, "order.created", nil)
+	err := waitReturn(t, done, 90*time.Second)
+	require.ErrorContains(t, err, "does not heal by waiting")
+	require.Contains(t, []store.Status{store.StatusPending, store.StatusClaimed}, e.status(t, id))
+	return err
 }
 
 // TestRelayRidesOutATemporalOutage: the relay's connection to Temporal is cut for 20
