@@ -29,6 +29,8 @@ func positions(r *testutil.Receiver) map[uuid.UUID]int {
 	return pos
 }
 
+// orderedEnv is an env with an ordered topic, one worker and two relays (as several
+// replicas run): each key's order must hold whichever relay claims its messages.
 func orderedEnv(t *testing.T) (*env, *testutil.Receiver) {
 	t.Helper()
 	ts := newServer(t)
@@ -37,6 +39,7 @@ func orderedEnv(t *testing.T) (*env, *testutil.Receiver) {
 	e.cfg.Topics["order.event"] = config.Topic{Sink: "http", URL: r.URL + "/events",
 		InitialInterval: config.Duration(50 * time.Millisecond), MaxInterval: config.Duration(200 * time.Millisecond)}
 	e.startWorker(t)
+	e.startRelay(t)
 	e.startRelay(t)
 	return e, r
 }
