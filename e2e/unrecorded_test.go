@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-go/outbox/config"
+	"github.com/outbox-go/outbox/metrics"
 	"github.com/outbox-go/outbox/starter"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/worker"
@@ -49,7 +52,12 @@ func TestDeliveredNotRecorded(t *testing.T) {
 	})
 	require.NoError(t, err)
 	e.run(t, r.Run)
-	e.startReconciler(t, e.store, time.Second, 200*time.Millisecond)
+	counters := prometheus.NewRegistry()
+	m, err := metrics.New(counters)
+	require.NoError(t, err)
+	rc, err := starter.NewReconciler(e.store, e.client, starter.ReconcilerConfig{After: time.Second, Interval: 200 * time.Millisecond, Logger: logger, Metrics: m})
+	require.NoError(t, err)
+	e.run(t, rc.Run)
 
 	id := e.enqueueOrderPlain(t, "order.created", nil)
 	require.Eventually(t, func() bool { return e.status(t, id) == store.StatusDispatched || e.status(t, id) == store.StatusSent }, 30*time.Second, 20*time.Millisecond)
@@ -67,4 +75,13 @@ func TestDeliveredNotRecorded(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, 1, requests, "reconciliation records the row; it does not send again")
+	// No worker counted the message sent (its mark-sent failed); reconciliation did, once.
+	require.Equal(t, 1, promtest.CollectAndCount(counters, "outbox_messages_sent_total"))
+	families, err := counters.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == "outbox_messages_sent_total" {
+			require.Equal(t, 1.0, f.GetMetric()[0].GetCounter().GetValue())
+		}
+	}
 }
