@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/server/common/authorization"
+	"go.temporal.io/server/common/dynamicconfig"
 	"go.temporal.io/server/temporal"
 	"go.temporal.io/server/temporaltest"
 	"google.golang.org/grpc"
@@ -444,4 +445,54 @@ func waitReturn(t *testing.T, done <-chan error, within time.Duration) error {
 		t.Fatalf("did not return within %s", within)
 		return errors.New("unreachable")
 	}
+}
+
+// TestAPausedRunKeepsItsMessage: an operator pauses a run that waits to retry. A paused
+// run is open and goes on once unpaused, so reconciliation leaves its row dispatched, and
+// a relay whose start meets it (the row found pending again: a lost mark-dispatched) hands
+// the row to it rather than starting another.
+func TestAPausedRunKeepsItsMessage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ts := temporaltest.NewServer(temporaltest.WithT(t), temporaltest.WithBaseServerOptions(
+		temporal.WithDynamicConfigClient(dynamicconfig.StaticClient{
+			// temporaltest's own setting, which this client replaces.
+			dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): []dynamicconfig.ConstrainedValue{{Value: true}},
+			dynamicconfig.WorkflowPauseEnabled.Key():                    []dynamicconfig.ConstrainedValue{{Value: true}},
+		})))
+	require.NoError(t, temporalx.EnsureSearchAttributes(ctx, ts.GetDefaultClient(), ts.GetDefaultNamespace()))
+	e := newEnv(t, ts)
+	e.cfg.Topics["order.slow"] = config.Topic{Sink: "http", URL: e.recv.URL + "/events",
+		InitialInterval: config.Duration(time.Hour), Timeout: config.Duration(5 * time.Second)}
+	e.startWorker(t)
+	e.startRelay(t)
+	e.startReconciler(t, e.store, time.Second, 200*time.Millisecond)
+
+	e.recv.SetStatus("order.slow", http.StatusServiceUnavailable) // the run waits an hour to retry
+	id := e.enqueueOrderPlain(t, "order.slow", nil)
+	require.Eventually(t, func() bool { requests, _ := e.recv.Count(id.String()); return requests == 1 }, 30*time.Second, 20*time.Millisecond)
+	e.waitStatus(t, id, store.StatusDispatched)
+	run := e.describe(t, id).GetWorkflowExecutionInfo().GetExecution().GetRunId()
+	_, err := e.client.WorkflowService().PauseWorkflowExecution(ctx, &workflowservice.PauseWorkflowExecutionRequest{
+		Namespace: e.namespace, WorkflowId: workflows.WorkflowID(id.String()), RunId: run, Reason: "an operator looks into it",
+		Identity: "e2e", RequestId: uuid.NewString(),
+	})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return e.describe(t, id).GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_PAUSED
+	}, 30*time.Second, 50*time.Millisecond)
+
+	// Reconciliation looks at the row (dispatched longer than a second) many times over.
+	time.Sleep(3 * time.Second)
+	require.Equal(t, store.StatusDispatched, e.status(t, id))
+	audit, err := e.store.Audit(ctx, id)
+	require.NoError(t, err)
+	require.Empty(t, audit, "reconciliation left the paused run's row alone")
+
+	_, err = e.pool.Exec(ctx, `UPDATE `+e.store.Schema()+`.outbox_messages SET status = 'pending' WHERE message_id = $1`, id)
+	require.NoError(t, err)
+	e.waitStatusWithin(t, id, store.StatusDispatched, 30*time.Second)
+	require.Equal(t, run, e.describe(t, id).GetWorkflowExecutionInfo().GetExecution().GetRunId(), "no second run")
+	requests, _ := e.recv.Count(id.String())
+	require.Equal(t, 1, requests)
 }
