@@ -35,9 +35,9 @@ import (
 
 // The relay against the in-process server: the runs it starts as the server shows them
 // (their options, their inputs, a batch's policy), and its answers to what the server
-// itself says of a start: a run that already owns the message, a refusal that heals,
-// refusals that do not (a denied start, a namespace or search attributes that do not
-// exist), an outage of the frontend and a start that hangs.
+// itself says of a start: a run (running or paused) that already owns the message, a
+// refusal that heals, refusals that do not (a denied start, a namespace or search
+// attributes that do not exist), an outage of the frontend and a start that hangs.
 
 // faultyServer is an in-process server whose frontend refuses (deny) or holds until the
 // caller gives up (hang) the workflow starts in its default namespace while told to; the

@@ -30,9 +30,10 @@ import (
 // recorder stands in for Temporal: it records starts and answers as told, so that these
 // tests can put each answer to the relay at the moment they choose. The real server puts
 // the same situations to the relay in the end-to-end tests (e2e/relay_temporal_test.go: a
-// run already open, a redrive's run, the check-first inputs, a denied start, a namespace
-// or search attributes that do not exist, an outage, a start that hangs; an early
-// version's poller in e2e/local_first_test.go; a terminated run in e2e/reconcile_test.go).
+// run already open or paused, a redrive's run, the check-first inputs, a denied start, a
+// namespace or search attributes that do not exist, an outage, a start that hangs; an
+// early version's poller in e2e/local_first_test.go; a terminated run in
+// e2e/reconcile_test.go).
 type recorder struct {
 	mu       sync.Mutex
 	starts   []client.StartWorkflowOptions
