@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -314,26 +315,47 @@ func TestRelayStartsRunsAsTheServerShowsThem(t *testing.T) {
 func TestRelayWhenTemporalRefusesStarts(t *testing.T) {
 	t.Parallel()
 
-	t.Run("ADeniedStartIsReportedAndRetriedUntilAllowed", func(t *testing.T) {
+	t.Run("DeniedStartsAreReportedInOneLineAndRetriedUntilAllowed", func(t *testing.T) {
 		t.Parallel()
 		fs := newFaultyServer(t)
 		e := newEnv(t, fs.TestServer)
 		e.startWorker(t)
 		fs.deny.Store(true)
-		r := e.newRelay(t)
-		e.run(t, r.Run)
+		var logs syncBuffer
+		r, err := starter.New(e.store, e.pool, e.client, starter.Config{
+			TaskQueue: e.taskQueue, Policy: e.cfg.Policy, PollInterval: 200 * time.Millisecond, Lease: 5 * time.Second,
+			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		})
+		require.NoError(t, err)
 
-		id := e.enqueueOrderPlain(t, "order.created", nil)
+		ids := make([]uuid.UUID, 20)
+		tx, err := e.pool.Begin(context.Background())
+		require.NoError(t, err)
+		for i := range ids {
+			ids[i], err = e.store.Enqueue(context.Background(), tx, store.Message{Topic: "order.created", Payload: []byte(`{"order": 1}`)})
+			require.NoError(t, err)
+		}
+		require.NoError(t, tx.Commit(context.Background()))
+		e.run(t, r.Run)
 		require.Eventually(t, func() bool { return r.StartsRefused() != nil }, 30*time.Second, 20*time.Millisecond)
 		var denied *serviceerror.PermissionDenied
 		require.ErrorAs(t, r.StartsRefused(), &denied, "the refusal the server gave: %v", r.StartsRefused())
-		require.Equal(t, store.StatusClaimed, e.status(t, id), "a refused row stays claimed until its lease ends")
+		require.ErrorContains(t, r.StartsRefused(), "refused all 20 workflow starts")
+		for _, id := range ids {
+			require.Equal(t, store.StatusClaimed, e.status(t, id), "a refused row stays claimed until its lease ends")
+		}
+		lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+		require.Len(t, lines, 1, "the pass's 20 refusals in one line:\n%s", logs.String())
+		require.Contains(t, lines[0], "Temporal refused every workflow start of this pass")
+		require.Contains(t, lines[0], "refused=20")
 
 		fs.deny.Store(false) // permissions granted before the relay gave up
-		e.waitStatus(t, id, store.StatusSent)
+		for _, id := range ids {
+			e.waitStatus(t, id, store.StatusSent)
+			requests, _ := e.recv.Count(id.String())
+			require.Equal(t, 1, requests)
+		}
 		require.NoError(t, r.StartsRefused(), "starts accepted again: the relay is ready")
-		requests, _ := e.recv.Count(id.String())
-		require.Equal(t, 1, requests)
 	})
 
 	t.Run("ADenialThatLastsStopsTheRelay", func(t *testing.T) {
