@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/outbox-go/outbox/config"
 	"github.com/outbox-go/outbox/starter"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/workflows"
@@ -39,17 +37,12 @@ func TestReconcileLostWorkflow(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			e := newEnv(t, ts)
-			e.cfg.Topics["order.slow"] = config.Topic{Sink: "http", URL: e.recv.URL + "/events",
-				InitialInterval: config.Duration(time.Hour), Timeout: config.Duration(5 * time.Second)}
+			e.addSlowTopic()
 			e.startWorker(t)
 			e.startRelay(t)
 			e.startReconciler(t, e.store, time.Second, 200*time.Millisecond)
 
-			e.recv.SetStatus("order.slow", http.StatusServiceUnavailable)
-			id := e.enqueueOrderPlain(t, "order.slow", nil)
-			require.Eventually(t, func() bool { requests, _ := e.recv.Count(id.String()); return requests == 1 }, 30*time.Second, 20*time.Millisecond)
-			e.waitStatus(t, id, store.StatusDispatched)
-			// The workflow now sleeps an hour before its next attempt.
+			id := e.runWaitingToRetry(t)
 			first := e.describe(t, id).GetWorkflowExecutionInfo().GetExecution().GetRunId()
 			require.NoError(t, lose(ctx, e, workflows.WorkflowID(id.String())))
 			e.recv.ClearStatus("order.slow")

@@ -155,8 +155,7 @@ func TestRelayMeetsTheRunARedriveStarted(t *testing.T) {
 	ctx := context.Background()
 	ts := newServer(t)
 	e := newEnv(t, ts)
-	e.cfg.Topics["order.slow"] = config.Topic{Sink: "http", URL: e.recv.URL + "/events",
-		InitialInterval: config.Duration(time.Hour), Timeout: config.Duration(5 * time.Second)}
+	e.addSlowTopic()
 	e.startWorker(t)
 	e.startRelay(t)
 
@@ -173,10 +172,7 @@ func TestRelayMeetsTheRunARedriveStarted(t *testing.T) {
 	redriven := e.describe(t, id).GetWorkflowExecutionInfo().GetExecution().GetRunId()
 	require.NotEqual(t, deadLettering, redriven)
 
-	_, err = e.pool.Exec(ctx, `UPDATE `+e.store.Schema()+`.outbox_messages SET status = 'pending' WHERE message_id = $1`, id)
-	require.NoError(t, err)
-	e.waitStatusWithin(t, id, store.StatusDispatched, 30*time.Second)
-	require.Equal(t, redriven, e.describe(t, id).GetWorkflowExecutionInfo().GetExecution().GetRunId(), "no third run")
+	e.requireHandedBackTo(t, id, redriven)
 	requests, _ := e.recv.Count(id.String())
 	require.Equal(t, 2, requests)
 }
@@ -457,6 +453,36 @@ func TestRelayStopsWithinItsGraceWhileAStartHangs(t *testing.T) {
 	require.NoError(t, r.StartsRefused(), "a start cut short by the stop is no refusal")
 }
 
+// addSlowTopic adds the topic order.slow to the env: an hour between attempts, so a run
+// whose attempt failed stays open, waiting to retry, for the rest of the test.
+func (e *env) addSlowTopic() {
+	e.cfg.Topics["order.slow"] = config.Topic{Sink: "http", URL: e.recv.URL + "/events",
+		InitialInterval: config.Duration(time.Hour), Timeout: config.Duration(5 * time.Second)}
+}
+
+// runWaitingToRetry enqueues a message of order.slow (addSlowTopic) while its downstream
+// answers 503, and returns it once its run's first attempt failed and the row is
+// dispatched: the run now waits an hour to retry.
+func (e *env) runWaitingToRetry(t *testing.T) uuid.UUID {
+	t.Helper()
+	e.recv.SetStatus("order.slow", http.StatusServiceUnavailable)
+	id := e.enqueueOrderPlain(t, "order.slow", nil)
+	require.Eventually(t, func() bool { requests, _ := e.recv.Count(id.String()); return requests == 1 }, 30*time.Second, 20*time.Millisecond)
+	e.waitStatus(t, id, store.StatusDispatched)
+	return id
+}
+
+// requireHandedBackTo sets the message's dispatched row pending again, as if the relay's
+// mark-dispatched had been lost, and requires that the relay's next start, which meets
+// the open run runID, hands the row to that run.
+func (e *env) requireHandedBackTo(t *testing.T, id uuid.UUID, runID string) {
+	t.Helper()
+	_, err := e.pool.Exec(context.Background(), `UPDATE `+e.store.Schema()+`.outbox_messages SET status = 'pending' WHERE message_id = $1`, id)
+	require.NoError(t, err)
+	e.waitStatusWithin(t, id, store.StatusDispatched, 30*time.Second)
+	require.Equal(t, runID, e.describe(t, id).GetWorkflowExecutionInfo().GetExecution().GetRunId(), "no other run")
+}
+
 // waitReturn waits up to within for a result on done.
 func waitReturn(t *testing.T, done <-chan error, within time.Duration) error {
 	t.Helper()
@@ -484,16 +510,12 @@ func TestAPausedRunKeepsItsMessage(t *testing.T) {
 		})))
 	require.NoError(t, temporalx.EnsureSearchAttributes(ctx, ts.GetDefaultClient(), ts.GetDefaultNamespace()))
 	e := newEnv(t, ts)
-	e.cfg.Topics["order.slow"] = config.Topic{Sink: "http", URL: e.recv.URL + "/events",
-		InitialInterval: config.Duration(time.Hour), Timeout: config.Duration(5 * time.Second)}
+	e.addSlowTopic()
 	e.startWorker(t)
 	e.startRelay(t)
 	e.startReconciler(t, e.store, time.Second, 200*time.Millisecond)
 
-	e.recv.SetStatus("order.slow", http.StatusServiceUnavailable) // the run waits an hour to retry
-	id := e.enqueueOrderPlain(t, "order.slow", nil)
-	require.Eventually(t, func() bool { requests, _ := e.recv.Count(id.String()); return requests == 1 }, 30*time.Second, 20*time.Millisecond)
-	e.waitStatus(t, id, store.StatusDispatched)
+	id := e.runWaitingToRetry(t)
 	run := e.describe(t, id).GetWorkflowExecutionInfo().GetExecution().GetRunId()
 	_, err := e.client.WorkflowService().PauseWorkflowExecution(ctx, &workflowservice.PauseWorkflowExecutionRequest{
 		Namespace: e.namespace, WorkflowId: workflows.WorkflowID(id.String()), RunId: run, Reason: "an operator looks into it",
@@ -511,10 +533,7 @@ func TestAPausedRunKeepsItsMessage(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, audit, "reconciliation left the paused run's row alone")
 
-	_, err = e.pool.Exec(ctx, `UPDATE `+e.store.Schema()+`.outbox_messages SET status = 'pending' WHERE message_id = $1`, id)
-	require.NoError(t, err)
-	e.waitStatusWithin(t, id, store.StatusDispatched, 30*time.Second)
-	require.Equal(t, run, e.describe(t, id).GetWorkflowExecutionInfo().GetExecution().GetRunId(), "no second run")
+	e.requireHandedBackTo(t, id, run)
 	requests, _ := e.recv.Count(id.String())
 	require.Equal(t, 1, requests)
 }
