@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-go/outbox/delivery"
@@ -21,7 +20,6 @@ import (
 // answers again, every message of the backlog is delivered.
 func TestTopicBacklogDoesNotDelayOtherTopics(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	ts := newServer(t)
 	e := newEnv(t, ts)
 
@@ -44,14 +42,7 @@ func TestTopicBacklogDoesNotDelayOtherTopics(t *testing.T) {
 	e.startWorker(t)
 	e.startRelay(t)
 
-	backlog := make([]uuid.UUID, 60)
-	tx, err := e.pool.Begin(ctx)
-	require.NoError(t, err)
-	for i := range backlog {
-		backlog[i], err = e.store.Enqueue(ctx, tx, store.Message{Topic: "bulk.import", Payload: []byte(`{"row": 1}`)})
-		require.NoError(t, err)
-	}
-	require.NoError(t, tx.Commit(ctx))
+	backlog := enqueueMany(t, e, "bulk.import", 60) // one transaction
 	require.Eventually(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -72,9 +63,7 @@ func TestTopicBacklogDoesNotDelayOtherTopics(t *testing.T) {
 	mu.Unlock()
 
 	close(release)
-	for _, id := range backlog {
-		e.waitStatusWithin(t, id, store.StatusSent, 90*time.Second)
-	}
+	e.waitAllSent(t, backlog, 90*time.Second)
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, reached, len(backlog))

@@ -103,14 +103,15 @@ func (e *env) newRelay(t *testing.T) *starter.Relay {
 	return r
 }
 
-// runUntilItReturns runs fn until the test ends and returns its result, for a Run that
-// is expected to stop by itself.
-func runUntilItReturns(t *testing.T, fn func(context.Context) error) <-chan error {
+// runUntilItReturns runs fn until it returns, stop is called or the test ends, and
+// returns the channel its result arrives on: for a Run that is expected to stop by itself,
+// or whose stop the test times.
+func runUntilItReturns(t *testing.T, fn func(context.Context) error) (done <-chan error, stop context.CancelFunc) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	done := make(chan error, 1)
-	go func() { done <- fn(ctx) }()
-	return done
+	result := make(chan error, 1)
+	go func() { result <- fn(ctx) }()
+	return result, cancel
 }
 
 // TestRelayMeetsARunThatOwnsTheMessage: the message's workflow ID already has a run open
@@ -324,14 +325,7 @@ func TestRelayWhenTemporalRefusesStarts(t *testing.T) {
 		})
 		require.NoError(t, err)
 
-		ids := make([]uuid.UUID, 20)
-		tx, err := e.pool.Begin(context.Background())
-		require.NoError(t, err)
-		for i := range ids {
-			ids[i], err = e.store.Enqueue(context.Background(), tx, store.Message{Topic: "order.created", Payload: []byte(`{"order": 1}`)})
-			require.NoError(t, err)
-		}
-		require.NoError(t, tx.Commit(context.Background()))
+		ids := enqueueMany(t, e, "order.created", 20) // one transaction: one pass claims them all
 		e.run(t, r.Run)
 		require.Eventually(t, func() bool { return r.StartsRefused() != nil }, 30*time.Second, 20*time.Millisecond)
 		var denied *serviceerror.PermissionDenied
@@ -346,8 +340,8 @@ func TestRelayWhenTemporalRefusesStarts(t *testing.T) {
 		require.Contains(t, lines[0], "refused=20")
 
 		fs.deny.Store(false) // permissions granted before the relay gave up
+		e.waitAllSent(t, ids, 60*time.Second)
 		for _, id := range ids {
-			e.waitStatus(t, id, store.StatusSent)
 			requests, _ := e.recv.Count(id.String())
 			require.Equal(t, 1, requests)
 		}
@@ -386,7 +380,7 @@ func TestRelayWhenTemporalRefusesStarts(t *testing.T) {
 // message waits, unstarted, for a relay that may start it.
 func (e *env) relayGivesUp(t *testing.T) error {
 	t.Helper()
-	done := runUntilItReturns(t, e.newRelay(t).Run)
+	done, _ := runUntilItReturns(t, e.newRelay(t).Run)
 	id := e.enqueueOrderPlain(t, "order.created", nil)
 	err := waitReturn(t, done, 90*time.Second)
 	require.ErrorContains(t, err, "does not heal by waiting")
@@ -408,7 +402,7 @@ func TestRelayRidesOutATemporalOutage(t *testing.T) {
 	t.Cleanup(relayClient.Close)
 	r, err := starter.New(e.store, e.pool, relayClient, starter.Config{TaskQueue: e.taskQueue, Policy: e.cfg.Policy, Logger: logger})
 	require.NoError(t, err)
-	done := runUntilItReturns(t, r.Run)
+	done, _ := runUntilItReturns(t, r.Run)
 
 	proxy.down()
 	id := e.enqueueOrderPlain(t, "order.created", nil)
@@ -435,10 +429,7 @@ func TestRelayStopsWithinItsGraceWhileAStartHangs(t *testing.T) {
 	fs.hang.Store(true)
 	r, err := starter.New(e.store, e.pool, e.client, starter.Config{TaskQueue: e.taskQueue, Policy: e.cfg.Policy, Logger: logger})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
+	done, stop := runUntilItReturns(t, r.Run)
 
 	id := e.enqueueOrderPlain(t, "order.created", nil)
 	select {
@@ -447,7 +438,7 @@ func TestRelayStopsWithinItsGraceWhileAStartHangs(t *testing.T) {
 		t.Fatal("the relay never started the message's workflow")
 	}
 	// Without the grace, Run would wait for the start's own timeout (10s by default).
-	cancel()
+	stop()
 	require.NoError(t, waitReturn(t, done, starter.StopGrace+5*time.Second))
 	require.Equal(t, store.StatusClaimed, e.status(t, id))
 	require.NoError(t, r.StartsRefused(), "a start cut short by the stop is no refusal")

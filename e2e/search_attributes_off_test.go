@@ -72,6 +72,13 @@ topics:
 	require.Eventually(t, func() bool { requests, _ := recv.Count(retried); return requests >= 1 }, 60*time.Second, 20*time.Millisecond,
 		"the retried message never reached the downstream:\n%s", p.out)
 	recv.Reject(retried, 0)
+	waitRow := func(id string, status store.Status) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			row, err := st.Get(ctx, uuid.MustParse(id))
+			return err == nil && row.Status == status
+		}, 90*time.Second, 50*time.Millisecond, "message %s never became %s:\n%s", id, status, p.out)
+	}
 
 	c := ts.GetDefaultClient()
 	for id, want := range map[string]struct {
@@ -83,10 +90,7 @@ topics:
 		retried: {store.StatusSent, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, 2},
 		dead:    {store.StatusDead, enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, 1},
 	} {
-		require.Eventually(t, func() bool {
-			row, err := st.Get(ctx, uuid.MustParse(id))
-			return err == nil && row.Status == want.status
-		}, 90*time.Second, 50*time.Millisecond, "message %s never became %s:\n%s", id, want.status, p.out)
+		waitRow(id, want.status)
 		desc := describeClosed(t, c, workflows.WorkflowID(id))
 		require.Equal(t, want.run, desc.GetWorkflowExecutionInfo().GetStatus(), id)
 		for name := range desc.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields() {
@@ -97,10 +101,7 @@ topics:
 		requireNoFailedWorkflowTask(t, c, workflows.WorkflowID(id))
 	}
 	// The batch lane's message: its row, and the batch run that sent it.
-	require.Eventually(t, func() bool {
-		row, err := st.Get(ctx, uuid.MustParse(batched))
-		return err == nil && row.Status == store.StatusSent
-	}, 90*time.Second, 50*time.Millisecond, "message %s of the batch lane never became sent:\n%s", batched, p.out)
+	waitRow(batched, store.StatusSent)
 	requests, _ := recv.Count(batched)
 	require.Equal(t, 1, requests)
 	batches, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
