@@ -529,7 +529,7 @@ func (c *Config) Registry(extra map[string]sinks.Factory) (*activities.Registry,
 		}
 		errs = append(errs, build(fmt.Sprintf("topics[%q]", topic), topic, t))
 	}
-	if c.Default != nil {
+	if c.Default != nil && !c.Default.deliveredByTeam() {
 		errs = append(errs, build("default", "", *c.Default))
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -215,6 +215,27 @@ func TestParse(t *testing.T) {
 		require.NoError(t, reg.Close())
 	})
 
+	t.Run("DefaultDeliveredByTeam", func(t *testing.T) {
+		t.Parallel()
+		for _, entry := range []string{
+			"{activity: Reserve, task_queue: inventory}",
+			"{workflow: Fulfil, task_queue: fulfilment}",
+			"{nexus: {endpoint: payments, service: outbox, operation: refund}}",
+		} {
+			c, err := config.Parse(strings.NewReader("default: " + entry + "\ntopics: {a: {url: 'http://127.0.0.1:1/hook'}}\n"))
+			require.NoError(t, err, entry)
+			d := c.WithDefaults()
+			require.NoError(t, d.Validate(), entry)
+			// An unlisted topic is delivered by the team's handler, not by one built here.
+			reg, err := d.Registry(nil)
+			require.NoError(t, err, entry)
+			require.Equal(t, []string{"a"}, reg.Topics(), entry)
+			_, ok := reg.Lookup("unlisted")
+			require.False(t, ok, entry)
+			require.NoError(t, reg.Close())
+		}
+	})
+
 	t.Run("KnownExtraSink", func(t *testing.T) {
 		t.Parallel()
 		c, err := config.Parse(strings.NewReader("topics: {a: {sink: sqs, options: {queue: 'q'}}}\n"))
