@@ -21,6 +21,13 @@ func (s *Store) UnparkLimitedSQL() string { return fmt.Sprintf(unparkLimitedSQL,
 // AnyParkedSQL is the probe that unparking runs before UnparkLimitedSQL, for EXPLAIN.
 func (s *Store) AnyParkedSQL() string { return fmt.Sprintf(anyParkedSQL, s.messages) }
 
+// ParkKeysSQL, RecheckParkedSQL and UnparkSQL are the statements that park and unpark
+// keyed rows, for EXPLAIN. The first two take a key or ID list, then orderingArgs; the
+// last orderingArgs alone.
+func (s *Store) ParkKeysSQL() string      { return fmt.Sprintf(parkKeysSQL, s.messages) }
+func (s *Store) RecheckParkedSQL() string { return fmt.Sprintf(recheckParkedSQL, s.messages, s.pauses) }
+func (s *Store) UnparkSQL() string        { return fmt.Sprintf(unparkSQL, s.messages, s.pauses) }
+
 // Claim takes up to limit due rows (pending rows whose next_retry_at has passed, and
 // claimed rows whose lease has expired) and leases them for lease, ordering keyed
 // messages by the default rules.

@@ -503,6 +503,18 @@ func TestClaim(t *testing.T) {
 		// same index.
 		require.Contains(t, explain(st.UnparkLimitedSQL(), 100, []string{"slow"}, []int32{500}), "outbox_messages_parked_topic_idx")
 		require.Contains(t, explain(st.AnyParkedSQL()), "outbox_messages_parked_topic_idx")
+
+		// Parking and unparking keyed rows look for an earlier open message of each key
+		// through the ordering index, never through the whole table (which holds the sent
+		// rows retention keeps), while they hold the keys' park lock.
+		rules := []any{[]string{}, []string{}, false, []string{}, false}
+		for _, plan := range []string{
+			explain(st.ParkKeysSQL(), append([]any{[]string{"k1", "k2"}}, rules...)...),
+			explain(st.RecheckParkedSQL(), append([]any{[]int64{1, 2}}, rules...)...),
+			explain(st.UnparkSQL(), rules...),
+		} {
+			require.Contains(t, plan, "outbox_messages_ordering_idx", plan)
+		}
 	})
 }
 

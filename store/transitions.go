@@ -237,12 +237,15 @@ func (s *Store) recheckParked(ctx context.Context, ids []int64, keys []string, r
 // heldBack returns the condition, true for a row c that an earlier undelivered message of
 // its key holds back under the ordering rules, whose orderingArgs are the
 // statement's parameters $p to $p+4. The claim, the parking and the unparking share it.
+// The subquery says e.ordering_key IS NOT NULL, which the join clause implies, so that
+// the ordering index's predicate is proven where PostgreSQL turns the EXISTS into a
+// semi-join (in parkKeysSQL); without it that statement scans the whole table.
 func heldBack(p int) string {
 	listed, unordered, defUnordered, skipping, defSkipping := p, p+1, p+2, p+3, p+4
 	return fmt.Sprintf(`NOT (CASE WHEN c.topic = ANY($%[1]d) THEN c.topic = ANY($%[2]d) ELSE $%[3]d END)
     AND EXISTS (
       SELECT 1 FROM %%[1]s e
-      WHERE e.ordering_key = c.ordering_key AND e.ordering_seq < c.ordering_seq
+      WHERE e.ordering_key IS NOT NULL AND e.ordering_key = c.ordering_key AND e.ordering_seq < c.ordering_seq
         AND (e.status IN ('pending', 'claimed', 'dispatched')
           OR (e.status = 'dead' AND NOT (CASE WHEN e.topic = ANY($%[1]d) THEN e.topic = ANY($%[4]d) ELSE $%[5]d END))))`,
 		listed, unordered, defUnordered, skipping, defSkipping)
