@@ -3,14 +3,17 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
 
 	"github.com/outbox-go/outbox/internal/testdb"
+	"github.com/outbox-go/outbox/outboxtest"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/store/storedriver/storetest"
 )
@@ -20,6 +23,29 @@ import (
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, storetest.Harness{New: newPostgresTarget})
+}
+
+// TestConformanceUnderPoolerExecModes runs the suite again with every connection of the
+// store's pool in the query exec modes a pool such as PgBouncer in transaction mode
+// needs (a DATABASE_URL with default_query_exec_mode=simple_protocol or exec): the
+// relay's and the worker's own statements, not only Enqueue, encode their arguments in
+// them.
+func TestConformanceUnderPoolerExecModes(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"simple_protocol", "exec"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			u, err := url.Parse(testdb.URL())
+			require.NoError(t, err)
+			q := u.Query()
+			q.Set("default_query_exec_mode", mode)
+			u.RawQuery = q.Encode()
+			storetest.Run(t, storetest.Harness{New: func(t *testing.T) storetest.Target {
+				target, _, _ := postgresTargetAt(t, u.String())
+				return target
+			}})
+		})
+	}
 }
 
 // insertColumns are the columns storetest's InsertSQL may name.
@@ -33,7 +59,12 @@ func newPostgresTarget(t *testing.T) storetest.Target {
 // postgresTarget is the PostgreSQL store on a schema of its own, with the business code
 // on pgx, and the pool and store it uses.
 func postgresTarget(t *testing.T) (storetest.Target, *pgxpool.Pool, *store.Store) {
-	pool, st := testdb.Schema(t)
+	return postgresTargetAt(t, testdb.URL())
+}
+
+// postgresTargetAt is postgresTarget on the database at dbURL.
+func postgresTargetAt(t *testing.T, dbURL string) (storetest.Target, *pgxpool.Pool, *store.Store) {
+	pool, st := outboxtest.Schema(t, dbURL)
 	messages := pgx.Identifier{st.Schema(), "outbox_messages"}.Sanitize()
 	return storetest.Target{
 		Driver: st,

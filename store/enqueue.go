@@ -135,6 +135,16 @@ func (s *Store) EnqueueMessage(ctx context.Context, db DB, msg Message) (Enqueue
 // PgBouncer in transaction mode need.)
 func binaryUUID(id uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: id, Valid: true} }
 
+// binaryUUIDs is ids for a uuid[] parameter, which every query exec mode encodes: pgx
+// has no plan for a slice of uuid.UUID under the simple protocol or QueryExecModeExec.
+func binaryUUIDs(ids []uuid.UUID) []pgtype.UUID {
+	out := make([]pgtype.UUID, len(ids))
+	for i, id := range ids {
+		out[i] = binaryUUID(id)
+	}
+	return out
+}
+
 // insertRow is one validated message as its row's column values.
 type insertRow struct {
 	id             uuid.UUID

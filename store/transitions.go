@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // The claim: one short statement. It reads two indexes whose predicates its conditions
@@ -416,11 +417,11 @@ func (s *Store) MarkDispatchedAll(ctx context.Context, rows []Claimed) (int, err
 		return 0, nil
 	}
 	ids := make([]int64, len(rows))
-	tokens := make([]uuid.UUID, len(rows))
+	tokens := make([]pgtype.UUID, len(rows)) // see binaryUUIDs
 	batches := make([]string, len(rows))
 	atClaim := make([]string, len(rows))
 	for i, r := range rows {
-		ids[i], tokens[i], batches[i], atClaim[i] = r.ID, r.ClaimToken, r.Batch, r.BatchAtClaim
+		ids[i], tokens[i], batches[i], atClaim[i] = r.ID, binaryUUID(r.ClaimToken), r.Batch, r.BatchAtClaim
 	}
 	// A row whose batch_id changed since the claim was taken by a batch run meanwhile
 	// (TakeForBatch): it is that batch's to send, not also this run's.
@@ -448,10 +449,10 @@ func (s *Store) TakeForBatch(ctx context.Context, batch string, messages []Batch
 	if len(messages) == 0 {
 		return nil, nil
 	}
-	ids := make([]uuid.UUID, len(messages))
-	tokens := make([]uuid.NullUUID, len(messages))
+	ids := make([]pgtype.UUID, len(messages)) // see binaryUUIDs
+	tokens := make([]pgtype.UUID, len(messages))
 	for i, m := range messages {
-		ids[i], tokens[i] = m.MessageID, uuid.NullUUID{UUID: m.ClaimToken, Valid: m.ClaimToken != uuid.Nil}
+		ids[i], tokens[i] = binaryUUID(m.MessageID), pgtype.UUID{Bytes: m.ClaimToken, Valid: m.ClaimToken != uuid.Nil}
 	}
 	rows, err := s.db.Query(ctx, `UPDATE `+s.messages+` AS m SET batch_id = $1
 FROM unnest($2::uuid[], $3::uuid[]) AS t(message_id, token)
@@ -515,7 +516,7 @@ func (s *Store) RecordSentAll(ctx context.Context, messageIDs []uuid.UUID) ([]Se
 		if _, err := tx.Exec(ctx, `SELECT count(pg_advisory_xact_lock(hashtext($1), h))
 FROM (SELECT DISTINCT hashtext(ordering_key) AS h FROM `+s.messages+`
       WHERE message_id = ANY($2) AND ordering_key IS NOT NULL ORDER BY 1) AS keys`,
-			s.cfg.Schema+".outbox_messages.park", messageIDs); err != nil {
+			s.cfg.Schema+".outbox_messages.park", binaryUUIDs(messageIDs)); err != nil {
 			return fmt.Errorf("mark %d messages sent: lock their ordering keys: %w", len(messageIDs), err)
 		}
 		var err error
@@ -531,7 +532,7 @@ FROM (SELECT DISTINCT hashtext(ordering_key) AS h FROM `+s.messages+`
 // row unchanged was read from, not updated since (reconciliation's guard,
 // stillDispatched). It returns what metrics need of the rows it moved.
 func (s *Store) markSent(ctx context.Context, db DB, messageIDs []uuid.UUID, unchanged *Dispatched) ([]Sent, error) {
-	guard, args := "", []any{messageIDs}
+	guard, args := "", []any{binaryUUIDs(messageIDs)}
 	if unchanged != nil {
 		guard = " AND " + stillDispatched(2)
 		args = append(args, unchanged.ID, unchanged.UpdatedAt)
@@ -607,7 +608,7 @@ func (s *Store) Get(ctx context.Context, messageID uuid.UUID) (Row, error) {
 // GetAll loads the messages of messageIDs, by message ID, in one statement. An ID
 // without a row is left out.
 func (s *Store) GetAll(ctx context.Context, messageIDs []uuid.UUID) (map[uuid.UUID]Row, error) {
-	rows, err := s.db.Query(ctx, s.selectRows+` WHERE message_id = ANY($1)`, messageIDs)
+	rows, err := s.db.Query(ctx, s.selectRows+` WHERE message_id = ANY($1)`, binaryUUIDs(messageIDs))
 	if err != nil {
 		return nil, fmt.Errorf("load %d messages: %w", len(messageIDs), err)
 	}
@@ -639,8 +640,10 @@ func (s *Store) DeadLetter(ctx context.Context, d DeadLetter) (ok bool, err erro
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		var status Status
 		var createdAt *time.Time
-		topic, payload, headers := d.Topic, []byte("null"), []byte(nil)
-		err := tx.QueryRow(ctx, `SELECT status, topic, payload, headers, created_at FROM `+s.messages+`
+		// The JSON goes back as text: a []byte would go as bytea under the simple protocol
+		// or QueryExecModeExec, and a jsonb parameter refuses that.
+		topic, payload, headers := d.Topic, "null", (*string)(nil)
+		err := tx.QueryRow(ctx, `SELECT status, topic, payload::text, headers::text, created_at FROM `+s.messages+`
 WHERE message_id = $1 FOR UPDATE`, d.MessageID).Scan(&status, &topic, &payload, &headers, &createdAt)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
@@ -654,7 +657,7 @@ WHERE message_id = $1 FOR UPDATE`, d.MessageID).Scan(&status, &topic, &payload, 
 (message_id, workflow_id, run_id, topic, payload, headers, attempts, last_error, message_created_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 ON CONFLICT (message_id, run_id) DO NOTHING`,
-			d.MessageID, d.WorkflowID, d.RunID, topic, string(payload), headers, d.Attempts, d.LastError, createdAt)
+			d.MessageID, d.WorkflowID, d.RunID, topic, payload, headers, d.Attempts, d.LastError, createdAt)
 		if err != nil {
 			return err
 		}
