@@ -803,8 +803,35 @@ func Parse(r io.Reader) (*Config, error) {
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+	if err := dec.Decode(&c); err != nil {
+		if errors.Is(err, io.EOF) {
+			return &c, nil
+		}
 		return nil, err
+	}
+	for {
+		var next yaml.Node
+		err := dec.Decode(&next)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		// An empty document (a trailing ---) sets nothing.
+		if len(next.Content) > 0 && next.Content[0].Tag != "!!null" {
+			return nil, fmt.Errorf("line %d: a second YAML document (after ---); the config is one document", next.Line)
+		}
+	}
+	// A false written in the file is a setting too: it keeps a temporal.toml profile's
+	// disable_host_verification out (see applyProfile).
+	var keys struct {
+		Temporal struct {
+			TLS map[string]any `yaml:"tls"`
+		} `yaml:"temporal"`
+	}
+	if yaml.Unmarshal(data, &keys) == nil {
+		_, c.Temporal.TLS.skipVerifySet = keys.Temporal.TLS["insecure_skip_verify"]
 	}
 	return &c, nil
 }

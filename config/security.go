@@ -39,6 +39,10 @@ type TLS struct {
 	CAData   []byte `yaml:"-"`
 	CertData []byte `yaml:"-"`
 	KeyData  []byte `yaml:"-"`
+
+	// skipVerifySet records that the file or the environment set InsecureSkipVerify,
+	// false included, so a profile's disable_host_verification does not override it.
+	skipVerifySet bool
 }
 
 // On reports whether TLS is on by the rules in [TLS]'s documentation; apiKey is

@@ -88,7 +88,7 @@ func (t *Temporal) applyEnv(lookup func(string) (string, bool)) error {
 		set  func(bool)
 	}{
 		{"TEMPORAL_TLS", func(on bool) { t.TLS.Enabled = &on }},
-		{"TEMPORAL_TLS_DISABLE_HOST_VERIFICATION", func(skip bool) { t.TLS.InsecureSkipVerify = skip }},
+		{"TEMPORAL_TLS_DISABLE_HOST_VERIFICATION", func(skip bool) { t.TLS.InsecureSkipVerify, t.TLS.skipVerifySet = skip, true }},
 	} {
 		v := get(b.name)
 		switch strings.ToLower(v) {
@@ -100,6 +100,9 @@ func (t *Temporal) applyEnv(lookup func(string) (string, bool)) error {
 		default:
 			errs = append(errs, fmt.Errorf("%s: must be true, false, 1 or 0, got %q", b.name, v))
 		}
+	}
+	if get(EnvPrefix+"TEMPORAL_TLS_INSECURE_SKIP_VERIFY") != "" {
+		t.TLS.skipVerifySet = true // applyPathEnv has set it
 	}
 	if v := get("TEMPORAL_CODEC_ENDPOINT"); v != "" {
 		errs = append(errs, remoteCodecError("TEMPORAL_CODEC_ENDPOINT", v, "unset it for the outbox"))
@@ -221,7 +224,9 @@ func (t *Temporal) fillFromProfile(p envconfig.ClientConfigProfile) error {
 		t.TLS.KeyFile, t.TLS.KeyData = pt.ClientKeyPath, pt.ClientKeyData
 	}
 	t.TLS.ServerName = cmp.Or(t.TLS.ServerName, pt.ServerName)
-	t.TLS.InsecureSkipVerify = t.TLS.InsecureSkipVerify || pt.DisableHostVerification
+	if !t.TLS.skipVerifySet {
+		t.TLS.InsecureSkipVerify = t.TLS.InsecureSkipVerify || pt.DisableHostVerification
+	}
 	if t.TLS.Enabled == nil && (!pt.Disabled || !above) {
 		on := !pt.Disabled
 		t.TLS.Enabled = &on

@@ -54,6 +54,12 @@ api_key = "local-key"
 [profile.local.tls]
 disabled = true
 
+[profile.unverified]
+address = "unverified-host:7233"
+
+[profile.unverified.tls]
+disable_host_verification = true
+
 [profile.decoded]
 address = "x:7233"
 
@@ -145,6 +151,30 @@ endpoint = "http://codec.internal:8081"
 		require.True(t, c.Temporal.TLS.On(c.Temporal.APIKey))
 		c = mustLoad(t, "", map[string]string{"TEMPORAL_CONFIG_FILE": toml, "TEMPORAL_PROFILE": "local", "TEMPORAL_TLS": "true"})
 		require.True(t, c.Temporal.TLS.On(c.Temporal.APIKey))
+	})
+
+	t.Run("HostVerification", func(t *testing.T) {
+		t.Parallel()
+		env := func(kv ...string) map[string]string {
+			m := map[string]string{"TEMPORAL_CONFIG_FILE": toml, "TEMPORAL_PROFILE": "unverified"}
+			for i := 0; i < len(kv); i += 2 {
+				m[kv[i]] = kv[i+1]
+			}
+			return m
+		}
+		// The profile's disable_host_verification applies when nothing above it says.
+		require.True(t, mustLoad(t, "", env()).Temporal.TLS.InsecureSkipVerify)
+		// A false above the profile, from the file or either variable, verifies the server.
+		for name, c := range map[string]config.Config{
+			"file":                                   mustLoad(t, "temporal: {tls: {insecure_skip_verify: false}}\n", env()),
+			"TEMPORAL_TLS_DISABLE_HOST_VERIFICATION": mustLoad(t, "", env("TEMPORAL_TLS_DISABLE_HOST_VERIFICATION", "false")),
+			"OUTBOX_TEMPORAL_TLS_INSECURE_SKIP_VERIFY": mustLoad(t, "", env("OUTBOX_TEMPORAL_TLS_INSECURE_SKIP_VERIFY", "false")),
+		} {
+			require.False(t, c.Temporal.TLS.InsecureSkipVerify, name)
+			tlsCfg, err := c.Temporal.TLSConfig()
+			require.NoError(t, err, name)
+			require.False(t, tlsCfg.InsecureSkipVerify, name)
+		}
 	})
 
 	t.Run("InlineTLSData", func(t *testing.T) {
