@@ -110,15 +110,19 @@ func New(t Config) (*Sink, error) {
 			return nil, fmt.Errorf("check_url: must be on url's host %s when tls is set, got %s", u.Hostname(), redact.URL(t.CheckURL))
 		}
 	}
+	for name, value := range t.Headers {
+		if err := checkHeader(name, value); err != nil {
+			return nil, fmt.Errorf("headers[%q]: %w", name, err)
+		}
+	}
 	for i, key := range t.SigningSecrets {
 		if len(key) == 0 {
 			return nil, fmt.Errorf("signing_secrets[%d]: the key is empty", i)
 		}
 	}
 	client := &http.Client{
-		// The activity's start-to-close timeout bounds each request through its
-		// context; this is a backstop.
-		Timeout: 5 * time.Minute,
+		// The activity's timeout (the topic's timeout) bounds each request through its
+		// context; a context without a deadline gets backstop.
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		},
@@ -143,6 +147,36 @@ func New(t Config) (*Sink, error) {
 	}, nil
 }
 
+// backstop bounds a request whose context has no deadline. An activity's context
+// always has one (the topic's timeout), which may be longer.
+const backstop = 5 * time.Minute
+
+// withBackstop is ctx, bounded by backstop when it has no deadline of its own.
+func withBackstop(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, backstop)
+}
+
+// checkHeader refuses a header that no request can carry: Go's client would refuse
+// every request before writing it, and each attempt would count as ambiguous until the
+// message was dead-lettered. The value is never shown: it may be a secret.
+func checkHeader(name, value string) error {
+	if name == "" || strings.ContainsFunc(name, func(r rune) bool { return !isTokenChar(r) }) {
+		return errors.New("is not an HTTP header name: letters, digits and !#$%&'*+-.^_`|~ only")
+	}
+	if strings.ContainsFunc(value, func(r rune) bool { return (r < 0x20 && r != '\t') || r == 0x7f }) {
+		return errors.New("the value holds a control character (a line break, say, inside a file: secret), which an HTTP header cannot carry")
+	}
+	return nil
+}
+
+// isTokenChar reports whether r may be part of a header name (RFC 9110's tchar).
+func isTokenChar(r rune) bool {
+	return r < 0x7f && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r))
+}
+
 type httpBody struct {
 	MessageID string          `json:"message_id"`
 	Topic     string          `json:"topic"`
@@ -161,13 +195,13 @@ func (s *Sink) Send(ctx context.Context, d delivery.Message) error {
 	if err != nil {
 		return delivery.Permanent(fmt.Errorf("encode request body: %w", err))
 	}
+	ctx, cancel := withBackstop(ctx)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL, bytes.NewReader(body))
 	if err != nil {
 		return delivery.Permanent(fmt.Errorf("build request to %s: %w", redact.URL(s.URL), err))
 	}
-	for k, v := range s.Headers {
-		req.Header.Set(k, v)
-	}
+	s.setHeaders(req)
 	for k, v := range sinks.OutboxHeaders(d) {
 		req.Header.Set(k, v)
 	}
@@ -221,19 +255,32 @@ func (s *Sink) Send(ctx context.Context, d delivery.Message) error {
 	}
 }
 
+// setHeaders sets the topic's headers on req. A Host header names the host the request
+// asks for (an ingress or proxy that routes by name), which Go's client takes from
+// req.Host, not from the headers.
+func (s *Sink) setHeaders(req *http.Request) {
+	for k, v := range s.Headers {
+		req.Header.Set(k, v)
+	}
+	if host := req.Header.Get("Host"); host != "" {
+		req.Host = host
+		req.Header.Del("Host")
+	}
+}
+
 // CheckProcessed asks CheckURL: 200 means processed, 404 means not. The GET is not signed.
 func (s *Sink) CheckProcessed(ctx context.Context, d delivery.Message) (bool, error) {
 	if s.CheckURL == "" {
 		return false, delivery.ErrCheckUnsupported
 	}
 	u := strings.ReplaceAll(s.CheckURL, "{message_id}", url.PathEscape(d.MessageID))
+	ctx, cancel := withBackstop(ctx)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return false, fmt.Errorf("build request to %s: %w", redact.URL(u), err)
 	}
-	for k, v := range s.Headers {
-		req.Header.Set(k, v)
-	}
+	s.setHeaders(req)
 	req.Header.Set("Idempotency-Key", d.MessageID)
 	tracing.Propagator(nil).Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := s.Client.Do(req)

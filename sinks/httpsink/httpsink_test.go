@@ -117,6 +117,69 @@ func TestHTTPSink(t *testing.T) {
 		require.NotContains(t, err.Error(), "/events", "a webhook's path is often its token")
 	})
 
+	t.Run("HeadersNoRequestCanCarry", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct{ name, value, want string }{
+			{"X Tenant", "a", `headers["X Tenant"]: is not an HTTP header name`},
+			{"X-Tenant:", "a", `headers["X-Tenant:"]: is not an HTTP header name`},
+			{"", "a", `headers[""]: is not an HTTP header name`},
+			{"Authorization", "Bearer hunter2\nX-Injected: 1", `headers["Authorization"]: the value holds a control character`},
+			{"Authorization", "Bearer hunter2\n", `headers["Authorization"]: the value holds a control character`},
+		} {
+			_, err := New(Config{URL: "http://127.0.0.1:1/events", Headers: map[string]string{tc.name: tc.value}})
+			require.Error(t, err, tc.name)
+			require.Contains(t, err.Error(), tc.want)
+			require.NotContains(t, err.Error(), "hunter2", "a header's value may be a secret")
+		}
+		_, err := New(Config{URL: "http://127.0.0.1:1/events", Headers: map[string]string{"X-Odd_Name!": "tab\tis fine"}})
+		require.NoError(t, err)
+	})
+
+	t.Run("HostHeaderNamesTheHost", func(t *testing.T) {
+		t.Parallel()
+		hosts := make(chan string, 2)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hosts <- r.Host
+			w.WriteHeader(http.StatusNotFound)
+		}))
+		defer srv.Close()
+		s, err := New(Config{URL: srv.URL + "/events", CheckURL: srv.URL + "/events/{message_id}", Headers: map[string]string{"Host": "orders.internal"}})
+		require.NoError(t, err)
+		_ = s.Send(ctx, testDelivery())
+		_, _ = s.CheckProcessed(ctx, testDelivery())
+		require.Equal(t, "orders.internal", <-hosts, "the send")
+		require.Equal(t, "orders.internal", <-hosts, "the check")
+	})
+
+	t.Run("ARequestLastsAsLongAsItsDeadline", func(t *testing.T) {
+		t.Parallel()
+		// A topic's timeout may be longer than the backstop for a context without a
+		// deadline: the request keeps the context's.
+		deadlines := make(chan time.Duration, 1)
+		s := sinkFor(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) })
+		base := s.Client.Transport
+		if base == nil {
+			base = http.DefaultTransport
+		}
+		s.Client.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if d, ok := r.Context().Deadline(); ok {
+				deadlines <- time.Until(d)
+			} else {
+				deadlines <- 0
+			}
+			return base.RoundTrip(r)
+		})
+		require.Zero(t, s.Client.Timeout)
+		long, cancel := context.WithTimeout(ctx, 10*time.Minute)
+		defer cancel()
+		require.NoError(t, s.Send(long, testDelivery()))
+		require.Greater(t, <-deadlines, 9*time.Minute)
+		require.NoError(t, s.Send(ctx, testDelivery()))
+		got := <-deadlines
+		require.Greater(t, got, 4*time.Minute, "a context without a deadline gets the backstop")
+		require.LessOrEqual(t, got, backstop)
+	})
+
 	t.Run("RetryAfter", func(t *testing.T) {
 		t.Parallel()
 		s := sinkFor(t, func(w http.ResponseWriter, r *http.Request) {
@@ -385,3 +448,7 @@ func TestHTTPSinkSigning(t *testing.T) {
 		require.ErrorContains(t, err, "signing_secrets[1]")
 	})
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
