@@ -182,6 +182,8 @@ func TestParse(t *testing.T) {
 			{"topics: {a: {nexus: {endpoint: orders, service: s, operation: deliver}, lane: batch}}\n", `topics["a"].lane: must be empty for a topic delivered by Nexus operation`},
 			{"topics: {a: {nexus: {endpoint: e, service: s, operation: o, timeout: -1s}}}\n", `topics["a"].nexus.timeout must be positive, got -1s`},
 			{"topics: {a: {nexus: {endpoint: e, service: s, operation: o, tiemout: 1s}}}\n", "field tiemout not found"},
+			{"topics: {a: {url: 'http://x', headers: {'X Bad': v}}}\n", `topics["a"].headers["X Bad"]: is not an HTTP header name`},
+			{"topics: {a: {url: 'http://x', headers: {X-Key: \"k=secret\\r\\nX-Other: 1\"}}}\n", `topics["a"].headers["X-Key"]: the value holds a control character`},
 			// A second document would be ignored, its typos and topics with it.
 			{"schema: a\n---\nschema: b\nbogus_key: 1\n", "line 2: a second YAML document (after ---); the config is one document"},
 			{"schema: a\n---\n", ""},
