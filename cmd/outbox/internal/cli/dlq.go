@@ -257,9 +257,7 @@ func newDLQShowCmd(g *globals) *cobra.Command {
 				w := cmd.OutOrStdout()
 				fmt.Fprintf(w, "Message      %s\nTopic        %s\nStatus       %s\nCreated      %s\nRedrives     %d\n",
 					row.MessageID, row.Topic, row.Status, row.CreatedAt.Local().Format(time.DateTime), row.RedriveCount)
-				if row.OrderingKey != nil {
-					fmt.Fprintf(w, "Ordering key %s (message %d of the key)\n", *row.OrderingKey, *row.OrderingSeq)
-				}
+				writeOrderingKey(w, row.OrderingKey, row.OrderingSeq)
 				if row.LastError != nil {
 					fmt.Fprintf(w, "Last error   %s\n", *row.LastError)
 				}

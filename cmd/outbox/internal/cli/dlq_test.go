@@ -151,6 +151,21 @@ func (r *answerAfter) Read(p []byte) (int, error) {
 // A bulk action acts on the dead letters its filter selected: a message redriven and
 // dead-lettered again (for another reason) while the command waited for its confirmation is
 // left alone, and the command says so.
+// TestShowAKeyWithoutItsPlace shows a row given an ordering key by an UPDATE, after the
+// insert that numbers keyed rows: it has a key and no place in it.
+func TestShowAKeyWithoutItsPlace(t *testing.T) {
+	t.Parallel()
+	cfg, env, st, deadLetter := dlqSetup(t)
+	keyed := deadLetter("order.created", 1, "HTTP 400")
+	_, err := st.DB().Exec(context.Background(), `UPDATE `+st.Schema()+`.outbox_messages SET ordering_key = 'order-9' WHERE message_id = $1`, keyed)
+	require.NoError(t, err)
+	for _, args := range [][]string{{"dlq", "show"}, {"show"}} {
+		r := run(t, env, "", append(args, keyed.String(), "--config", cfg)...)
+		require.NoError(t, r.err, args)
+		require.Contains(t, r.stdout, "Ordering key order-9\n", args)
+	}
+}
+
 func TestDLQBulkLeavesALetterWrittenSinceTheSelection(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -452,9 +452,7 @@ func (v *messageView) write(w io.Writer) {
 			// times its attempts, and a dead or discarded message has none until a redrive.
 			fmt.Fprintf(w, "Next attempt %s\n", v.NextRetryAt.Local().Format(layout))
 		}
-		if v.OrderingKey != nil && v.OrderingSeq != nil {
-			fmt.Fprintf(w, "Ordering key %s (message %d of the key)\n", *v.OrderingKey, *v.OrderingSeq)
-		}
+		writeOrderingKey(w, v.OrderingKey, v.OrderingSeq)
 		if v.LastError != nil {
 			fmt.Fprintf(w, "Last error   %s\n", *v.LastError)
 		}
@@ -500,4 +498,17 @@ func (v *messageView) write(w io.Writer) {
 	}
 	writeDeadLetters(w, v.DeadLetters, layout)
 	writeAudit(w, v.Audit, layout)
+}
+
+// writeOrderingKey writes a message's ordering key and its place in the key, if it has a
+// key. A row given its key by an UPDATE, after the insert that numbers keyed rows, has no
+// place.
+func writeOrderingKey(w io.Writer, key *string, seq *int64) {
+	switch {
+	case key == nil:
+	case seq == nil:
+		fmt.Fprintf(w, "Ordering key %s\n", *key)
+	default:
+		fmt.Fprintf(w, "Ordering key %s (message %d of the key)\n", *key, *seq)
+	}
 }
