@@ -158,13 +158,19 @@ func (a *Activities) load(ctx context.Context, messageID string) (store.Row, del
 	if err != nil {
 		return row, nil, err
 	}
+	h, err := a.handler(row)
+	return row, h, err
+}
+
+// handler returns the handler of the row's topic, or an error that ends the delivery.
+func (a *Activities) handler(row store.Row) (delivery.Handler, error) {
 	h, ok := a.Handlers.Lookup(row.Topic)
 	if !ok {
-		return row, nil, temporal.NewNonRetryableApplicationError(
+		return nil, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("no handler for topic %q: add it under topics: in the config, or add a default: entry", row.Topic),
 			workflows.ErrTypeUnknownTopic, nil)
 	}
-	return row, h, nil
+	return h, nil
 }
 
 // checkDeployment refuses a message of another outbox deployment (DeliveryInput.Deployment
@@ -230,7 +236,10 @@ func (a *Activities) Send(ctx context.Context, in workflows.SendInput) (workflow
 			workflows.ErrTypeTopicBusy)
 	}
 	defer a.giveSlot(in.Topic)
-	row, h, err := a.loadWithinLimits(ctx, in.MessageID)
+	// The row's state comes before its topic's handler: a row recorded sent stays a no-op
+	// on a worker without the handler (one of an earlier release, in a rolling deploy),
+	// and a paused topic's row waits there too.
+	row, err := a.loadRow(ctx, in.MessageID)
 	if isStoreUnavailable(err) {
 		a.Metrics.SendAttempt(in.Topic)
 		a.Metrics.SendFailed(in.Topic, workflows.ErrTypeStoreUnavailable)
@@ -259,6 +268,12 @@ func (a *Activities) Send(ctx context.Context, in workflows.SendInput) (workflow
 	case store.StatusDead, store.StatusDiscarded:
 		return workflows.SendResult{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("message %s is %s", row.MessageID, row.Status), workflows.ErrTypePermanent, nil)
+	}
+	h, err := a.sendHandler(row)
+	if err != nil {
+		a.Metrics.SendAttempt(in.Topic)
+		a.recordFailure(ctx, in, err)
+		return workflows.SendResult{}, err
 	}
 	a.Metrics.SendAttempt(in.Topic)
 	ctx, span := a.startSendSpan(ctx, row, in)

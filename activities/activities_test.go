@@ -100,6 +100,36 @@ func TestActivities(t *testing.T) {
 		require.True(t, res.Recorded)
 	})
 
+	t.Run("RowStateBeforeTheTopicsHandler", func(t *testing.T) {
+		t.Parallel()
+		// A worker without the topic's handler (one of an earlier release, in a rolling
+		// deploy) leaves a sent row sent, lets a paused topic's row wait, and refuses a
+		// dead one as dead: none of them is an attempt of an unknown topic.
+		a, st := setup(t, 200)
+		sent, paused, dead := enqueue(t, st, "order.shipped"), enqueue(t, st, "order.refunded"), enqueue(t, st, "order.shipped")
+		require.NoError(t, a.MarkSent(ctx, workflows.MarkSentInput{MessageID: sent, Attempts: 1}))
+		_, _, err := st.PauseTopic(ctx, "order.refunded", "ops", "maintenance")
+		require.NoError(t, err)
+		_, err = st.DeadLetter(ctx, store.DeadLetter{MessageID: mustUUID(t, dead), Topic: "order.shipped", WorkflowID: "w", RunID: "r", Attempts: 1, LastError: "HTTP 400"})
+		require.NoError(t, err)
+
+		res, err := a.Send(ctx, workflows.SendInput{MessageID: sent, Topic: "order.shipped", Attempt: 2, MaxAttempts: 4})
+		require.NoError(t, err)
+		require.True(t, res.Recorded)
+		for id, want := range map[string]string{paused: workflows.ErrTypeTopicPaused, dead: workflows.ErrTypePermanent} {
+			_, err = a.Send(ctx, workflows.SendInput{MessageID: id, Topic: "order.shipped", Attempt: 2, MaxAttempts: 4})
+			var appErr *temporal.ApplicationError
+			require.ErrorAs(t, err, &appErr)
+			require.Equal(t, want, appErr.Type(), appErr.Message())
+		}
+		for _, id := range []string{sent, paused} {
+			row, err := st.Get(ctx, mustUUID(t, id))
+			require.NoError(t, err)
+			require.Zero(t, row.RetryTimes, "no attempt recorded")
+			require.Nil(t, row.LastError)
+		}
+	})
+
 	t.Run("PausedTopicSendsNothingAndUsesNoAttempt", func(t *testing.T) {
 		t.Parallel()
 		_, st := setup(t, 200)

@@ -1,7 +1,6 @@
 package activities
 
 import (
-	"context"
 	"fmt"
 
 	"go.temporal.io/sdk/temporal"
@@ -11,21 +10,20 @@ import (
 	"github.com/outbox-go/outbox/workflows"
 )
 
-// loadWithinLimits is load for a send: it also refuses a payload larger than the store's
-// limit. Enqueue enforces the limit, but a row inserted with plain SQL can hold a jsonb
-// payload of any size; sending it would push it to the downstream (and, for a handler
-// hosted as an activity, into the workflow history), so it is a permanent failure that
-// dead-letters the message with the size and the limit. A row already sent is returned
-// as is, so the send stays a no-op for it.
-func (a *Activities) loadWithinLimits(ctx context.Context, messageID string) (store.Row, delivery.Handler, error) {
-	row, h, err := a.load(ctx, messageID)
-	if err != nil || row.Status == store.StatusSent {
-		return row, h, err
+// sendHandler is the handler of the row's topic, for a send: it also refuses a payload
+// larger than the store's limit. Enqueue enforces the limit, but a row inserted with plain
+// SQL can hold a jsonb payload of any size; sending it would push it to the downstream
+// (and, for a handler hosted as an activity, into the workflow history), so it is a
+// permanent failure that dead-letters the message with the size and the limit.
+func (a *Activities) sendHandler(row store.Row) (delivery.Handler, error) {
+	h, err := a.handler(row)
+	if err != nil {
+		return nil, err
 	}
 	if err := checkPayloadSize(row, a.Store.MaxPayloadBytes()); err != nil {
-		return row, nil, err
+		return nil, err
 	}
-	return row, h, nil
+	return h, nil
 }
 
 // checkPayloadSize returns a non-retryable ErrTypePermanent error when the row's payload
