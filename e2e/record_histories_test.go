@@ -201,6 +201,43 @@ func TestRecordHistories(t *testing.T) {
 			},
 		},
 		{
+			file: "delivery_unanswered_check_kept.json",
+			run: func(t *testing.T, e *env) uuid.UUID {
+				// Two attempts: the first fails ambiguously (500), the check after it cannot
+				// answer (503), the second fails cleanly (503). The first may have reached
+				// the receiver, so the run checks again before it would dead-letter, and the
+				// receiver has the message by then: it is recorded sent. The run records the
+				// unanswered-check-kept marker.
+				var id uuid.UUID
+				check := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+					if requests, _ := e.recv.Count(id.String()); requests < 2 {
+						w.WriteHeader(http.StatusServiceUnavailable)
+						return
+					}
+					w.WriteHeader(http.StatusOK)
+				}))
+				t.Cleanup(check.Close)
+				topic := fast(e)
+				topic.CheckURL = check.URL + "/events/{message_id}"
+				e.cfg.Topics["order.unanswered"] = topic
+				e.recv.Before = func(w http.ResponseWriter, req *http.Request) bool {
+					if requests, _ := e.recv.Count(req.Header.Get("Idempotency-Key")); requests <= 1 {
+						http.Error(w, "lost", http.StatusInternalServerError)
+					} else {
+						http.Error(w, "busy", http.StatusServiceUnavailable)
+					}
+					return true
+				}
+				one := 1
+				id = e.enqueueOrderPlain(t, "order.unanswered", &one)
+				e.start(t)
+				e.waitStatus(t, id, store.StatusSent)
+				requests, _ := e.recv.Count(id.String())
+				require.Equal(t, 2, requests)
+				return id
+			},
+		},
+		{
 			file: "delivery_unknown_topic_dead_letter.json",
 			run: func(t *testing.T, e *env) uuid.UUID {
 				// No worker knows the topic: retried through its two attempts, then

@@ -65,6 +65,36 @@ func (b *bundle) onReserve(t *testing.T, errs ...error) {
 func TestActivityTopic(t *testing.T) {
 	t.Parallel()
 
+	t.Run("UnansweredCheckIsAskedAgainAfterACleanFailure", func(t *testing.T) {
+		t.Parallel()
+		// The team's worker did attempt 1's work and died before it answered (a timeout);
+		// the check finds no worker, nor does attempt 2. Once the worker is back, the
+		// check runs before attempt 3 and finds the reservation: nothing is sent again.
+		b := activitySetup(t, "HasReservation")
+		answers := []error{
+			temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, nil),
+			temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil),
+			nil, // a third attempt would reserve the stock again
+		}
+		b.env.OnActivity("ReserveStock", mock.Anything, mock.Anything).Return(func(context.Context, delivery.Message) error {
+			b.sends = append(b.sends, b.env.Now())
+			return answers[len(b.sends)-1]
+		})
+		checks := 0
+		b.env.OnActivity("HasReservation", mock.Anything, mock.Anything).Return(func(context.Context, delivery.Message) (bool, error) {
+			checks++
+			if checks == 1 {
+				return false, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil)
+			}
+			return true, nil
+		}).Twice()
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, mock.Anything).Return(nil).Once()
+		res, err := b.run()
+		require.NoError(t, err)
+		require.True(t, res.AlreadyProcessed)
+		require.Len(t, b.sends, 2, "no third attempt")
+	})
+
 	t.Run("DeliveredOnTheTeamsTaskQueue", func(t *testing.T) {
 		t.Parallel()
 		b := activitySetup(t, "")

@@ -76,6 +76,13 @@ const (
 	// signal-with-start of the run's own ID found it running and counted the message
 	// delivered.
 	changeTeamWorkflowIDChecked = "team-workflow-id-checked"
+	// changeUnansweredKept (version 1, asked of every run on the one path it changes): an
+	// earlier attempt whose outcome is unknown, and whose check could not answer (it
+	// failed, or found no worker), stays unknown through a later attempt that failed
+	// cleanly: the next send, and the dead letter after the last attempt, are checked
+	// first. Before it, the clean failure cleared it, and the next send or the dead
+	// letter went ahead without a check.
+	changeUnansweredKept = "unanswered-check-kept"
 )
 
 // dbRetryForever bounds the database steps that must succeed in the end (dead-letter, and
@@ -250,6 +257,11 @@ func Delivery(ctx workflow.Context, in DeliveryInput) (DeliveryResult, error) {
 		}
 		storeOut = 0
 		last, unknown = f, f.ambiguous
+		if !f.ambiguous && d.unanswered && d.patched(changeUnansweredKept) {
+			// A check before this attempt could not tell whether an earlier one reached
+			// the downstream; this attempt's clean failure does not tell either.
+			unknown = true
+		}
 		paused := d.recordFailure(attempt, f)
 		if paused && !f.permanent && attempt == d.maxAttempts && d.patched(changePausedLastAttempt) {
 			// The team's last attempt failed while its topic was paused: it does not end
@@ -280,10 +292,11 @@ func Delivery(ctx workflow.Context, in DeliveryInput) (DeliveryResult, error) {
 }
 
 // giveUp ends a run whose attempts are used up or whose last failure was permanent: a last
-// ambiguous attempt is checked first (the downstream may have the message), then the
-// message is dead-lettered.
+// ambiguous attempt, or an earlier one whose check could not answer, is checked first (the
+// downstream may have the message), then the message is dead-lettered.
 func (d *delivery) giveUp(attempt int, last failure) (DeliveryResult, error) {
-	if last.ambiguous && d.checkable && d.changed(changeUnknownOutcome) {
+	unknown := last.ambiguous || d.unanswered && d.patched(changeUnansweredKept)
+	if unknown && d.checkable && d.changed(changeUnknownOutcome) {
 		if d.checkProcessed() {
 			return d.markSent(attempt, true)
 		}
@@ -319,7 +332,10 @@ type delivery struct {
 	signalCtx   workflow.Context // the signal activity, on the outbox's task queue
 	// checkable is false once check-processed said the topic's handler cannot tell.
 	checkable bool
-	versions  map[string]bool
+	// unanswered is true while the last check failed to answer: an earlier send may have
+	// reached the downstream, and nothing has told since.
+	unanswered bool
+	versions   map[string]bool
 	// loaded is the message, for a topic delivered by a team's activity or workflow, once
 	// read.
 	loaded *LoadMessageResult
@@ -589,6 +605,7 @@ func (d *delivery) checkProcessed() bool {
 		}
 		err = workflow.ExecuteActivity(d.checkCtx, ActivityCheckProcessed, in).Get(d.ctx, &res)
 	}
+	d.unanswered = err != nil
 	switch {
 	case err != nil:
 		d.logger.Warn("Check-processed failed; sending again", "error", err)
@@ -657,6 +674,7 @@ func (d *delivery) checkWithTeam() bool {
 	loaded, err := d.load()
 	if err != nil {
 		d.logger.Warn("Cannot load the message to check it; sending again", "error", err)
+		d.unanswered = true
 		return false
 	}
 	if loaded.AlreadySent {
@@ -673,7 +691,9 @@ func (d *delivery) checkWithTeam() bool {
 		check, what = workflow.ExecuteActivity(d.checkCtx, a.CheckActivity, loaded.Message), "activity "+a.CheckActivity
 	}
 	var processed bool
-	if err := check.Get(d.ctx, &processed); err != nil {
+	err = check.Get(d.ctx, &processed)
+	d.unanswered = err != nil
+	if err != nil {
 		d.logger.Warn("The check failed; sending again", "check", what, "error", err)
 		return false
 	}

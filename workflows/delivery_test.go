@@ -440,6 +440,79 @@ func TestDeliveryUnknownOutcomes(t *testing.T) {
 		requireDeadLettered(t, err)
 	})
 
+	t.Run("UnansweredCheckStaysUnknownThroughACleanFailure", func(t *testing.T) {
+		t.Parallel()
+		// Attempt 1 times out; the check before attempt 2 cannot answer (its endpoint
+		// answers 503 to every try); attempt 2, the last, fails cleanly. Attempt 1 may
+		// still have reached the downstream: the run asks again before the dead letter,
+		// and the downstream has it.
+		b := setup(t, workflows.Policy{MaxAttempts: 2})
+		b.onSend(t, ambiguous("send timed out"), retryable("HTTP 503"))
+		var checks []int // the attempts sent before each try of the check
+		b.env.OnActivity(workflows.ActivityCheckProcessed, mock.Anything, mock.Anything).Return(func(context.Context, workflows.CheckProcessedInput) (workflows.CheckProcessedResult, error) {
+			checks = append(checks, len(b.sends))
+			if len(b.sends) < 2 {
+				return workflows.CheckProcessedResult{}, errors.New("GET /events/1: HTTP 503")
+			}
+			return workflows.CheckProcessedResult{Supported: true, Processed: true}, nil
+		})
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 2}).Return(nil).Once()
+		res, err := b.run()
+		require.NoError(t, err)
+		require.Equal(t, workflows.DeliveryResult{Attempts: 2, AlreadyProcessed: true}, res)
+		require.Equal(t, 2, checks[len(checks)-1], "checked after the last attempt")
+		require.Equal(t, 1, checks[0], "checked before attempt 2")
+	})
+
+	t.Run("UnansweredCheckIsAskedAgainBeforeTheNextSend", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, workflows.Policy{MaxAttempts: 3})
+		b.onSend(t, ambiguous("send timed out"), retryable("HTTP 503"))
+		var checks []int
+		b.env.OnActivity(workflows.ActivityCheckProcessed, mock.Anything, mock.Anything).Return(func(context.Context, workflows.CheckProcessedInput) (workflows.CheckProcessedResult, error) {
+			checks = append(checks, len(b.sends))
+			if len(b.sends) < 2 {
+				return workflows.CheckProcessedResult{}, errors.New("GET /events/1: HTTP 503")
+			}
+			return workflows.CheckProcessedResult{Supported: true, Processed: true}, nil
+		})
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 2}).Return(nil).Once()
+		res, err := b.run()
+		require.NoError(t, err)
+		require.Equal(t, workflows.DeliveryResult{Attempts: 2, AlreadyProcessed: true}, res, "no third send")
+		require.Equal(t, 2, checks[len(checks)-1])
+	})
+
+	t.Run("AnsweredCheckLetsACleanFailureClearTheUnknown", func(t *testing.T) {
+		t.Parallel()
+		// The check answered "not there" before attempt 2: attempt 2's clean failure
+		// leaves nothing unknown, and the last attempt goes without a check.
+		b := setup(t, workflows.Policy{MaxAttempts: 3})
+		b.onSend(t, ambiguous("send timed out"), retryable("HTTP 503"), nil)
+		b.env.OnActivity(workflows.ActivityCheckProcessed, mock.Anything, mock.Anything).
+			Return(workflows.CheckProcessedResult{Supported: true, Processed: false}, nil).Once()
+		b.env.OnActivity(workflows.ActivityMarkSent, mock.Anything, workflows.MarkSentInput{MessageID: b.input.MessageID, Attempts: 3}).Return(nil).Once()
+		res, err := b.run()
+		require.NoError(t, err)
+		require.Equal(t, 3, res.Attempts)
+	})
+
+	t.Run("UnansweredCheckBeforeTheChangeReplaysItsOldPath", func(t *testing.T) {
+		t.Parallel()
+		// A run recorded before unanswered-check-kept: the clean failure cleared the
+		// unknown, and the message was dead-lettered without a check.
+		b := setup(t, workflows.Policy{MaxAttempts: 3})
+		b.env.OnGetVersion("unanswered-check-kept", workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+		b.onSend(t, ambiguous("send timed out"), retryable("HTTP 503"), retryable("HTTP 503"))
+		b.env.OnActivity(workflows.ActivityCheckProcessed, mock.Anything, mock.Anything).Return(func(context.Context, workflows.CheckProcessedInput) (workflows.CheckProcessedResult, error) {
+			require.Len(t, b.sends, 1, "checked before attempt 2 only")
+			return workflows.CheckProcessedResult{}, errors.New("GET /events/1: HTTP 503")
+		})
+		b.env.OnActivity(workflows.ActivityDeadLetter, mock.Anything, mock.Anything).Return(nil).Once()
+		_, err := b.run()
+		requireDeadLettered(t, err)
+	})
+
 	t.Run("UnknownTopicIsRetriedThroughTheAttempts", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, policy)

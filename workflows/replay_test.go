@@ -57,6 +57,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"delivery_nexus_retried.json",
 		"delivery_backoff_capped.json",
 		"delivery_team_workflow_id_refused.json",
+		"delivery_unanswered_check_kept.json",
 	}
 	for _, name := range want {
 		require.FileExists(t, filepath.Join(latest, name))
