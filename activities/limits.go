@@ -44,7 +44,17 @@ func checkPayloadSize(row store.Row, limit int) error {
 // operation, is larger than store.HardMaxPayloadBytes. Each <, > and & takes six bytes
 // there, so a payload within the limit can still be one that Temporal refuses: the run
 // would then fail at every try without delivering or dead-lettering the message.
+//
+// Headers over store.MaxHeadersBytes (a row inserted without Enqueue's check) are refused
+// too: the room Temporal's limit leaves beside the payload is for the rest of the input,
+// headers of Enqueue's size among it.
 func checkEncodedSize(row store.Row) error {
+	if n := store.HeadersSize(row.Headers); n > store.MaxHeadersBytes {
+		return temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("headers of message %s are %d bytes of keys and values, over the %d bytes a message's headers may take; it was inserted without Enqueue's check",
+				row.MessageID, n, store.MaxHeadersBytes),
+			workflows.ErrTypePermanent, nil)
+	}
 	if n := store.EncodedPayloadSize(row.Payload); n > store.HardMaxPayloadBytes {
 		return temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("payload of message %s is %d bytes as Temporal's JSON encoding carries it to a team's handler (each <, > and & escaped to 6 bytes), "+

@@ -165,4 +165,18 @@ func TestLoadMessageEncodedSize(t *testing.T) {
 			require.Contains(t, appErr.Message(), fmt.Sprintf("over the %d bytes", store.HardMaxPayloadBytes))
 		})
 	}
+
+	t.Run("HeadersOverEnqueuesLimit", func(t *testing.T) {
+		// Written by another program: the headers would go to the team beside the
+		// payload, past the room Temporal's limit leaves for them.
+		var id string
+		require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+def.Schema()+`.outbox_messages (topic, payload, headers)
+			VALUES ('order.created', '{}', jsonb_build_object('x-blob', repeat('h', $1::int))) RETURNING message_id::text`, store.MaxHeadersBytes).Scan(&id))
+		_, err := a.LoadMessage(ctx, workflows.LoadMessageInput{MessageID: id})
+		var appErr *temporal.ApplicationError
+		require.ErrorAs(t, err, &appErr)
+		require.Equal(t, workflows.ErrTypePermanent, appErr.Type())
+		require.True(t, appErr.NonRetryable())
+		require.Contains(t, appErr.Message(), fmt.Sprintf("are %d bytes of keys and values, over the %d bytes", store.MaxHeadersBytes+len("x-blob"), store.MaxHeadersBytes))
+	})
 }

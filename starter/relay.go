@@ -884,7 +884,9 @@ func (r *Relay) deploymentID() string {
 // then carries it (DeliveryInput.Message) and the run needs no load step. Rows
 // handed over before are left out (their run reads the row, to learn whether an earlier
 // run delivered it), and so are payloads over the store's limit or too large for
-// Temporal once encoded (their run's load dead-letters them with the reason). When the
+// Temporal once encoded, and headers over store.MaxHeadersBytes (their run's load
+// dead-letters them with the reason: a start carrying them could be refused for its size,
+// again at every claim). When the
 // read fails, every run loads its message.
 func (r *Relay) teamMessages(ctx context.Context, rows []store.Claimed) map[uuid.UUID]store.Row {
 	var ids []uuid.UUID
@@ -904,7 +906,8 @@ func (r *Relay) teamMessages(ctx context.Context, rows []store.Claimed) map[uuid
 		return nil
 	}
 	for id, m := range all {
-		if compact, encoded := store.PayloadSizes(m.Payload); compact > r.store.MaxPayloadBytes() || encoded > store.HardMaxPayloadBytes {
+		compact, encoded := store.PayloadSizes(m.Payload)
+		if compact > r.store.MaxPayloadBytes() || encoded > store.HardMaxPayloadBytes || store.HeadersSize(m.Headers) > store.MaxHeadersBytes {
 			delete(all, id)
 		}
 	}

@@ -546,8 +546,9 @@ func TestTeamTopicInputCarriesTheOrderingKey(t *testing.T) {
 }
 
 // A team topic's run gets in its input every payload Enqueue accepted and Temporal can
-// carry, however long jsonb prints it; one whose JSON encoding Temporal would refuse is
-// left out, so that its run's load dead-letters it with the reason.
+// carry, however long jsonb prints it; one whose JSON encoding Temporal would refuse, or
+// whose headers are over Enqueue's limit, is left out, so that its run's load
+// dead-letters it with the reason.
 func TestTeamTopicInputPayloadSizes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -572,14 +573,19 @@ func TestTeamTopicInputPayloadSizes(t *testing.T) {
 		require.NoError(t, err, name)
 		ids[id.String()] = name
 	}
+	// Headers over Enqueue's limit, written by another program: left out too.
+	var bigHeaders uuid.UUID
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+def.Schema()+`.outbox_messages (topic, payload, headers)
+		VALUES ('order.created', '{}', jsonb_build_object('x-blob', repeat('h', $1::int))) RETURNING message_id`, store.MaxHeadersBytes).Scan(&bigHeaders))
+	ids[bigHeaders.String()] = "bigHeaders"
 	_, err = r.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Len(t, rec.inputs, 3)
+	require.Len(t, rec.inputs, 4)
 	carried := map[string]bool{}
 	for _, in := range rec.inputs {
 		carried[ids[in.MessageID]] = in.Message != nil
 	}
-	require.Equal(t, map[string]bool{"compact": true, "markup": true, "tooMuchMarkup": false}, carried)
+	require.Equal(t, map[string]bool{"compact": true, "markup": true, "tooMuchMarkup": false, "bigHeaders": false}, carried)
 }
 
 // hanging is a Temporal whose starts hang until their context ends.

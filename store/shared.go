@@ -101,6 +101,9 @@ var (
 // ValidatePayload is storedriver.ValidatePayload.
 func ValidatePayload(p []byte, maxBytes int) error { return storedriver.ValidatePayload(p, maxBytes) }
 
+// HeadersSize is storedriver.HeadersSize.
+func HeadersSize(h map[string]string) int { return storedriver.HeadersSize(h) }
+
 // PayloadSize is storedriver.PayloadSize.
 func PayloadSize(p []byte) int { return storedriver.PayloadSize(p) }
 

@@ -63,6 +63,16 @@ const MaxRetryTimesLimit = 100
 // RabbitMQ frame, 128 KiB by default). Headers are metadata; data goes in the payload.
 const MaxHeadersBytes = 32 << 10
 
+// HeadersSize is the size of headers as MaxHeadersBytes counts it: their keys and values
+// together.
+func HeadersSize(headers map[string]string) int {
+	n := 0
+	for k, v := range headers {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
 // Message is what business code enqueues.
 type Message struct {
 	// Topic routes the message to its handler, e.g. "order.created". It must match

@@ -31,14 +31,12 @@ func ValidateWith(msg Message, maxPayload int, numbers *NumberRule) error {
 	if err := validatePayload(msg.Payload, maxPayload, numbers); err != nil {
 		return err
 	}
-	headerBytes := 0
 	for k, v := range msg.Headers {
 		if k == "" || strings.ContainsRune(k, 0) || strings.ContainsRune(v, 0) || !utf8.ValidString(k) || !utf8.ValidString(v) {
 			return &ValidationError{"headers", fmt.Sprintf("must have non-empty UTF-8 keys and values without NUL characters, got %s: %s", quoteShort(k), quoteShort(v))}
 		}
-		headerBytes += len(k) + len(v)
 	}
-	if headerBytes > MaxHeadersBytes {
+	if headerBytes := HeadersSize(msg.Headers); headerBytes > MaxHeadersBytes {
 		return &ValidationError{"headers", fmt.Sprintf("must be at most %d bytes of keys and values together, got %d bytes in %d headers (put data in the payload)",
 			MaxHeadersBytes, headerBytes, len(msg.Headers))}
 	}
