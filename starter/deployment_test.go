@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	taskqueuepb "go.temporal.io/api/taskqueue/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -110,6 +111,34 @@ func TestRelayDeployment(t *testing.T) {
 		_, err = r.RunOnce(ctx)
 		require.NoError(t, err, "its own deployment's workers are fine")
 	})
+}
+
+// A Nexus topic's row held back while a worker of an early version polls is no start:
+// neither an accepted one, which would hide that Temporal refuses every other start of
+// the pass, nor a refusal.
+func TestHeldNexusRowsAreNoStarts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, st := testdb.Schema(t)
+	own, _, err := st.RecordTaskQueue(ctx, "outbox")
+	require.NoError(t, err)
+	rec := newRecorder()
+	rec.startErr = func(string) error { return serviceerror.NewPermissionDenied("request unauthorized", "") }
+	nexus := workflows.Policy{Nexus: &workflows.NexusHandler{Endpoint: "orders", Service: "orders", Operation: "deliver", Timeout: time.Minute}}
+	r, err := starter.New(st, pool, describer{rec, "2@old@outbox:" + own.String()}, starter.Config{TaskQueue: "outbox",
+		Policy: func(topic string) workflows.Policy {
+			if topic == "orders.nexus" {
+				return nexus
+			}
+			return workflows.Policy{}
+		}})
+	require.NoError(t, err)
+	held := enqueue(t, st, "orders.nexus", nil)
+	enqueue(t, st, "order.created", nil)
+	_, err = r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.ErrorContains(t, r.StartsRefused(), "temporal refused all 1 workflow starts of the last pass: request unauthorized")
+	require.Equal(t, store.StatusClaimed, status(t, st, held), "held, claimed again after its lease")
 }
 
 // A relay built in Go checks the policy of the topics without one of their own, as the

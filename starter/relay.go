@@ -675,6 +675,9 @@ func (p *pass) handOver(rows []store.Claimed, checkFirst func(store.Claimed) boo
 				check = checkFirst(row)
 			}
 			owned, err := r.handOver(rowCtx, row, msg, check)
+			if errors.Is(err, errHeld) {
+				return
+			}
 			if err == nil || p.hand.Err() == nil {
 				// A start cut short by the relay's stop is no refusal of Temporal's.
 				p.note(err)
@@ -938,9 +941,15 @@ func (r *Relay) StartOptions(in workflows.DeliveryInput) client.StartWorkflowOpt
 	return opts
 }
 
+// errHeld is what handOver returns for a row it did not try to start (a Nexus topic's,
+// while a worker of an early version polls): no start, so neither an accepted one nor a
+// refusal of Temporal's.
+var errHeld = errors.New("held back from its start")
+
 // handOver starts the row's workflow. It reports whether a running workflow now owns the
 // row (the caller marks such rows dispatched, a pass at a time), and returns the error of
-// a start that Temporal refused (the row stays claimed and is retried after its lease).
+// a start that Temporal refused (the row stays claimed and is retried after its lease),
+// or errHeld for a row it did not start.
 //
 // msg, when not nil, is the row's message for a team topic's input (see teamMessages);
 // checkFirst makes the run ask check-processed before it sends.
@@ -968,7 +977,7 @@ func (r *Relay) handOver(ctx context.Context, row store.Claimed, msg *store.Row,
 				log.WarnContext(ctx, "A worker of an early version polls the task queue: the messages of Nexus topics wait until it is upgraded",
 					slog.Int("worker_version", version), slog.Int("needed", workflows.GuardVersion))
 			}
-			return false, nil
+			return false, errHeld
 		}
 		in.Version = max(in.Version, workflows.NexusVersion)
 	}
