@@ -76,3 +76,49 @@ func TestBatchKeepsThePolicyItsRowsWereHeldUnder(t *testing.T) {
 	require.NotNil(t, row.BatchID)
 	require.Equal(t, workflows.BatchWorkflowID(id.String()), *row.BatchID)
 }
+
+// A batch topic's limit of messages in flight is lifted while its rows go to batches (a
+// batch gathers more than the limit), and put back once they no longer do: a published
+// policy that takes the topic out of the batch lane starts its backlog a run each again,
+// within the limit.
+func TestBatchTopicGetsItsLimitBackOutOfTheLane(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var batched atomic.Bool
+	batched.Store(true)
+	policy := func(string) workflows.Policy {
+		if batched.Load() {
+			return workflows.Policy{Batch: &workflows.BatchPolicy{Size: 100, Wait: 2 * time.Second}}
+		}
+		return workflows.Policy{}
+	}
+	rec := &batchRecorder{started: make(chan string, 100)}
+	pool, st := testdb.Schema(t)
+	r, err := starter.New(st, pool, rec, starter.Config{TaskQueue: "q", Policy: policy, MaxInFlightPerTopic: 2, BatchSize: 10})
+	require.NoError(t, err)
+	for range 8 {
+		enqueue(t, st, "clicks", nil)
+	}
+	// The limit parks all but two of the rows; the claim found the topic full, so the
+	// limit is lifted and the next claim gathers the rest for the batch.
+	for range 2 {
+		_, err = r.RunOnce(ctx)
+		require.NoError(t, err)
+	}
+	s, err := st.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(8), s.ByTopic["clicks"][store.StatusDispatched], "all in batches")
+	for len(rec.started) > 0 {
+		<-rec.started
+	}
+
+	// Out of the batch lane: the next rows are started a run each, two in flight at most
+	// beside the batches' eight.
+	batched.Store(false)
+	for range 4 {
+		enqueue(t, st, "clicks", nil)
+	}
+	_, err = r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Empty(t, rec.started, "the topic is over its limit already")
+}

@@ -576,6 +576,7 @@ func (r *Relay) runOnce(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	began := time.Now()
+	r.relimitTopics()
 	claimCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	claim, err := r.store.ClaimBatch(claimCtx, r.cfg.BatchSize, r.cfg.Lease, *r.rules.Load())
 	cancel()
@@ -697,7 +698,7 @@ func (r *Relay) unlimitBatchTopics(topics []string) {
 	rules := *r.rules.Load()
 	var lift []string
 	for _, t := range topics {
-		if _, own := rules.TopicMaxInFlight[t]; !own && r.cfg.Policy(t).Batch != nil {
+		if _, own := rules.TopicMaxInFlight[t]; !own && r.batchLane(t) {
 			lift = append(lift, t)
 		}
 	}
@@ -713,6 +714,34 @@ func (r *Relay) unlimitBatchTopics(topics []string) {
 	}
 	rules.TopicMaxInFlight = limits
 	r.rules.Store(&rules)
+}
+
+// relimitTopics puts the limit of messages in flight back on the topics whose limit
+// unlimitBatchTopics lifted and whose rows are no longer delivered in batches (the topic's
+// policy dropped the batch lane, or a worker without it polls the task queue): their rows
+// start a run each again, which the limit bounds.
+func (r *Relay) relimitTopics() {
+	rules := *r.rules.Load()
+	var back []string
+	for t, n := range rules.TopicMaxInFlight {
+		if _, own := r.cfg.Ordering.TopicMaxInFlight[t]; n == -1 && !own && !r.batchLane(t) {
+			back = append(back, t)
+		}
+	}
+	if len(back) == 0 {
+		return
+	}
+	limits := maps.Clone(rules.TopicMaxInFlight)
+	for _, t := range back {
+		delete(limits, t)
+	}
+	rules.TopicMaxInFlight = limits
+	r.rules.Store(&rules)
+}
+
+// batchLane reports whether the topic's claimed rows go to batches now (see lanes).
+func (r *Relay) batchLane(topic string) bool {
+	return r.cfg.Policy(topic).Batch != nil && r.version.Load() >= workflows.BatchVersion
 }
 
 // byTopicTurns returns rows in the order their topics take turns: the first row of each
