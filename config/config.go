@@ -1128,15 +1128,15 @@ func (c *Config) Validate(sinks ...string) error {
 		if !store.TopicPattern.MatchString(name) {
 			bad(field, "topic name must match %s", store.TopicPattern)
 		}
-		errs = append(errs, c.Topics[name].validate(field, sinks))
+		errs = append(errs, c.Topics[name].validate(field, name, sinks))
 	}
 	if c.Default != nil {
-		errs = append(errs, c.Default.validate("default", sinks))
+		errs = append(errs, c.Default.validate("default", "", sinks))
 	}
 	return errors.Join(errs...)
 }
 
-func (t Topic) validate(field string, sinks []string) error {
+func (t Topic) validate(field, topic string, sinks []string) error {
 	var errs []error
 	bad := func(sub, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s.%s: "+format, append([]any{field, sub}, args...)...))
@@ -1177,7 +1177,7 @@ func (t Topic) validate(field string, sinks []string) error {
 	case t.TaskQueue != "" || t.CheckActivity != "" || t.StartToClose != 0 || t.ScheduleToStart != 0 || t.WorkflowID != "" || t.WorkflowIDReuse != "" || t.Signal != "":
 		bad("activity/workflow", "must name the activity or workflow that task_queue and the other handler keys are for, got neither")
 	case slices.Contains(BuiltinSinks, sink):
-		if err := t.validateSink(field, sink); err != nil {
+		if err := t.validateSink(field, topic, sink); err != nil {
 			errs = append(errs, err)
 		}
 	case slices.Contains(sinks, sink):
@@ -1244,7 +1244,7 @@ var sinkKeys = map[string][]string{
 }
 
 // validateSink checks the keys of a built-in sink kind.
-func (t Topic) validateSink(field, sink string) error {
+func (t Topic) validateSink(field, topic, sink string) error {
 	var errs []error
 	bad := func(sub, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s.%s: "+format, append([]any{field, sub}, args...)...))
@@ -1345,7 +1345,7 @@ func (t Topic) validateSink(field, sink string) error {
 		if !t.TLS.IsZero() {
 			t.TLS = sinks.TLSFiles{Enabled: true, ServerName: t.TLS.ServerName}
 		}
-		h, err := t.NewSink(field, sec, nil)
+		h, err := t.NewSink(topic, sec, nil)
 		if err != nil {
 			errs = append(errs, prefixLines(field+".", err))
 		} else if c, ok := h.(io.Closer); ok {

@@ -184,6 +184,10 @@ func TestParse(t *testing.T) {
 			{"topics: {a: {nexus: {endpoint: e, service: s, operation: o, tiemout: 1s}}}\n", "field tiemout not found"},
 			{"topics: {a: {url: 'http://x', headers: {'X Bad': v}}}\n", `topics["a"].headers["X Bad"]: is not an HTTP header name`},
 			{"topics: {a: {url: 'http://x', headers: {X-Key: \"k=secret\\r\\nX-Other: 1\"}}}\n", `topics["a"].headers["X-Key"]: the value holds a control character`},
+			{"topics: {a: {sink: nats, url: 'nats://h:4222', subject: 'orders.>'}}\n", `topics["a"].subject: "orders.>" (for topic "a") cannot be published to: a subject cannot contain white space, * or >`},
+			{"topics: {a: {sink: nats, url: 'nats://h:4222', subject: 'orders..{ordering_key}'}}\n", `topics["a"].subject: "orders..{ordering_key}" (for topic "a") cannot be published to: a subject cannot have an empty token`},
+			{"topics: {a..b: {sink: nats, url: 'nats://h:4222'}}\n", `topics["a..b"].subject: "{topic}" (for topic "a..b") cannot be published to`},
+			{"default: {sink: nats, url: 'nats://h:4222', subject: 'events.{topic}'}\ntopics: {a: {url: 'http://x'}}\n", ""},
 			// A second document would be ignored, its typos and topics with it.
 			{"schema: a\n---\nschema: b\nbogus_key: 1\n", "line 2: a second YAML document (after ---); the config is one document"},
 			{"schema: a\n---\n", ""},

@@ -135,6 +135,13 @@ func New(topic string, cfg Config) (delivery.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("subject: %w", err)
 	}
+	// The subject's fixed part (and the topic, for a listed topic) as any message fills
+	// it: one that no message could be published to is a setting to fix, not a reason to
+	// dead-letter every message of the topic.
+	sample, _ := subject.Expand(delivery.Message{Topic: cmp.Or(topic, "t"), MessageID: "m", OrderingKey: "k"})
+	if err := checkSubject(sample); err != nil {
+		return nil, fmt.Errorf("subject: %q (for topic %q) cannot be published to: %w", subject, cmp.Or(topic, "any"), err)
+	}
 	for name := range cfg.Headers {
 		if !validHeaderName(name) {
 			return nil, fmt.Errorf("headers: %q is not a header name NATS carries: use letters, digits and !#$%%&'*+-.^_`|~", name)
