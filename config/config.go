@@ -1153,6 +1153,12 @@ func (t Topic) validate(field, topic string, sinks []string) error {
 				bad(k.key, "must be empty for a topic delivered by Nexus operation %s, got %q", n, k.value)
 			}
 		}
+		for _, key := range t.sinkKeysSet() {
+			bad(key, "is a setting of the outbox's sinks; Nexus operation %s delivers this topic", n)
+		}
+		if t.StartToClose != 0 || t.ScheduleToStart != 0 || t.WorkflowID != "" || t.WorkflowIDReuse != "" || t.Signal != "" {
+			bad("start_to_close/schedule_to_start/workflow_id/workflow_id_reuse/signal", "are for a topic delivered by an activity or a workflow, not by Nexus operation %s", n)
+		}
 	case t.Activity != "" && t.Workflow != "":
 		bad("workflow", "must be empty when activity is set (one of them delivers the topic), got %q", t.Workflow)
 	case t.Activity != "" || t.Workflow != "":
@@ -1168,6 +1174,9 @@ func (t Topic) validate(field, topic string, sinks []string) error {
 				bad(k.key, "must be empty for a topic delivered by %s, got %q", by, k.value)
 			}
 		}
+		for _, key := range t.sinkKeysSet() {
+			bad(key, "is a setting of the outbox's sinks; %s delivers this topic", by)
+		}
 		if t.Workflow != "" && (t.CheckActivity != "" || t.StartToClose != 0 || t.ScheduleToStart != 0) {
 			bad("check_activity/start_to_close/schedule_to_start", "are for a topic delivered by an activity, not by workflow %s", t.Workflow)
 		}
@@ -1181,6 +1190,16 @@ func (t Topic) validate(field, topic string, sinks []string) error {
 			errs = append(errs, err)
 		}
 	case slices.Contains(sinks, sink):
+		// A sink kind a worker registers gets sinks.Spec: the built-in kinds' own keys
+		// would not reach it.
+		for _, key := range t.sinkKeysSet() {
+			if !slices.Contains([]string{"headers", "username", "password", "tls", "options"}, key) {
+				bad(key, "is not passed to sink %s (it gets url, headers, username, password, tls and options)", sink)
+			}
+		}
+		if t.CheckURL != "" {
+			bad("check_url", "is not passed to sink %s (it gets url, headers, username, password, tls and options)", sink)
+		}
 	default:
 		bad("sink", "must be one of %s, got %q", strings.Join(append(slices.Clone(BuiltinSinks), sinks...), ", "), t.Sink)
 	}
@@ -1233,6 +1252,27 @@ func (t Topic) validate(field, topic string, sinks []string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// sinkKeysSet names the keys of a sink's settings that are set, besides sink, url and
+// check_url: a topic delivered by a team's handler uses none of them.
+func (t Topic) sinkKeysSet() []string {
+	var set []string
+	for _, k := range []struct {
+		key string
+		set bool
+	}{
+		{"headers", len(t.Headers) > 0}, {"subject", t.Subject != ""}, {"exchange", t.Exchange != ""},
+		{"routing_key", t.RoutingKey != ""}, {"brokers", len(t.Brokers) > 0}, {"topic", t.Topic != ""},
+		{"username", t.Username != ""}, {"password", t.Password != ""}, {"tls", !t.TLS.IsZero()},
+		{"signing_secrets", len(t.SigningSecrets) > 0}, {"allow_plaintext_auth", t.AllowPlaintextAuth},
+		{"options", len(t.Options) > 0},
+	} {
+		if k.set {
+			set = append(set, k.key)
+		}
+	}
+	return set
 }
 
 // sinkKeys are the keys that belong to one built-in sink kind only.

@@ -188,6 +188,12 @@ func TestParse(t *testing.T) {
 			{"topics: {a: {sink: nats, url: 'nats://h:4222', subject: 'orders..{ordering_key}'}}\n", `topics["a"].subject: "orders..{ordering_key}" (for topic "a") cannot be published to: a subject cannot have an empty token`},
 			{"topics: {a..b: {sink: nats, url: 'nats://h:4222'}}\n", `topics["a..b"].subject: "{topic}" (for topic "a..b") cannot be published to`},
 			{"default: {sink: nats, url: 'nats://h:4222', subject: 'events.{topic}'}\ntopics: {a: {url: 'http://x'}}\n", ""},
+			// A team's handler uses none of the sinks' keys: one set would be ignored.
+			{"topics: {a: {activity: Reserve, task_queue: inv, headers: {X-Tenant: t}}}\n", `topics["a"].headers: is a setting of the outbox's sinks; activity Reserve delivers this topic`},
+			{"topics: {a: {workflow: Fulfil, task_queue: f, password: hunter2}}\n", `topics["a"].password: is a setting of the outbox's sinks; workflow Fulfil delivers this topic`},
+			{"topics: {a: {activity: Reserve, task_queue: inv, brokers: [nope], routing_key: '{bogus}'}}\n", `topics["a"].routing_key: is a setting of the outbox's sinks`},
+			{"topics: {a: {nexus: {endpoint: e, service: s, operation: o}, subject: s}}\n", `topics["a"].subject: is a setting of the outbox's sinks; Nexus operation e/s/o delivers this topic`},
+			{"topics: {a: {nexus: {endpoint: e, service: s, operation: o}, workflow_id: 'x-{message_id}'}}\n", `topics["a"].start_to_close/schedule_to_start/workflow_id/workflow_id_reuse/signal: are for a topic delivered by an activity or a workflow, not by Nexus operation`},
 			// A second document would be ignored, its typos and topics with it.
 			{"schema: a\n---\nschema: b\nbogus_key: 1\n", "line 2: a second YAML document (after ---); the config is one document"},
 			{"schema: a\n---\n", ""},
@@ -251,6 +257,13 @@ func TestParse(t *testing.T) {
 		require.NoError(t, err)
 		d := c.WithDefaults()
 		require.NoError(t, d.Validate("sqs"))
+		// A built-in kind's key would not reach it.
+		c, err = config.Parse(strings.NewReader("topics: {a: {sink: sqs, options: {queue: 'q'}, subject: s, check_url: 'https://x/{message_id}'}}\n"))
+		require.NoError(t, err)
+		d = c.WithDefaults()
+		err = d.Validate("sqs")
+		require.ErrorContains(t, err, `topics["a"].subject: is not passed to sink sqs (it gets url, headers, username, password, tls and options)`)
+		require.ErrorContains(t, err, `topics["a"].check_url: is not passed to sink sqs`)
 	})
 
 	t.Run("BrokerSinks", func(t *testing.T) {
