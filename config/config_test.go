@@ -194,6 +194,7 @@ func TestParse(t *testing.T) {
 			{"topics: {a: {activity: Reserve, task_queue: inv, brokers: [nope], routing_key: '{bogus}'}}\n", `topics["a"].routing_key: is a setting of the outbox's sinks`},
 			{"topics: {a: {nexus: {endpoint: e, service: s, operation: o}, subject: s}}\n", `topics["a"].subject: is a setting of the outbox's sinks; Nexus operation e/s/o delivers this topic`},
 			{"topics: {a: {nexus: {endpoint: e, service: s, operation: o}, workflow_id: 'x-{message_id}'}}\n", `topics["a"].start_to_close/schedule_to_start/workflow_id/workflow_id_reuse/signal: are for a topic delivered by an activity or a workflow, not by Nexus operation`},
+			{"codec: {active: k1}\n", `codec.active: names key "k1", but no key is configured: list it under codec.keys (or set OUTBOX_CODEC_KEY)`},
 			// A second document would be ignored, its typos and topics with it.
 			{"schema: a\n---\nschema: b\nbogus_key: 1\n", "line 2: a second YAML document (after ---); the config is one document"},
 			{"schema: a\n---\n", ""},

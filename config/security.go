@@ -190,6 +190,10 @@ func (c Codec) New() (*codec.Codec, error) {
 }
 
 func (c Codec) validate() error {
+	if !c.Enabled() && c.Active != "" {
+		// Nothing would be encrypted, though the file says which key encrypts.
+		return fmt.Errorf("codec.active: names key %q, but no key is configured: list it under codec.keys (or set OUTBOX_CODEC_KEY)", c.Active)
+	}
 	_, err := c.New()
 	return err
 }
