@@ -460,7 +460,7 @@ func newDemoCmd(g *globals) *cobra.Command {
 An order with "sku": "POISON" is rejected with 422, so its message is dead-lettered.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.FailRate < 0 || cfg.FailRate > 1 {
+			if !(cfg.FailRate >= 0 && cfg.FailRate <= 1) { // NaN too
 				return usageErrorf("--fail-rate must be between 0 and 1, got %g", cfg.FailRate)
 			}
 			return g.withApp(cmd.Context(), false, func(a *app.App) error {

@@ -63,6 +63,7 @@ func TestExitCodes(t *testing.T) {
 		{"UnknownSubcommandUnlikeAny", nil, []string{"retention", "purge"}, cli.ExitUsage, `unknown command "purge" for "outbox retention"; run outbox retention --help for the commands`},
 		{"UnknownFlag", nil, []string{"migrate", "--forse"}, cli.ExitUsage, "unknown flag: --forse"},
 		{"DemoFailRateOutOfRange", nil, []string{"demo", "--fail-rate", "2"}, cli.ExitUsage, "--fail-rate must be between 0 and 1, got 2"},
+		{"DemoFailRateNaN", nil, []string{"demo", "--fail-rate", "NaN"}, cli.ExitUsage, "--fail-rate must be between 0 and 1, got NaN"},
 		{"MissingArgument", nil, []string{"enqueue"}, cli.ExitUsage, "accepts 1 arg(s), received 0"},
 		{"ExtraArgument", nil, []string{"migrate", "now"}, cli.ExitUsage, `unknown command "now" for "outbox migrate"`},
 		{"BadFlagValue", nil, []string{"enqueue", "a", "--deliver-after", "soon"}, cli.ExitUsage, `invalid argument "soon" for "--deliver-after"`},

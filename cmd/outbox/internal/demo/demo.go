@@ -130,7 +130,7 @@ func Start(ctx context.Context, cfg Config) (*Services, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.FailRate < 0 || cfg.FailRate > 1 {
+	if !(cfg.FailRate >= 0 && cfg.FailRate <= 1) { // NaN too
 		return nil, fmt.Errorf("demo fail rate must be between 0 and 1, got %g", cfg.FailRate)
 	}
 	db, err := cfg.database()
@@ -360,7 +360,7 @@ func (inv *inventory) check(w http.ResponseWriter, r *http.Request) {
 // fail sets the share of requests to answer with 503: POST /fail?rate=0.5.
 func (inv *inventory) fail(w http.ResponseWriter, r *http.Request) {
 	rate, err := strconv.ParseFloat(r.URL.Query().Get("rate"), 64)
-	if err != nil || rate < 0 || rate > 1 {
+	if err != nil || !(rate >= 0 && rate <= 1) { // NaN too
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("rate must be a number from 0 to 1, got %q", r.URL.Query().Get("rate"))})
 		return
 	}

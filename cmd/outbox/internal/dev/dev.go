@@ -160,6 +160,9 @@ func Run(ctx context.Context, env *cli.Env, o Options, out io.Writer) (err error
 	if o.Broker != "" && o.Broker != "nats" {
 		return cli.UsageErrorf(`--broker must be "nats", got %q`, o.Broker)
 	}
+	if !(o.FailRate >= 0 && o.FailRate <= 1) {
+		return cli.UsageErrorf("--fail-rate must be between 0 and 1, got %g", o.FailRate)
+	}
 	if o.Broker != "" && (o.NoDemo || env.ConfigPath() != "") {
 		return cli.UsageErrorf("--broker adds the demo's broker topic; with --no-demo or --config, route topics to a broker in the config (sink: nats)")
 	}
