@@ -397,11 +397,12 @@ func (a *Activities) MarkSent(ctx context.Context, in workflows.MarkSentInput) e
 }
 
 // DeadLetter writes the message's dead letter and moves its row to dead. It logs the
-// reason at error level, the hook an alert can follow.
-func (a *Activities) DeadLetter(ctx context.Context, in workflows.DeadLetterInput) error {
+// reason at error level, the hook an alert can follow. A row recorded sent gets none, and
+// the result says so.
+func (a *Activities) DeadLetter(ctx context.Context, in workflows.DeadLetterInput) (workflows.DeadLetterResult, error) {
 	id, err := parseID(in.MessageID)
 	if err != nil {
-		return err
+		return workflows.DeadLetterResult{}, err
 	}
 	moved, err := a.Store.DeadLetter(ctx, store.DeadLetter{
 		MessageID: id, Topic: in.Topic, WorkflowID: in.WorkflowID, RunID: in.RunID,
@@ -409,7 +410,13 @@ func (a *Activities) DeadLetter(ctx context.Context, in workflows.DeadLetterInpu
 	})
 	if err != nil {
 		a.Metrics.Error(metrics.OpDeadLetter)
-		return err
+		return workflows.DeadLetterResult{}, err
+	}
+	if !moved {
+		// A sent row gets no dead letter: say so, and the run ends delivered.
+		if row, err := a.Store.Get(ctx, id); err == nil && row.Status == store.StatusSent {
+			return workflows.DeadLetterResult{AlreadySent: true}, nil
+		}
 	}
 	if moved {
 		a.Metrics.DeadLettered(in.Topic)
@@ -420,7 +427,7 @@ func (a *Activities) DeadLetter(ctx context.Context, in workflows.DeadLetterInpu
 			slog.Time("at", time.Now()))
 		a.alert(ctx, in)
 	}
-	return nil
+	return workflows.DeadLetterResult{}, nil
 }
 
 // alert posts the dead letter to its webhook. A failing webhook is logged, not retried:

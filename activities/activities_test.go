@@ -130,6 +130,24 @@ func TestActivities(t *testing.T) {
 		}
 	})
 
+	t.Run("DeadLetterOfASentRowSaysSo", func(t *testing.T) {
+		t.Parallel()
+		// The last attempt timed out after its send recorded the row sent: no dead letter,
+		// and the run learns that the message was delivered.
+		a, st := setup(t, 200)
+		id := enqueue(t, st, "order.created")
+		require.NoError(t, a.MarkSent(ctx, workflows.MarkSentInput{MessageID: id, Attempts: 1}))
+		res, err := a.DeadLetter(ctx, workflows.DeadLetterInput{MessageID: id, Topic: "order.created", WorkflowID: "outbox-" + id, RunID: "r", Attempts: 2, LastError: "gave up after 2 attempts: timeout"})
+		require.NoError(t, err)
+		require.True(t, res.AlreadySent)
+		dls, err := st.DeadLetters(ctx, mustUUID(t, id))
+		require.NoError(t, err)
+		require.Empty(t, dls)
+		row, err := st.Get(ctx, mustUUID(t, id))
+		require.NoError(t, err)
+		require.Equal(t, store.StatusSent, row.Status)
+	})
+
 	t.Run("PausedTopicSendsNothingAndUsesNoAttempt", func(t *testing.T) {
 		t.Parallel()
 		_, st := setup(t, 200)

@@ -51,8 +51,11 @@ func TestDeadLetterAlert(t *testing.T) {
 		id, err := st.Enqueue(ctx, st.DB(), store.Message{Topic: topic, Payload: json.RawMessage(`{}`)})
 		require.NoError(t, err)
 		in := workflows.DeadLetterInput{MessageID: id.String(), Topic: topic, WorkflowID: "outbox-" + id.String(), RunID: "run-1", Attempts: 4, LastError: "gave up after 4 attempts: HTTP 500"}
-		require.NoError(t, a.DeadLetter(ctx, in))
-		require.NoError(t, a.DeadLetter(ctx, in), "a retried activity alerts once")
+		for _, what := range []string{"the dead letter", "a retried activity alerts once"} {
+			res, err := a.DeadLetter(ctx, in)
+			require.NoError(t, err, what)
+			require.False(t, res.AlreadySent, what)
+		}
 		return id.String()
 	}
 	created := deadLetter("order.created")

@@ -212,9 +212,10 @@ func TestActivityMetrics(t *testing.T) {
 
 	unknown := enqueue("order.unrouted")
 	require.Error(t, sendOnce(ctx, o.a, workflows.SendInput{MessageID: unknown, Topic: "order.unrouted", Attempt: 1, MaxAttempts: 4}))
-	require.NoError(t, o.a.DeadLetter(ctx, workflows.DeadLetterInput{
+	_, err := o.a.DeadLetter(ctx, workflows.DeadLetterInput{
 		MessageID: unknown, Topic: "order.unrouted", WorkflowID: workflows.WorkflowID(unknown), RunID: "run-1", Attempts: 1, LastError: "no handler",
-	}))
+	})
+	require.NoError(t, err)
 
 	created := map[string]string{"topic": "order.created"}
 	unrouted := map[string]string{"topic": metrics.OtherTopic} // no topic of the worker's

@@ -238,6 +238,32 @@ func TestRecordHistories(t *testing.T) {
 			},
 		},
 		{
+			file: "delivery_dead_letter_found_sent.json",
+			run: func(t *testing.T, e *env) uuid.UUID {
+				// One attempt, which the receiver took and answered 500 after the row was
+				// recorded sent (as when the send's answer is lost after it recorded the
+				// row): the dead-letter step finds the row sent, writes no dead letter, and
+				// the run ends delivered.
+				e.cfg.Topics["order.answerlost"] = fast(e)
+				e.recv.Before = func(w http.ResponseWriter, req *http.Request) bool {
+					id, err := uuid.Parse(req.Header.Get("Idempotency-Key"))
+					require.NoError(t, err)
+					_, err = e.store.RecordSent(ctx, id)
+					require.NoError(t, err)
+					http.Error(w, "answer lost", http.StatusInternalServerError)
+					return true
+				}
+				zero := 0
+				id := e.enqueueOrderPlain(t, "order.answerlost", &zero)
+				e.start(t)
+				e.waitStatus(t, id, store.StatusSent)
+				dls, err := e.store.DeadLetters(ctx, id)
+				require.NoError(t, err)
+				require.Empty(t, dls)
+				return id
+			},
+		},
+		{
 			file: "delivery_unknown_topic_dead_letter.json",
 			run: func(t *testing.T, e *env) uuid.UUID {
 				// No worker knows the topic: retried through its two attempts, then

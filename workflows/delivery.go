@@ -752,6 +752,7 @@ func (d *delivery) deadLetter(attempts int, last failure) (DeliveryResult, error
 		reason = "permanent failure: " + last.message
 	}
 	info := workflow.GetInfo(d.ctx)
+	var res DeadLetterResult
 	err := workflow.ExecuteLocalActivity(d.dbCtx, ActivityDeadLetter, DeadLetterInput{
 		MessageID:  d.in.MessageID,
 		Topic:      d.in.Topic,
@@ -759,9 +760,18 @@ func (d *delivery) deadLetter(attempts int, last failure) (DeliveryResult, error
 		RunID:      info.WorkflowExecution.RunID,
 		Attempts:   attempts,
 		LastError:  reason,
-	}).Get(d.ctx, nil)
+	}).Get(d.ctx, &res)
 	if err != nil {
 		return DeliveryResult{}, fmt.Errorf("dead-letter message: %w", err)
+	}
+	if res.AlreadySent {
+		// An attempt whose answer was lost (it timed out after the send recorded the row)
+		// delivered the message: the run ends delivered, as the row says, not failed red
+		// with a dead letter that does not exist. No version marker guards it: a step of
+		// an earlier release returned no result, so its histories replay the old path,
+		// and the run ends in the workflow task that records the result.
+		d.logger.Info("The message is recorded sent: an attempt whose answer was lost delivered it; no dead letter", "attempts", attempts, "error", reason)
+		return DeliveryResult{Attempts: attempts, AlreadyProcessed: true, Started: d.started}, nil
 	}
 	d.setStatus(SearchStatusDead)
 	return DeliveryResult{}, temporal.NewNonRetryableApplicationError(

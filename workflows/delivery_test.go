@@ -513,6 +513,22 @@ func TestDeliveryUnknownOutcomes(t *testing.T) {
 		requireDeadLettered(t, err)
 	})
 
+	t.Run("DeadLetterThatFindsTheRowSentEndsDelivered", func(t *testing.T) {
+		t.Parallel()
+		// The last attempt timed out after its send recorded the row sent (a sink without
+		// a check): the dead-letter step finds the row sent and writes no dead letter.
+		b := setup(t, workflows.Policy{MaxAttempts: 1})
+		b.env.RegisterActivityWithOptions(func(context.Context, workflows.DeadLetterInput) (workflows.DeadLetterResult, error) {
+			return workflows.DeadLetterResult{}, nil
+		}, activity.RegisterOptions{Name: workflows.ActivityDeadLetter, DisableAlreadyRegisteredCheck: true})
+		b.onSend(t, ambiguous("send timed out"))
+		b.env.OnActivity(workflows.ActivityCheckProcessed, mock.Anything, mock.Anything).Return(workflows.CheckProcessedResult{}, nil)
+		b.env.OnActivity(workflows.ActivityDeadLetter, mock.Anything, mock.Anything).Return(workflows.DeadLetterResult{AlreadySent: true}, nil).Once()
+		res, err := b.run()
+		require.NoError(t, err)
+		require.Equal(t, workflows.DeliveryResult{Attempts: 1, AlreadyProcessed: true}, res)
+	})
+
 	t.Run("UnknownTopicIsRetriedThroughTheAttempts", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, policy)

@@ -58,6 +58,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"delivery_backoff_capped.json",
 		"delivery_team_workflow_id_refused.json",
 		"delivery_unanswered_check_kept.json",
+		"delivery_dead_letter_found_sent.json",
 	}
 	for _, name := range want {
 		require.FileExists(t, filepath.Join(latest, name))

@@ -549,6 +549,13 @@ type DeadLetterInput struct {
 	LastError  string `json:"last_error"`
 }
 
+// DeadLetterResult is what the dead-letter step found. AlreadySent reports a row that was
+// recorded sent (by this run's own send, whose answer was lost), which gets no dead
+// letter. A dead-letter step of an earlier release returns nothing: false.
+type DeadLetterResult struct {
+	AlreadySent bool `json:"already_sent,omitempty"`
+}
+
 // ResolvePolicy returns the policy of one message: the topic's policy with defaults
 // filled, and when the row sets max_retry_times, MaxAttempts = max_retry_times + 1 (0 =
 // one attempt), which wins over the topic's max_attempts.
