@@ -721,14 +721,66 @@ type Duration time.Duration
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	var s string
 	if err := n.Decode(&s); err != nil {
-		return fmt.Errorf("line %d: want a duration such as \"1s\" or \"1m30s\", got %q", n.Line, n.Value)
+		got := fmt.Sprintf("%q", n.Value)
+		switch n.Kind {
+		case yaml.SequenceNode:
+			got = "a list"
+		case yaml.MappingNode:
+			got = "a map"
+		}
+		return &durationError{n.Line, n.Column, got}
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("line %d: want a duration such as \"1s\" or \"1m30s\", got %q", n.Line, s)
+		return &durationError{n.Line, n.Column, strconv.Quote(s)}
 	}
 	*d = Duration(v)
 	return nil
+}
+
+// durationError is a value that is not a duration, at its place in the file (Parse adds
+// the key it is the value of).
+type durationError struct {
+	line, column int
+	got          string // the value, quoted, or what it is ("a list")
+}
+
+func (e *durationError) Error() string {
+	return fmt.Sprintf("line %d: want a duration such as \"1s\" or \"1m30s\", got %s", e.line, e.got)
+}
+
+// keyAt returns the path of the key whose value starts at line and column of the YAML
+// document data, as errors name fields (relay.poll_interval, topics["a"].timeout), or ""
+// when there is none.
+func keyAt(data []byte, line, column int) string {
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 {
+		return ""
+	}
+	var walk func(n *yaml.Node, path string) string
+	walk = func(n *yaml.Node, path string) string {
+		if n.Kind != yaml.MappingNode {
+			return ""
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			p := path + "." + k.Value
+			switch {
+			case path == "":
+				p = k.Value
+			case path == "topics":
+				p = fmt.Sprintf("topics[%q]", k.Value)
+			}
+			if v.Line == line && v.Column == column {
+				return p
+			}
+			if found := walk(v, p); found != "" {
+				return found
+			}
+		}
+		return ""
+	}
+	return walk(doc.Content[0], "")
 }
 
 // MarshalYAML writes the duration as a string.
@@ -806,6 +858,11 @@ func Parse(r io.Reader) (*Config, error) {
 	if err := dec.Decode(&c); err != nil {
 		if errors.Is(err, io.EOF) {
 			return &c, nil
+		}
+		if de := (*durationError)(nil); errors.As(err, &de) {
+			if key := keyAt(data, de.line, de.column); key != "" {
+				return nil, fmt.Errorf("%s: %w", key, err)
+			}
 		}
 		return nil, err
 	}

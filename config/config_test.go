@@ -93,8 +93,9 @@ func TestParse(t *testing.T) {
 		for _, tc := range []struct{ yaml, want string }{
 			{"relay: {batch_size: 0}\n", ""}, // zero means default
 			{"relay: {batch_size: -5}\n", "relay.batch_size: must be between 1 and 10000, got -5"},
-			{"relay: {poll_interval: 5}\n", `want a duration such as "1s" or "1m30s", got "5"`},
-			{"relay: {poll_interval: fast}\n", `got "fast"`},
+			{"relay: {poll_interval: 5}\n", `relay.poll_interval: line 1: want a duration such as "1s" or "1m30s", got "5"`},
+			{"relay: {poll_interval: fast}\n", `relay.poll_interval: line 1: want a duration such as "1s" or "1m30s", got "fast"`},
+			{"topics:\n  a:\n    url: 'http://x'\n    timeout: [1]\n", `topics["a"].timeout: line 4: want a duration such as "1s" or "1m30s", got a list`},
 			{"relay: {lease: 100ms}\n", "relay.lease: must be at least 1s, got 100ms"},
 			{"relay: {start_concurrency: 2000}\n", "relay.start_concurrency: must be between 1 and 1000, got 2000"},
 			{"relay: {reconcile_interval: 5ms}\n", "relay.reconcile_interval: must be at least 10ms, got 5ms"},
