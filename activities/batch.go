@@ -101,6 +101,11 @@ func (a *Activities) SendBatch(ctx context.Context, in workflows.SendBatchInput)
 			o.Outcome, o.Note = workflows.BatchSkipped, "the message has a run of its own"
 		case *row.BatchID != in.Batch:
 			o.Outcome, o.Note = workflows.BatchSkipped, "another batch holds the message: "+*row.BatchID
+		case row.Paused:
+			// Nothing is sent while the topic is paused, and no attempt is used: the
+			// message's own run waits for the resume, as a single send does.
+			*o = workflows.BatchOutcome{MessageID: m.MessageID, Outcome: workflows.BatchFailed,
+				Error: fmt.Sprintf("topic %q is paused (outbox topic resume %s ends the pause)", row.Topic, row.Topic), ErrType: workflows.ErrTypeNotAttempted}
 		case !known:
 			*o = failedOutcome(m.MessageID, temporal.NewNonRetryableApplicationError(
 				fmt.Sprintf("no handler for topic %q: add it under topics: in the config, or add a default: entry", in.Topic),

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,4 +121,50 @@ func TestSendBatch(t *testing.T) {
 	in.Deployment = uuid.NewString()
 	_, err = a.SendBatch(ctx, in)
 	require.ErrorContains(t, err, "belongs to outbox deployment")
+}
+
+// A batch whose topic is paused by the time it sends sends nothing: each message goes to
+// a run of its own with no attempt used, which waits for the resume.
+func TestSendBatchOfAPausedTopic(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, st := testdb.Schema(t)
+	const batch = "outbox-batch-paused"
+	res, err := st.EnqueueBatch(ctx, pool, []store.Message{
+		{Topic: "clicks", Payload: json.RawMessage(`{"n": 1}`)}, {Topic: "clicks", Payload: json.RawMessage(`{"n": 2}`)},
+	})
+	require.NoError(t, err)
+	claim, err := st.ClaimBatch(ctx, 100, time.Minute, store.OrderingRules{})
+	require.NoError(t, err)
+	require.Len(t, claim.Claimed, 2)
+	for i := range claim.Claimed {
+		claim.Claimed[i].Batch = batch
+	}
+	_, err = st.MarkDispatchedAll(ctx, claim.Claimed)
+	require.NoError(t, err)
+	_, _, err = st.PauseTopic(ctx, "clicks", "ops", "maintenance")
+	require.NoError(t, err)
+
+	var sent atomic.Int32
+	reg := activities.NewRegistry()
+	reg.Handle("clicks", delivery.HandlerFunc(func(context.Context, delivery.Message) error { sent.Add(1); return nil }))
+	a := &activities.Activities{Store: st, Handlers: reg}
+	in := workflows.SendBatchInput{Batch: batch, Topic: "clicks", MaxAttempts: 1, Concurrency: 1, SendTimeout: 5 * time.Second}
+	for _, r := range res {
+		in.Messages = append(in.Messages, workflows.BatchMessage{MessageID: r.MessageID.String()})
+	}
+	out, err := a.SendBatch(ctx, in)
+	require.NoError(t, err)
+	require.Zero(t, sent.Load(), "nothing reaches the paused topic's downstream")
+	for _, o := range out.Outcomes {
+		require.Equal(t, workflows.BatchFailed, o.Outcome)
+		require.Equal(t, workflows.ErrTypeNotAttempted, o.ErrType, "its own run starts afresh")
+		require.Contains(t, o.Error, `topic "clicks" is paused`)
+	}
+	for _, r := range res {
+		row, err := st.Get(ctx, r.MessageID)
+		require.NoError(t, err)
+		require.Zero(t, row.RetryTimes, "no attempt recorded")
+		require.Equal(t, store.StatusDispatched, row.Status)
+	}
 }
