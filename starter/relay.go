@@ -232,11 +232,13 @@ type Relay struct {
 	log    *slog.Logger
 
 	// refused counts the consecutive passes in which Temporal refused every start;
-	// lastRefusal is the error of the latest; lasting counts the consecutive ones whose
-	// refusal will not heal without an operator (see lastingRefusal).
+	// lastRefusal is the error of the latest, and refusedAt its time; lasting counts the
+	// consecutive ones whose refusal will not heal without an operator (see
+	// lastingRefusal).
 	mu          sync.Mutex
 	refused     int
 	lastRefusal error
+	refusedAt   time.Time
 	lasting     int
 
 	// deployment is the store's deployment ID, which every workflow's input carries; set
@@ -599,11 +601,15 @@ func (r *Relay) runOnce(ctx context.Context) (int, error) {
 	p := r.newPass(ctx, began)
 	p.handOver(rows, nil)
 	g := r.newStartGroup(ctx)
-	for _, b := range r.dueBatches(false) {
+	due := r.dueBatches(false)
+	for _, b := range due {
 		g.start(b)
 	}
 	g.close()
 	p.finish()
+	if len(claim.Claimed) == 0 && len(due) == 0 && err == nil {
+		r.noteIdle(ctx)
+	}
 	if n := len(claim.Claimed); n > 0 {
 		r.cfg.Metrics.Batch(n, time.Since(began))
 	}
@@ -801,8 +807,8 @@ func (p *pass) finish() {
 }
 
 // noteStarts records how a pass's starts went. A pass in which Temporal refused every
-// start puts the relay in backoff (and not-ready); any start that succeeds ends it. The
-// refusals of a pass are logged as one line.
+// start puts the relay in backoff (and not-ready); any start that succeeds ends it, and
+// so does noteIdle. The refusals of a pass are logged as one line.
 func (r *Relay) noteStarts(ctx context.Context, attempted, refused int, first *error) {
 	if attempted == 0 {
 		return
@@ -820,7 +826,7 @@ func (r *Relay) noteStarts(ctx context.Context, attempted, refused int, first *e
 		}
 		return
 	}
-	r.refused++
+	r.refused, r.refusedAt = r.refused+1, time.Now()
 	r.lastRefusal = fmt.Errorf("temporal refused all %d workflow starts of the last pass: %w", attempted, *first)
 	if lastingRefusal(*first) {
 		r.lasting++
@@ -830,6 +836,18 @@ func (r *Relay) noteStarts(ctx context.Context, attempted, refused int, first *e
 	r.log.WarnContext(ctx, "Temporal refused every workflow start of this pass; backing off",
 		slog.Int("refused", refused), slog.Int("passes", r.refused), slog.Duration("next_pass_in", refusalBackoff(r.refused)),
 		slog.Any("error", *first))
+}
+
+// noteIdle records a pass that claimed nothing and had no batch to start. Once the refused
+// rows' lease has run out, it ends the refusals: another relay started those rows, or none
+// is left, and nothing says that Temporal still refuses.
+func (r *Relay) noteIdle(ctx context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.refused > 0 && time.Since(r.refusedAt) > r.cfg.Lease {
+		r.log.InfoContext(ctx, "Nothing to start since the refused rows' lease ran out; no longer backing off", slog.Int("passes_refused", r.refused))
+		r.refused, r.lastRefusal, r.lasting = 0, nil, 0
+	}
 }
 
 // gaveUp returns the refusal Run stops with: Temporal refused every start of the last

@@ -414,6 +414,34 @@ func TestRelay(t *testing.T) {
 		}, 10*time.Second, 100*time.Millisecond)
 	})
 
+	t.Run("RefusalEndsWhenAnotherRelayStartedTheRows", func(t *testing.T) {
+		t.Parallel()
+		// Relay a's starts are refused; once the lease has run out, relay b starts the
+		// rows. a, finding nothing to start since, is not left not-ready.
+		refusing := newRecorder()
+		refusing.startErr = func(string) error { return serviceerror.NewUnavailable("frontend restarting") }
+		cfg := starter.Config{Lease: time.Second}
+		a, st := setup(t, refusing, cfg)
+		id := enqueue(t, st, "t", nil)
+		_, err := a.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Error(t, a.StartsRefused())
+		_, err = a.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Error(t, a.StartsRefused(), "the refused row is still a's, under its lease")
+
+		b, err := starter.New(st, nil, newRecorder(), cfg)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			_, err := b.RunOnce(ctx)
+			require.NoError(t, err)
+			return status(t, st, id) == store.StatusDispatched
+		}, 10*time.Second, 50*time.Millisecond)
+		_, err = a.RunOnce(ctx)
+		require.NoError(t, err)
+		require.NoError(t, a.StartsRefused(), "nothing to start, and the refused rows' lease has run out")
+	})
+
 	t.Run("NegativeSweepIntervalIsAnError", func(t *testing.T) {
 		t.Parallel()
 		pool, st := testdb.Schema(t)
