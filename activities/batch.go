@@ -122,6 +122,7 @@ func (a *Activities) SendBatch(ctx context.Context, in workflows.SendBatchInput)
 
 	stop := heartbeat(ctx)
 	rec := a.newSentRecorder(ctx, in)
+	defer rec.halt() // a handler that panics skips finish
 	// The whole batch has one send timeout: a message whose turn comes later is not
 	// sent, and leaves the batch with no attempt used.
 	defer stop() // after the recording below too
@@ -227,6 +228,7 @@ type sentRecorder struct {
 	full     chan struct{}
 	stop     chan struct{}
 	stopped  chan struct{}
+	halted   sync.Once
 }
 
 func (a *Activities) newSentRecorder(ctx context.Context, in workflows.SendBatchInput) *sentRecorder {
@@ -318,10 +320,7 @@ func recordWait(ctx context.Context) time.Duration {
 // finish stops the recorder, records what is left and marks the delivered outcomes that
 // are recorded; the workflow's mark-sent-all step records the others.
 func (r *sentRecorder) finish(outcomes []workflows.BatchOutcome) {
-	close(r.stop)
-	<-r.stopped
-	// Past the activity's end too: a row recorded sent is one its own run will not send.
-	r.flush(context.WithoutCancel(r.ctx))
+	r.halt()
 	var skipped int
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -335,6 +334,18 @@ func (r *sentRecorder) finish(outcomes []workflows.BatchOutcome) {
 	}
 	r.a.Metrics.BatchMessages(r.in.Topic, metrics.BatchOutcomeSent, r.all)
 	r.a.Metrics.BatchMessages(r.in.Topic, metrics.BatchOutcomeSkipped, skipped)
+}
+
+// halt stops the recorder's flushes and records what was delivered since the last one.
+// It runs once: at finish, or deferred, when the handler panicked before it.
+func (r *sentRecorder) halt() {
+	r.halted.Do(func() {
+		close(r.stop)
+		<-r.stopped
+		// Past the activity's end too: a row recorded sent is one its own run will not
+		// send.
+		r.flush(context.WithoutCancel(r.ctx))
+	})
 }
 
 // heartbeat records the activity's heartbeat every workflows.BatchHeartbeatInterval until

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -167,4 +168,46 @@ func TestSendBatchOfAPausedTopic(t *testing.T) {
 		require.Zero(t, row.RetryTimes, "no attempt recorded")
 		require.Equal(t, store.StatusDispatched, row.Status)
 	}
+}
+
+// panickingBatch is a batch handler whose publish panics.
+type panickingBatch struct{}
+
+func (panickingBatch) Send(context.Context, delivery.Message) error { return nil }
+func (panickingBatch) SendBatch(context.Context, []delivery.Message) []error {
+	panic("broker client bug")
+}
+
+// A batch handler that panics leaves nothing of the batch running: the SDK recovers the
+// activity's panic, and the batch's recorder of delivered messages stops with it.
+//
+// Not parallel: it counts the process's goroutines, which no other test then starts.
+func TestSendBatchWhoseHandlerPanics(t *testing.T) {
+	ctx := context.Background()
+	pool, st := testdb.Schema(t)
+	reg := activities.NewRegistry()
+	reg.Handle("clicks", panickingBatch{})
+	a := &activities.Activities{Store: st, Handlers: reg}
+	sendOnce := func(n int) {
+		defer func() { require.NotNil(t, recover()) }()
+		res, err := st.EnqueueBatch(ctx, pool, []store.Message{{Topic: "clicks", Payload: json.RawMessage(`{}`)}})
+		require.NoError(t, err)
+		batch := fmt.Sprintf("outbox-batch-panic-%d", n)
+		claim, err := st.ClaimBatch(ctx, 100, time.Minute, store.OrderingRules{})
+		require.NoError(t, err)
+		for i := range claim.Claimed {
+			claim.Claimed[i].Batch = batch
+		}
+		_, err = st.MarkDispatchedAll(ctx, claim.Claimed)
+		require.NoError(t, err)
+		_, _ = a.SendBatch(ctx, workflows.SendBatchInput{Batch: batch, Topic: "clicks", MaxAttempts: 3, Concurrency: 1, SendTimeout: 5 * time.Second,
+			Messages: []workflows.BatchMessage{{MessageID: res[0].MessageID.String()}}})
+	}
+	sendOnce(0) // the pool's connections, and anything else started once
+	before := runtime.NumGoroutine()
+	for n := 1; n <= 20; n++ {
+		sendOnce(n)
+	}
+	require.Eventually(t, func() bool { return runtime.NumGoroutine() < before+10 }, 5*time.Second, 50*time.Millisecond,
+		"goroutines: %d before, %d after 20 panics", before, runtime.NumGoroutine())
 }
