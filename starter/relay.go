@@ -936,8 +936,7 @@ func (r *Relay) deploymentID() string {
 // run delivered it), and so are payloads over the store's limit or too large for
 // Temporal once encoded, and headers over store.MaxHeadersBytes (their run's load
 // dead-letters them with the reason: a start carrying them could be refused for its size,
-// again at every claim). When the
-// read fails, every run loads its message.
+// again at every claim). When the read fails, every run loads its message.
 func (r *Relay) teamMessages(ctx context.Context, rows []store.Claimed) map[uuid.UUID]store.Row {
 	var ids []uuid.UUID
 	for _, row := range rows {
