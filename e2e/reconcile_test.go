@@ -37,10 +37,7 @@ func TestReconcileLostWorkflow(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			e := newEnv(t, ts)
-			e.addSlowTopic()
-			e.startWorker(t)
-			e.startRelay(t)
-			e.startReconciler(t, e.store, time.Second, 200*time.Millisecond)
+			e.startSlowDelivery(t)
 
 			id := e.runWaitingToRetry(t)
 			first := e.describe(t, id).GetWorkflowExecutionInfo().GetExecution().GetRunId()

@@ -451,6 +451,16 @@ func (e *env) addSlowTopic() {
 		InitialInterval: config.Duration(time.Hour), Timeout: config.Duration(5 * time.Second)}
 }
 
+// startSlowDelivery adds order.slow (addSlowTopic) and runs the env's worker, relay and a
+// reconciler that looks at dispatched rows every second.
+func (e *env) startSlowDelivery(t *testing.T) {
+	t.Helper()
+	e.addSlowTopic()
+	e.startWorker(t)
+	e.startRelay(t)
+	e.startReconciler(t, e.store, time.Second, 200*time.Millisecond)
+}
+
 // runWaitingToRetry enqueues a message of order.slow (addSlowTopic) while its downstream
 // answers 503, and returns it once its run's first attempt failed and the row is
 // dispatched: the run now waits an hour to retry.
@@ -501,10 +511,7 @@ func TestAPausedRunKeepsItsMessage(t *testing.T) {
 		})))
 	require.NoError(t, temporalx.EnsureSearchAttributes(ctx, ts.GetDefaultClient(), ts.GetDefaultNamespace()))
 	e := newEnv(t, ts)
-	e.addSlowTopic()
-	e.startWorker(t)
-	e.startRelay(t)
-	e.startReconciler(t, e.store, time.Second, 200*time.Millisecond)
+	e.startSlowDelivery(t)
 
 	id := e.runWaitingToRetry(t)
 	run := e.describe(t, id).GetWorkflowExecutionInfo().GetExecution().GetRunId()
